@@ -1,0 +1,153 @@
+"""Loading and validating a contract YAML: regions x cases -> implementation + constants.
+
+Schema:
+  name: consistent
+  regions:
+    <region>:
+      <case>: {impl: <family>.<variant>, constants: {<name>: <exact value>}}
+  claims: {<claim kind>: [<region>, ...] | all | [<int>, ...]}
+Every region must list all five cases (YAML anchors keep that short).
+"""
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from kernels.contract.constants import decode_constant
+from kernels.contract.regions import CASES, CLAIM_KINDS, REGION_FAMILY
+from kernels.ops import registry
+
+CONTRACT_DIR = Path(__file__).parent
+
+
+class ContractError(ValueError):
+    """A contract that cannot be used, with the file and the offending entry named."""
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    region: str
+    """Region name, e.g. "qkv_proj"."""
+    case: str
+    """One of CASES."""
+    impl: str
+    """"<family>.<variant>" in kernels.ops.registry."""
+    constants: tuple
+    """Sorted (name, value) pairs of pinned constants."""
+
+    def function(self):
+        """The implementation with its pinned constants applied."""
+        return functools.partial(registry.implementation(self.impl), **dict(self.constants))
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str
+    """The contract's own name (fast, consistent, ...)."""
+    bindings: dict
+    """(region, case) -> Binding."""
+    claims: dict = field(default_factory=dict)
+    """claim kind -> tuple of regions or ints."""
+    source: str = ""
+    """Where it was loaded from."""
+
+    @property
+    def regions(self) -> tuple:
+        return tuple(sorted({region for region, _ in self.bindings}))
+
+    def binding(self, region: str, case: str) -> Binding:
+        if (region, case) not in self.bindings:
+            raise ContractError(f"contract {self.name!r} has no entry for {region} x {case}")
+        return self.bindings[(region, case)]
+
+    def op(self, region: str, case: str):
+        """The callable for one region in one case."""
+        return _bound_function(self.binding(region, case))
+
+    def require_regions(self, regions) -> None:
+        """Fail clearly if a model needs regions this contract does not map."""
+        missing = sorted(set(regions) - set(self.regions))
+        if missing:
+            raise ContractError(f"contract {self.name!r} lacks regions {missing}")
+
+
+@functools.lru_cache(maxsize=None)
+def _bound_function(binding: Binding):
+    return binding.function()
+
+
+def load_contract(name_or_path) -> Contract:
+    """A shipped contract by name ("fast", "consistent") or a YAML file by path."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = CONTRACT_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            shipped = sorted(p.stem for p in CONTRACT_DIR.glob("*.yaml"))
+            raise ContractError(f"unknown contract {name_or_path!r}; shipped: {shipped}")
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ContractError(f"{path}: cannot read contract: {error}") from error
+    try:
+        return _parse(document, str(path))
+    except ValueError as error:
+        raise ContractError(f"{path}: {error}") from error
+
+
+def _parse(document, source: str) -> Contract:
+    if not isinstance(document, dict) or "name" not in document or "regions" not in document:
+        raise ValueError("a contract is a mapping with 'name' and 'regions'")
+    unknown_keys = set(document) - {"name", "regions", "claims"}
+    if unknown_keys:
+        raise ValueError(f"unknown top-level keys {sorted(unknown_keys)}")
+    bindings = {}
+    for region, cases in (document["regions"] or {}).items():
+        if region not in REGION_FAMILY:
+            raise ValueError(f"unknown region {region!r}; known: {sorted(REGION_FAMILY)}")
+        if not isinstance(cases, dict):
+            raise ValueError(f"region {region!r}: expected a mapping of cases")
+        missing = [case for case in CASES if case not in cases]
+        extra = sorted(set(cases) - set(CASES))
+        if missing or extra:
+            raise ValueError(f"region {region!r}: missing cases {missing}, unknown cases {extra}")
+        for case in CASES:
+            bindings[(region, case)] = _parse_binding(region, case, cases[case])
+    claims = _parse_claims(document.get("claims") or {}, set(REGION_FAMILY))
+    return Contract(name=str(document["name"]), bindings=bindings, claims=claims, source=source)
+
+
+def _parse_binding(region: str, case: str, entry) -> Binding:
+    where = f"{region} x {case}"
+    if not isinstance(entry, dict) or "impl" not in entry:
+        raise ValueError(f"{where}: expected {{impl: ..., constants: ...}}")
+    if set(entry) - {"impl", "constants"}:
+        raise ValueError(f"{where}: unknown keys {sorted(set(entry) - {'impl', 'constants'})}")
+    impl = str(entry["impl"])
+    registry.implementation(impl)
+    if impl.partition(".")[0] != REGION_FAMILY[region]:
+        raise ValueError(f"{where}: {impl} is not a {REGION_FAMILY[region]} implementation")
+    raw = entry.get("constants") or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: constants must be a mapping")
+    required, optional = registry.constant_names(impl)
+    if set(raw) - required - optional or required - set(raw):
+        raise ValueError(f"{where}: {impl} takes constants {sorted(required)} "
+                         f"(optional {sorted(optional)}), got {sorted(raw)}")
+    constants = tuple(sorted((name, decode_constant(name, value)) for name, value in raw.items()))
+    return Binding(region=region, case=case, impl=impl, constants=constants)
+
+
+def _parse_claims(raw, known_regions) -> dict:
+    if not isinstance(raw, dict):
+        raise ValueError("claims must be a mapping")
+    claims = {}
+    for kind, value in raw.items():
+        if kind not in CLAIM_KINDS:
+            raise ValueError(f"unknown claim {kind!r}; known: {sorted(CLAIM_KINDS)}")
+        if value == "all":
+            value = sorted(known_regions)
+        if not isinstance(value, list):
+            raise ValueError(f"claim {kind!r}: expected a list or 'all'")
+        claims[kind] = tuple(value)
+    return claims

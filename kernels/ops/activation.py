@@ -1,0 +1,26 @@
+"""Gated activation SiLU(gate) * up (Qwen3's MLP), and the position-independent sigmoid.
+
+Consistency: on CPU, torch's vectorized sigmoid/SiLU and the scalar loop that handles a
+tensor's tail round differently (measured: 4-5% of fp32 elements), so an element's bits
+depend on where it sits in the flattened batch. exp and division agree in both loops, so
+the consistent path builds sigmoid from them. SiLU(gate) * up is rounded once, from fp32
+(two roundings differ from one in ~27% of bf16 elements). Reference: gates/reference/activation.py.
+"""
+import torch
+import torch.nn.functional as F
+
+
+def position_independent_sigmoid(x):
+    """sigmoid(x) = 1 / (1 + exp(-x)) from ops whose vector and scalar loops agree."""
+    return (1.0 + torch.exp(-x)).reciprocal()
+
+
+def fast(gate, up):
+    """SiLU and the product each rounded to the activation dtype, as HF and most engines do."""
+    return F.silu(gate) * up
+
+
+def consistent(gate, up):
+    """fp32 throughout, one rounding at the end; position independent on CPU."""
+    gate32 = gate.float()
+    return (gate32 * position_independent_sigmoid(gate32) * up.float()).to(gate.dtype)

@@ -1,0 +1,111 @@
+"""Causal GQA attention for one sequence segment over its KV store (paged in the engine,
+contiguous in the trainer): out_t = softmax(q_t . K[:start+t+1]^T * scale) V.
+
+Every variant first *writes* the segment's K/V into the store and then *reads* the whole
+context back through it, so prefill, chunked prefill, decode and the trainer share one KV
+read path (and, later, one FP8 dequantisation).
+Consistency: the consistent kernel walks the keys in blocks of `block_kv` from absolute
+position 0 with an fp32 online softmax, whatever the phase: a decode step re-plays exactly
+the arithmetic prefill did for that row (fully masked blocks leave m, l and acc unchanged,
+bit for bit, because alpha = exp(0) = 1 and p = 0). Score and value GEMMs are row-padded so
+their K order does not follow the number of query rows. Reference: gates/reference/attention.py.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from kernels.ops.linear import row_invariant_matmul
+
+
+def _grouped_rows(q, num_kv_heads):
+    """[T, Hq, D] -> [Hkv, T*G, D]: the G query heads sharing a KV head become rows."""
+    num_tokens, num_q_heads, head_dim = q.shape
+    group = num_q_heads // num_kv_heads
+    return q.reshape(num_tokens, num_kv_heads, group, head_dim).permute(1, 0, 2, 3).reshape(
+        num_kv_heads, num_tokens * group, head_dim)
+
+
+def _ungrouped(rows, num_tokens, num_q_heads):
+    """[Hkv, T*G, D] -> [T, Hq, D]."""
+    num_kv_heads, _, head_dim = rows.shape
+    group = num_q_heads // num_kv_heads
+    return rows.reshape(num_kv_heads, num_tokens, group, head_dim).permute(1, 0, 2, 3).reshape(
+        num_tokens, num_q_heads, head_dim)
+
+
+def _query_positions(segment, num_kv_heads_group, device):
+    positions = torch.arange(segment.start, segment.start + segment.length, device=device)
+    return positions.repeat_interleave(num_kv_heads_group)  # row (t, g) -> position of t
+
+
+def fast_sdpa(q, k, v, segment, kv, *, scale):
+    """torch SDPA in the activation dtype (its CPU flash kernel picks tiles by shape)."""
+    kv.write(segment, k, v)
+    keys, values = kv.read(segment)
+    context = keys.shape[0]
+    causal = torch.ones(segment.length, context, dtype=torch.bool, device=q.device).tril(
+        diagonal=segment.start)
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1),
+        attn_mask=causal, scale=scale, enable_gqa=True)
+    return out.transpose(0, 1)
+
+
+def fast_split_kv(q, k, v, segment, kv, *, scale, tokens_per_split, max_splits):
+    """Flash-decoding: the context is cut into a number of splits that grows with its
+    length, each split's softmax is local, and the splits are merged by log-sum-exp."""
+    kv.write(segment, k, v)
+    keys, values = kv.read(segment)
+    context, num_kv_heads = keys.shape[0], keys.shape[1]
+    num_splits = max(1, min(max_splits, math.ceil(context / tokens_per_split)))
+    rows = _grouped_rows(q.float(), num_kv_heads)
+    query_pos = _query_positions(segment, q.shape[1] // num_kv_heads, q.device)
+    bounds = torch.linspace(0, context, num_splits + 1).round().long().tolist()
+    outs, lses = [], []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        scores = rows @ keys[lo:hi].float().permute(1, 2, 0) * scale
+        masked = torch.arange(lo, hi, device=q.device)[None, :] > query_pos[:, None]
+        scores = scores.masked_fill(masked, float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+        probs = torch.exp(scores - lse).nan_to_num(0.0)
+        outs.append(probs @ values[lo:hi].float().transpose(0, 1))
+        lses.append(lse)
+    lse_all = torch.logsumexp(torch.stack(lses), dim=0)
+    out = sum(torch.exp(lse - lse_all).nan_to_num(0.0) * o for lse, o in zip(lses, outs))
+    return _ungrouped(out, segment.length, q.shape[1]).to(q.dtype)
+
+
+def consistent(q, k, v, segment, kv, *, scale, block_kv, row_multiple):
+    """One arithmetic for prefill, chunked prefill, decode and the trainer."""
+    kv.write(segment, k, v)
+    keys, values = kv.read(segment)
+    context, num_kv_heads, head_dim = keys.shape
+    rows = _grouped_rows(q.float(), num_kv_heads)  # [Hkv, R, D]
+    query_pos = _query_positions(segment, q.shape[1] // num_kv_heads, q.device)
+    num_rows = rows.shape[1]
+    running_max = torch.full((num_kv_heads, num_rows, 1), float("-inf"), device=q.device)
+    running_sum = torch.zeros((num_kv_heads, num_rows, 1), device=q.device)
+    acc = torch.zeros((num_kv_heads, num_rows, head_dim), device=q.device)
+    for lo in range(0, context, block_kv):
+        key_block = _padded_block(keys, lo, block_kv).permute(1, 2, 0)  # [Hkv, D, B]
+        value_block = _padded_block(values, lo, block_kv).transpose(0, 1)  # [Hkv, B, D]
+        scores = row_invariant_matmul(rows, key_block, row_multiple=row_multiple) * scale
+        key_pos = torch.arange(lo, lo + block_kv, device=q.device)
+        scores = scores.masked_fill(key_pos[None, :] > query_pos[:, None], float("-inf"))
+        new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
+        alpha = torch.exp(running_max - new_max)
+        probs = torch.exp(scores - new_max)
+        running_sum = running_sum * alpha + probs.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + row_invariant_matmul(probs, value_block, row_multiple=row_multiple)
+        running_max = new_max
+    return _ungrouped(acc / running_sum, segment.length, q.shape[1]).to(q.dtype)
+
+
+def _padded_block(tensor, lo, block):
+    """tensor[lo:lo+block] in fp32, zero-padded to `block` rows (masked by position)."""
+    part = tensor[lo:lo + block].float()
+    if part.shape[0] == block:
+        return part
+    pad = part.new_zeros((block - part.shape[0],) + tuple(part.shape[1:]))
+    return torch.cat([part, pad])

@@ -1,0 +1,54 @@
+"""Linear / GEMM: y[M, N] = x[M, K] @ w[N, K]^T, accumulated in fp32 by the BLAS.
+
+Consistency: CPU BLAS (MKL) picks a different micro-kernel when a thread's share of rows
+is below 4, so row i of a small batch differs from the same row in a large one (measured:
+fp32, M in {1,2,3,5,6,7,9,10,11} with 2 threads, for every K, N tried). Padding M up to a
+fixed multiple (`row_multiple`, 8 by default) keeps every thread on the full-tile path, so
+each row is reduced over K in one order whatever the batch: invariant at the cost of at
+most row_multiple - 1 padded rows. Reference: gates/reference/linear.py.
+"""
+import torch
+import torch.nn.functional as F
+
+
+def fast(x, w):
+    """Plain BLAS call, as an engine would issue it (the kernel follows M)."""
+    return F.linear(x, w)
+
+
+def fast_split_k(x, w, *, split_k_below_rows: int, num_splits: int):
+    """Split-K for small batches, as tuned GPU engines do for decode: K is cut into
+    `num_splits` slices whose fp32 partials are summed; only when M < split_k_below_rows."""
+    num_rows, k_dim = x.shape[0], x.shape[-1]
+    if num_rows >= split_k_below_rows or k_dim < num_splits:
+        return F.linear(x, w)
+    bounds = torch.linspace(0, k_dim, num_splits + 1).round().long().tolist()
+    total = None
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        part = F.linear(x[..., lo:hi].float(), w[:, lo:hi].float())
+        total = part if total is None else total + part
+    return total.to(x.dtype)
+
+
+def pad_rows(x, row_multiple: int):
+    """Append zero rows so that x.shape[0] is a multiple of row_multiple (no copy if it is)."""
+    pad = -x.shape[0] % row_multiple
+    if pad == 0:
+        return x.contiguous()
+    return torch.cat([x, x.new_zeros((pad,) + tuple(x.shape[1:]))])
+
+
+def row_invariant_matmul(a, b, *, row_multiple: int):
+    """a[..., M, K] @ b[..., K, N] with M padded to a multiple of row_multiple, so that
+    each row's K reduction is the same for any M. Used by attention's score and value GEMMs."""
+    num_rows = a.shape[-2]
+    pad = -num_rows % row_multiple
+    if pad:
+        a = torch.cat([a, a.new_zeros(a.shape[:-2] + (pad, a.shape[-1]))], dim=-2)
+    return torch.matmul(a, b)[..., :num_rows, :]
+
+
+def consistent(x, w, *, row_multiple: int):
+    """Batch invariant: each row's bits are independent of M and of its position."""
+    num_rows = x.shape[0]
+    return F.linear(pad_rows(x, row_multiple), w)[:num_rows]

@@ -1,0 +1,34 @@
+"""Log-probability of chosen tokens: logp = x[t] - logsumexp(x), x = logits / temperature,
+in fp32; optionally the full-vocabulary log-softmax.
+
+Consistency: engines and trainers usually reach this number by different formulas
+(`log_softmax` then gather in the sampler, `x[t] - logsumexp(x)` in the trainer's selective
+log-softmax): algebraically equal, bitwise not. The consistent variant is one formula, one
+row reduction, called by both sides. Reference: gates/reference/logprob.py.
+"""
+import torch
+
+
+def _scaled(logits, temperatures):
+    return logits.float() / temperatures.float()[:, None]
+
+
+def fast_log_softmax(logits, targets, temperatures, *, full=False):
+    """Engine-style: torch.log_softmax over the row, then gather."""
+    logp = torch.log_softmax(_scaled(logits, temperatures), dim=-1)
+    return logp if full else logp.gather(-1, targets[:, None])[:, 0]
+
+
+def fast_logsumexp(logits, targets, temperatures, *, full=False):
+    """Trainer-style selective log-softmax: x[t] - torch.logsumexp(x)."""
+    x = _scaled(logits, temperatures)
+    lse = torch.logsumexp(x, dim=-1, keepdim=True)
+    return x - lse if full else (x.gather(-1, targets[:, None]) - lse)[:, 0]
+
+
+def consistent(logits, targets, temperatures, *, full=False):
+    """One formula for both sides: max-shifted sum of exp, row by row, in fp32."""
+    x = _scaled(logits, temperatures)
+    row_max = x.amax(dim=-1, keepdim=True)
+    lse = row_max + torch.log(torch.exp(x - row_max).sum(dim=-1, keepdim=True))
+    return x - lse if full else (x.gather(-1, targets[:, None]) - lse)[:, 0]

@@ -1,0 +1,48 @@
+"""Rotary position embedding (rotate-half form, as Qwen3): x' = x*cos(p*f) + rot(x)*sin(p*f),
+f_i = theta^(-2i/D).
+
+Consistency: the cos/sin table is computed once per (theta, D, max_position) in float64 over
+every position in one call, rounded to fp32 and *indexed* by position, so a token's angle
+never depends on which other positions share the call; the rotation runs in fp32 and is
+rounded once. Reference: gates/reference/rope.py.
+"""
+import functools
+
+import torch
+
+
+def _rotate_half(x):
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
+
+
+@functools.lru_cache(maxsize=8)
+def _fp32_table(theta: float, head_dim: int, max_position: int):
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.arange(max_position, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)  # [P, D]
+    return angles.cos().float(), angles.sin().float()
+
+
+def fast(q, k, positions, *, theta, max_position):
+    """Angles and cos/sin computed per call in fp32, rotation in the activation dtype."""
+    head_dim = q.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)[:, None, :]  # [M, 1, D]
+    cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def consistent(q, k, positions, *, theta, max_position):
+    """Table lookup by absolute position; fp32 rotation, one rounding."""
+    if positions.numel() and int(positions.max()) >= max_position:
+        raise ValueError(f"position {int(positions.max())} >= max_position {max_position}")
+    cos_table, sin_table = _fp32_table(float(theta), q.shape[-1], int(max_position))
+    cos, sin = cos_table[positions][:, None, :], sin_table[positions][:, None, :]
+
+    def rotate(x):
+        x32 = x.float()
+        return (x32 * cos + _rotate_half(x32) * sin).to(x.dtype)
+
+    return rotate(q), rotate(k)
