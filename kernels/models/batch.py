@@ -1,0 +1,66 @@
+"""What one forward pass computes: a flat batch of token rows cut into per-sequence segments.
+
+Both runtimes describe their work this way. The engine's step mixes prefill chunks and
+decodes of many sequences; the trainer's micro-batch packs (or pads) whole sequences. Each
+segment names the case its attention runs in; token-parallel regions (GEMMs, norms) run
+once over all rows in the batch's case.
+"""
+from dataclasses import dataclass
+
+import torch
+
+from kernels.contract.regions import CASES
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    seq_id: int
+    """Which sequence (the key of its KV / state in the cache)."""
+    start: int
+    """Absolute position of the segment's first token in its sequence."""
+    length: int
+    """Number of token rows."""
+    row: int
+    """Index of the first row in the flat batch."""
+    case: str
+    """The case the segment's attention (and other per-sequence regions) runs in."""
+
+    @property
+    def rows(self) -> slice:
+        return slice(self.row, self.row + self.length)
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    tokens: torch.Tensor
+    """[M] token ids, segments laid end to end."""
+    segments: tuple
+    """Segments in row order, covering all M rows."""
+    case: str
+    """Case of the token-parallel regions."""
+
+    def __post_init__(self):
+        if self.case not in CASES:
+            raise ValueError(f"case {self.case!r} is not one of {CASES}")
+        expected_row = 0
+        for segment in self.segments:
+            if segment.row != expected_row or segment.length <= 0:
+                raise ValueError(f"segments must tile the rows in order: {segment}")
+            expected_row += segment.length
+        if expected_row != self.tokens.shape[0]:
+            raise ValueError(f"segments cover {expected_row} rows, tokens has {self.tokens.shape[0]}")
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """[M] absolute position of each row."""
+        return torch.cat([torch.arange(s.start, s.start + s.length) for s in self.segments])
+
+    @classmethod
+    def from_sequences(cls, pieces, case, segment_case=None):
+        """pieces: [(seq_id, start, token list)], laid end to end."""
+        segments, tokens, row = [], [], 0
+        for seq_id, start, ids in pieces:
+            segments.append(Segment(seq_id, start, len(ids), row, segment_case or case))
+            tokens.extend(ids)
+            row += len(ids)
+        return cls(torch.tensor(tokens, dtype=torch.long), tuple(segments), case)

@@ -1,0 +1,52 @@
+"""Model configs: frozen dataclasses loaded from YAML (kernels/models/configs/<name>.yaml).
+
+`load_model_config("qwen3-cut")` or a path; the YAML's `family` picks the dataclass.
+Unknown or missing fields are a ValueError naming the field.
+"""
+import dataclasses
+from pathlib import Path
+
+import torch
+import yaml
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def shipped_configs() -> list:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def config_from_mapping(config_class, mapping: dict, source: str = "config"):
+    """Build a frozen config dataclass, rejecting unknown and missing fields by name."""
+    names = {f.name for f in dataclasses.fields(config_class)}
+    unknown = sorted(set(mapping) - names)
+    if unknown:
+        raise ValueError(f"{source}: unknown fields {unknown}")
+    required = {f.name for f in dataclasses.fields(config_class)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    missing = sorted(required - set(mapping))
+    if missing:
+        raise ValueError(f"{source}: missing fields {missing}")
+    config = config_class(**mapping)
+    config.validate()
+    return config
+
+
+def load_model_config(name_or_path):
+    """A shipped config by name, or a YAML file by path."""
+    from kernels.models.registry import config_class_for
+
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = CONFIG_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise ValueError(f"unknown model config {name_or_path!r}; shipped: {shipped_configs()}")
+    try:
+        mapping = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ValueError(f"{path}: cannot read model config: {error}") from error
+    if not isinstance(mapping, dict) or "family" not in mapping:
+        raise ValueError(f"{path}: a model config is a mapping with a 'family' field")
+    return config_from_mapping(config_class_for(mapping["family"]), mapping, str(path))

@@ -1,0 +1,31 @@
+"""Model families and the names a user types (`--model qwen3`)."""
+from kernels.models.qwen3 import Qwen3Config, Qwen3Model
+
+FAMILIES = {"qwen3": (Qwen3Config, Qwen3Model)}
+
+# What `--model NAME --size SIZE` loads: the cut runs the CPU gates, full is the real shape.
+MODEL_CONFIGS = {
+    "qwen3": {"cut": "qwen3-cut", "full": "qwen3-1.7b"},
+}
+
+
+def config_class_for(family: str):
+    if family not in FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; known: {sorted(FAMILIES)}")
+    return FAMILIES[family][0]
+
+
+def config_name(model: str, size: str = "cut") -> str:
+    if model not in MODEL_CONFIGS:
+        raise ValueError(f"unknown model {model!r}; known: {sorted(MODEL_CONFIGS)}")
+    if size not in MODEL_CONFIGS[model]:
+        raise ValueError(f"model {model!r} has sizes {sorted(MODEL_CONFIGS[model])}, not {size!r}")
+    return MODEL_CONFIGS[model][size]
+
+
+def build_model(config, seed: int | None = 0):
+    """The family's model; seeded random weights unless seed is None (then uninitialised)."""
+    model = FAMILIES[config.family][1](config)
+    if seed is not None:
+        model.init_weights(seed)
+    return model
