@@ -24,6 +24,11 @@ class SamplingParams:
     seed: int = 0
     """Per-request seed; with the token index it fixes every draw."""
 
+    @property
+    def logprob_temperature(self) -> float:
+        """Temperature of the distribution whose log-probs both sides report (1 if greedy)."""
+        return self.temperature if self.temperature > 0 else 1.0
+
 
 def _mix_seed(seed: int, index: int) -> int:
     """SplitMix64 of (seed, index): neighbouring indices get unrelated streams."""

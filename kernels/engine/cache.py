@@ -1,0 +1,83 @@
+"""Paged KV cache: one pool of fixed-size blocks per layer, a block table per sequence.
+
+Free slots are filled with NaN, so a kernel that reads a slot nobody wrote poisons its
+output instead of silently using stale values. `kv(layer)` gives the store attention writes
+to and reads from (the same interface as the trainer's kernels/models/state.py).
+"""
+import math
+
+import torch
+
+
+class PagedKVCache:
+    def __init__(self, *, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype):
+        shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
+        self.keys = torch.full(shape, float("nan"), dtype=dtype)
+        self.values = torch.full(shape, float("nan"), dtype=dtype)
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self._free = list(range(num_blocks))
+        self.block_tables: dict[int, list[int]] = {}
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return math.ceil(num_tokens / self.block_size)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    def reserve(self, seq_id: int, num_tokens: int) -> None:
+        """Make room for positions [0, num_tokens) of a sequence."""
+        table = self.block_tables.setdefault(seq_id, [])
+        extra = self.blocks_needed(num_tokens) - len(table)
+        if extra > len(self._free):
+            raise RuntimeError(f"KV cache full: sequence {seq_id} needs {extra} blocks, "
+                               f"{len(self._free)} free")
+        for _ in range(max(0, extra)):
+            table.append(self._free.pop(0))
+
+    def release(self, seq_id: int) -> None:
+        blocks = self.block_tables.pop(seq_id, [])
+        self.keys[:, blocks] = float("nan")
+        self.values[:, blocks] = float("nan")
+        self._free.extend(blocks)
+
+    def clear(self) -> None:
+        """Drop every sequence's KV (weights changed: nothing cached is valid)."""
+        for seq_id in list(self.block_tables):
+            self.release(seq_id)
+
+    def kv(self, layer: int) -> "PagedLayerKV":
+        return PagedLayerKV(self, layer)
+
+
+class PagedLayerKV:
+    """One layer's view of the paged cache, addressed by (sequence, position)."""
+
+    def __init__(self, cache: PagedKVCache, layer: int):
+        self.cache, self.layer = cache, layer
+
+    def _slots(self, seq_id: int, lo: int, hi: int):
+        positions = torch.arange(lo, hi)
+        table = torch.tensor(self.cache.block_tables[seq_id], dtype=torch.long)
+        return table[positions // self.cache.block_size], positions % self.cache.block_size
+
+    def write(self, segment, k, v) -> None:
+        blocks, offsets = self._slots(segment.seq_id, segment.start, segment.start + segment.length)
+        self.cache.keys[self.layer, blocks, offsets] = k
+        self.cache.values[self.layer, blocks, offsets] = v
+
+    def read(self, segment):
+        """K, V [start + length, Hkv, D] gathered from the sequence's blocks (exact copies)."""
+        blocks, offsets = self._slots(segment.seq_id, 0, segment.start + segment.length)
+        return self.cache.keys[self.layer, blocks, offsets], self.cache.values[self.layer, blocks, offsets]
+
+
+class EngineCache:
+    """What the model sees in the engine: `kv(layer)` for attention layers."""
+
+    def __init__(self, paged: PagedKVCache):
+        self.paged = paged
+
+    def kv(self, layer: int) -> PagedLayerKV:
+        return self.paged.kv(layer)

@@ -1,0 +1,129 @@
+"""The rollout engine: a model with its own weights, a paged KV cache, a continuous-batching
+scheduler and a sampler; every sampled token comes back with its log-prob.
+
+A step is one forward over a flat batch of prefill chunks and decode tokens. Token-parallel
+regions run in case engine_decode when the step holds only decodes (the CUDA-graph-able
+steps) and engine_prefill otherwise; each segment's attention runs in its own phase's case.
+"""
+import torch
+
+from kernels.engine.cache import EngineCache, PagedKVCache
+from kernels.engine.request import Completion, Request, RunningSequence
+from kernels.engine.scheduler import Scheduler
+from kernels.models.batch import Segment, TokenBatch
+from kernels.models.dispatch import RegionDispatch
+from kernels.models.registry import build_model
+
+PHASE_CASE = {"prefill": "engine_prefill", "decode": "engine_decode"}
+
+
+class Engine:
+    def __init__(self, config, contract, state_dict=None, *, num_blocks=256, block_size=16,
+                 max_tokens_per_step=64, max_running=16, observers=()):
+        contract.require_regions(config.REGIONS)
+        self.config = config
+        self.model = build_model(config, seed=0 if state_dict is None else None)
+        if state_dict is not None:
+            self._copy_weights(state_dict)
+        self.model.requires_grad_(False)
+        self.dispatch = RegionDispatch(contract, observers)
+        self.cache = PagedKVCache(num_layers=config.num_layers, num_blocks=num_blocks,
+                                  block_size=block_size, num_kv_heads=config.num_kv_heads,
+                                  head_dim=config.head_dim, dtype=config.torch_dtype)
+        self.scheduler = Scheduler(self.cache, max_tokens_per_step=max_tokens_per_step,
+                                   max_running=max_running)
+        self.step_count = 0
+        self.weight_version = 0
+        self._pending: list = []
+
+    def load_weights(self, state_dict) -> None:
+        """Weight sync: copy bit-exact, drop all cached KV, recompute running sequences."""
+        self._copy_weights(state_dict)
+        self.weight_version += 1
+        self.cache.clear()
+        for sequence in self.scheduler.running:
+            sequence.num_computed = 0
+            request = sequence.request
+            self.cache.reserve(request.request_id, len(request.prompt) + request.max_new_tokens)
+
+    def _copy_weights(self, state_dict) -> None:
+        own = self.model.state_dict()
+        if set(own) != set(state_dict):
+            raise ValueError(f"weight sync: names differ: {sorted(set(own) ^ set(state_dict))}")
+        with torch.no_grad():
+            for name, tensor in own.items():
+                tensor.copy_(state_dict[name])
+
+    def add_request(self, request: Request) -> None:
+        self._pending.append(RunningSequence(Completion(request)))
+
+    def has_work(self) -> bool:
+        return bool(self._pending or self.scheduler.waiting or self.scheduler.running)
+
+    def step(self) -> list:
+        """One engine step; returns the completions that finished in it."""
+        arrived = [s for s in self._pending if s.request.arrival_step <= self.step_count]
+        self._pending = [s for s in self._pending if s.request.arrival_step > self.step_count]
+        self.scheduler.waiting.extend(sorted(arrived, key=lambda s: s.request.arrival_step))
+        work = self.scheduler.schedule()
+        self.step_count += 1
+        if not work:
+            return []
+        batch = self._batch(work)
+        with torch.inference_mode():
+            hidden = self.model(batch, self.dispatch, EngineCache(self.cache))
+            finished = self._sample(work, batch, hidden)
+        for item in work:
+            item.sequence.num_computed += item.num_tokens
+        return finished
+
+    def generate(self, requests) -> list:
+        """Run requests (honouring their arrival steps) to completion; results in input order."""
+        for request in requests:
+            self.add_request(request)
+        done = {}
+        while self.has_work():
+            for completion in self.step():
+                done[completion.request.request_id] = completion
+        return [done[request.request_id] for request in requests]
+
+    def _batch(self, work) -> TokenBatch:
+        segments, tokens, row = [], [], 0
+        for item in work:
+            sequence = item.sequence
+            ids = sequence.all_tokens[sequence.num_computed:sequence.num_computed + item.num_tokens]
+            segments.append(Segment(sequence.request.request_id, sequence.num_computed,
+                                    item.num_tokens, row, PHASE_CASE[item.phase]))
+            tokens.extend(ids)
+            row += item.num_tokens
+        all_decode = all(item.phase == "decode" for item in work)
+        case = "engine_decode" if all_decode else "engine_prefill"
+        return TokenBatch(torch.tensor(tokens, dtype=torch.long), tuple(segments), case)
+
+    def _sample(self, work, batch, hidden) -> list:
+        """Sample for every sequence whose known tokens are all computed after this step."""
+        chosen = [(item, segment) for item, segment in zip(work, batch.segments)
+                  if item.sequence.num_computed + item.num_tokens == len(item.sequence.all_tokens)]
+        if not chosen:
+            return []
+        rows = torch.tensor([segment.row + segment.length - 1 for _, segment in chosen])
+        logits = self.model.logits(hidden[rows], self.dispatch, batch.case)
+        params = [item.sequence.request.params for item, _ in chosen]
+        draws = [len(item.sequence.completion.tokens) for item, _ in chosen]
+        tokens = self.dispatch("sampler", batch.case, None, logits, params, draws)
+        temperatures = torch.tensor([p.logprob_temperature for p in params], dtype=torch.float32)
+        logprobs = self.dispatch("logprob", batch.case, None, logits, tokens, temperatures)
+        wants_full = any(item.sequence.request.return_full_logprobs for item, _ in chosen)
+        full = (self.dispatch("logprob", batch.case, None, logits, tokens, temperatures, full=True)
+                if wants_full else None)
+        finished = []
+        for index, (item, _) in enumerate(chosen):
+            completion = item.sequence.completion
+            completion.tokens.append(int(tokens[index]))
+            completion.logprobs.append(logprobs[index].clone())
+            if full is not None and completion.request.return_full_logprobs:
+                completion.full_logprobs.append(full[index].clone())
+            if item.sequence.is_finished:
+                self.scheduler.finish(item.sequence)
+                finished.append(completion)
+        return finished

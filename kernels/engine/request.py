@@ -1,0 +1,67 @@
+"""A generation request and the engine's running record of it."""
+from dataclasses import dataclass, field
+
+import torch
+
+from kernels.ops.sampler import SamplingParams
+
+
+@dataclass(frozen=True)
+class Request:
+    request_id: int
+    """Unique id; also the sequence id in the KV cache."""
+    prompt: tuple
+    """Prompt token ids."""
+    max_new_tokens: int
+    """Generation stops after this many tokens."""
+    params: SamplingParams = SamplingParams()
+    """Temperature, top-k, top-p and the per-request seed."""
+    arrival_step: int = 0
+    """Engine step at which the request arrives (continuous batching)."""
+    stop_token: int | None = None
+    """Generation also stops after this token."""
+    return_full_logprobs: bool = False
+    """Keep the whole log-softmax row of every sampled position."""
+
+    def __post_init__(self):
+        if not self.prompt:
+            raise ValueError(f"request {self.request_id}: prompt must not be empty")
+        if self.max_new_tokens <= 0:
+            raise ValueError(f"request {self.request_id}: max_new_tokens must be positive")
+
+
+@dataclass
+class Completion:
+    request: Request
+    tokens: list = field(default_factory=list)
+    """Generated token ids."""
+    logprobs: list = field(default_factory=list)
+    """fp32 scalar tensors: the log-prob of each generated token."""
+    full_logprobs: list = field(default_factory=list)
+    """[V] fp32 rows when requested."""
+
+    @property
+    def logprob_tensor(self) -> torch.Tensor:
+        return torch.stack(self.logprobs) if self.logprobs else torch.empty(0)
+
+
+@dataclass
+class RunningSequence:
+    completion: Completion
+    num_computed: int = 0
+    """Tokens whose KV is in the cache."""
+
+    @property
+    def request(self) -> Request:
+        return self.completion.request
+
+    @property
+    def all_tokens(self) -> list:
+        return list(self.request.prompt) + self.completion.tokens
+
+    @property
+    def is_finished(self) -> bool:
+        tokens = self.completion.tokens
+        if len(tokens) >= self.request.max_new_tokens:
+            return True
+        return bool(tokens) and tokens[-1] == self.request.stop_token

@@ -1,0 +1,57 @@
+"""Per-token log-probs of completions, computed by the trainer over micro-batches.
+
+Sequences are laid out either *packed* (end to end, one segment each) or *padded* (right
+padded to the micro-batch's longest, pads computed and ignored: causal attention never lets
+a real row see them). Row t of a sequence predicts token t+1; only the rows that predict
+completion tokens go through lm_head and log-prob.
+"""
+from dataclasses import dataclass
+
+import torch
+
+from kernels.models.batch import TokenBatch
+from kernels.models.state import TransientCache
+
+LAYOUTS = ("packed", "padded")
+PAD_TOKEN = 0
+
+
+@dataclass(frozen=True)
+class ScoredSequence:
+    prompt: tuple
+    """Prompt token ids."""
+    completion: tuple
+    """Generated token ids, whose log-probs are wanted."""
+    temperature: float = 1.0
+    """Temperature of the distribution the log-probs are taken from."""
+
+
+def sequence_logprobs(model, dispatch, sequences, case, *, micro_batch_size=8, layout="packed"):
+    """One fp32 tensor [len(completion)] per sequence, in input order."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: {layout!r} is not one of {LAYOUTS}")
+    if micro_batch_size <= 0:
+        raise ValueError("micro_batch_size: must be positive")
+    results = []
+    for lo in range(0, len(sequences), micro_batch_size):
+        results.extend(_micro_batch(model, dispatch, sequences[lo:lo + micro_batch_size], case, layout))
+    return results
+
+
+def _micro_batch(model, dispatch, sequences, case, layout):
+    token_lists = [list(s.prompt) + list(s.completion) for s in sequences]
+    if layout == "padded":
+        width = max(len(ids) for ids in token_lists)
+        token_lists = [ids + [PAD_TOKEN] * (width - len(ids)) for ids in token_lists]
+    batch = TokenBatch.from_sequences([(i, 0, ids) for i, ids in enumerate(token_lists)], case)
+    hidden = model(batch, dispatch, TransientCache(model.config.num_layers))
+    rows, targets, temperatures = [], [], []
+    for sequence, segment in zip(sequences, batch.segments):
+        first = segment.row + len(sequence.prompt) - 1
+        rows.extend(range(first, first + len(sequence.completion)))
+        targets.extend(sequence.completion)
+        temperatures.extend([sequence.temperature] * len(sequence.completion))
+    logits = model.logits(hidden[torch.tensor(rows, dtype=torch.long)], dispatch, case)
+    logprobs = dispatch("logprob", case, None, logits, torch.tensor(targets, dtype=torch.long),
+                        torch.tensor(temperatures, dtype=torch.float32))
+    return list(logprobs.split([len(s.completion) for s in sequences]))

@@ -1,0 +1,128 @@
+"""A GRPO run end to end: engine rollout -> trainer update -> weight sync, one update per step.
+
+Prompts come from a seeded source addressed by index (the data position is one integer);
+each request's sampling seed and arrival step derive from (run seed, step, index), so a
+resumed run replays exactly what the uninterrupted one would have done. The reward is a
+toy verifiable one (share of even token ids): the point is the numerics, not the task.
+"""
+import random
+from dataclasses import asdict, dataclass
+
+import torch
+
+from kernels.engine.engine import Engine
+from kernels.engine.request import Request
+from kernels.ops.sampler import SamplingParams, _mix_seed
+from kernels.trainer.checkpoint import load_checkpoint, save_checkpoint
+from kernels.trainer.grpo import group_advantages
+from kernels.trainer.logprobs import ScoredSequence
+from kernels.trainer.trainer import Trainer
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    prompts_per_step: int = 4
+    """Distinct prompts per step."""
+    group_size: int = 4
+    """Samples per prompt (GRPO group)."""
+    max_new_tokens: int = 16
+    """Completion length cap."""
+    min_prompt_len: int = 4
+    """Shortest prompt."""
+    max_prompt_len: int = 24
+    """Longest prompt."""
+    temperature: float = 1.0
+    """Sampling temperature (log-probs are taken at it on both sides)."""
+    seed: int = 0
+    """Run seed: prompts, sampling seeds, arrivals."""
+    lr: float = 1e-3
+    """AdamW learning rate."""
+    max_arrival_offset: int = 6
+    """Requests arrive at random engine steps in [0, this)."""
+    engine_tokens_per_step: int = 48
+    """Engine token budget per step (forces chunked prefill and mixed steps)."""
+
+
+@dataclass
+class StepRecord:
+    step: int
+    rewards: list
+    engine_logprobs: list
+    trainer_logprobs: list
+    loss: float
+
+
+def prompt_tokens(seed: int, index: int, vocab_size: int, min_len: int, max_len: int) -> tuple:
+    rng = random.Random(_mix_seed(seed, index))
+    return tuple(rng.randrange(1, vocab_size) for _ in range(rng.randint(min_len, max_len)))
+
+
+def even_token_reward(tokens) -> float:
+    return sum(1 for t in tokens if t % 2 == 0) / max(1, len(tokens))
+
+
+class GRPORun:
+    def __init__(self, config, contract, settings: GRPOSettings, *, model_seed=0):
+        self.config, self.contract, self.settings = config, contract, settings
+        self.trainer = Trainer(config, contract, seed=model_seed, lr=settings.lr)
+        self.engine = self._new_engine()
+        self.step_index = 0
+        self.data_position = 0
+
+    def _new_engine(self):
+        return Engine(self.config, self.contract, self.trainer.weights(),
+                      max_tokens_per_step=self.settings.engine_tokens_per_step)
+
+    def _requests(self) -> list:
+        s = self.settings
+        arrivals = random.Random(_mix_seed(s.seed, 1_000_000 + self.step_index))
+        requests = []
+        for p in range(s.prompts_per_step):
+            prompt = prompt_tokens(s.seed, self.data_position + p, self.config.vocab_size,
+                                   s.min_prompt_len, s.max_prompt_len)
+            for g in range(s.group_size):
+                index = p * s.group_size + g
+                seed = _mix_seed(_mix_seed(s.seed, self.step_index), index)
+                requests.append(Request(
+                    request_id=index, prompt=prompt, max_new_tokens=s.max_new_tokens,
+                    params=SamplingParams(temperature=s.temperature, seed=seed),
+                    arrival_step=self.engine.step_count + arrivals.randrange(s.max_arrival_offset)))
+        return requests
+
+    def step(self) -> StepRecord:
+        """Rollout, score, update, sync; the trainer's scores are taken before the update."""
+        requests = self._requests()
+        completions = self.engine.generate(requests)
+        sequences = [ScoredSequence(c.request.prompt, tuple(c.tokens),
+                                    c.request.params.logprob_temperature) for c in completions]
+        engine_logprobs = [c.logprob_tensor for c in completions]
+        trainer_logprobs = self.trainer.score(sequences)
+        rewards = [even_token_reward(c.tokens) for c in completions]
+        advantages = group_advantages(rewards, self.settings.group_size)
+        result = self.trainer.train_step(sequences, advantages, engine_logprobs)
+        self.engine.load_weights(self.trainer.weights())
+        record = StepRecord(self.step_index, rewards, engine_logprobs, trainer_logprobs, result["loss"])
+        self.step_index += 1
+        self.data_position += self.settings.prompts_per_step
+        return record
+
+    def save(self, directory):
+        return save_checkpoint(
+            directory, model_state=self.trainer.weights(), master_state=self.trainer.optimizer.master,
+            optimizer_state=self.trainer.optimizer.state_dict(),
+            run_state={"step": self.step_index, "data_position": self.data_position,
+                       "settings": asdict(self.settings), "contract": self.contract.name,
+                       "config": asdict(self.config)})
+
+    @classmethod
+    def resume(cls, directory, config, contract, settings: GRPOSettings):
+        state = load_checkpoint(directory)
+        run_state = state["run_state"]
+        if run_state["settings"] != asdict(settings) or run_state["config"] != asdict(config):
+            raise ValueError(f"{directory}: checkpoint was written with other settings or config")
+        run = cls(config, contract, settings)
+        run.trainer.load_state(state["model_state"], state["master_state"], state["optimizer_state"])
+        torch.set_rng_state(state["torch_rng"])
+        run.engine = run._new_engine()
+        run.step_index, run.data_position = run_state["step"], run_state["data_position"]
+        return run

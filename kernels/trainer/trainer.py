@@ -1,0 +1,53 @@
+"""The trainer: its own model (built from the same definition as the engine's), scoring in
+case trainer_fwd, and one GRPO update per step whose forward runs in case trainer_bwd.
+
+Backward is autograd through the consistent forward: every consistent op is composed of
+differentiable torch ops on CPU, so no custom autograd function is needed yet (the
+quantized paths of the Nemotron issue bring straight-through estimators).
+"""
+import torch
+
+from kernels.models.dispatch import RegionDispatch
+from kernels.models.registry import build_model
+from kernels.trainer.grpo import policy_loss
+from kernels.trainer.logprobs import sequence_logprobs
+from kernels.trainer.optim import MixedPrecisionAdamW
+
+
+class Trainer:
+    def __init__(self, config, contract, *, seed=0, lr=1e-3, weight_decay=0.0,
+                 micro_batch_size=8, layout="packed", observers=()):
+        contract.require_regions(config.REGIONS)
+        self.config = config
+        self.model = build_model(config, seed)
+        self.dispatch = RegionDispatch(contract, observers)
+        self.optimizer = MixedPrecisionAdamW(self.model, lr=lr, weight_decay=weight_decay)
+        self.micro_batch_size = micro_batch_size
+        self.layout = layout
+
+    def score(self, sequences, *, micro_batch_size=None, layout=None):
+        """Per-token log-probs of each sequence's completion (no gradient)."""
+        with torch.no_grad():
+            return sequence_logprobs(self.model, self.dispatch, sequences, "trainer_fwd",
+                                     micro_batch_size=micro_batch_size or self.micro_batch_size,
+                                     layout=layout or self.layout)
+
+    def train_step(self, sequences, advantages, old_logprobs) -> dict:
+        """One optimizer update; returns the loss and the log-probs the update saw."""
+        logprobs = sequence_logprobs(self.model, self.dispatch, sequences, "trainer_bwd",
+                                     micro_batch_size=self.micro_batch_size, layout=self.layout)
+        loss = policy_loss(logprobs, old_logprobs, advantages)
+        loss.backward()
+        self.optimizer.step()
+        return {"loss": float(loss.detach()), "logprobs": [lp.detach() for lp in logprobs]}
+
+    def weights(self) -> dict:
+        """What weight sync sends to the engine."""
+        return {name: tensor.detach() for name, tensor in self.model.state_dict().items()}
+
+    def load_state(self, model_state, master_state, optimizer_state) -> None:
+        with torch.no_grad():
+            for name, param in self.model.named_parameters():
+                param.copy_(model_state[name])
+                self.optimizer.master[name].copy_(master_state[name])
+        self.optimizer.load_state_dict(optimizer_state)
