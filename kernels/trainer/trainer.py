@@ -15,11 +15,14 @@ from kernels.trainer.optim import MixedPrecisionAdamW
 
 
 class Trainer:
-    def __init__(self, config, contract, *, seed=0, lr=1e-3, weight_decay=0.0,
+    def __init__(self, config, contract, *, seed=0, weights=None, lr=1e-3, weight_decay=0.0,
                  micro_batch_size=8, layout="packed", observers=()):
+        """Seeded random weights, or a copy of `weights` (a state dict) when given."""
         contract.require_regions(config.REGIONS)
         self.config = config
-        self.model = build_model(config, seed)
+        self.model = build_model(config, seed if weights is None else None)
+        if weights is not None:
+            self.model.load_state_dict(weights, strict=True)
         self.dispatch = RegionDispatch(contract, observers)
         self.optimizer = MixedPrecisionAdamW(self.model, lr=lr, weight_decay=weight_decay)
         self.micro_batch_size = micro_batch_size

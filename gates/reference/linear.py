@@ -1,0 +1,7 @@
+"""Float64 reference of linear: y[M, N] = x[M, K] @ w[N, K]^T."""
+import torch
+
+
+def linear(x, w):
+    """[..., K] x [N, K] -> [..., N] in float64."""
+    return x.double() @ w.double().T

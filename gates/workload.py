@@ -1,0 +1,78 @@
+"""The rollout-vs-trainer workload: the engine generates under continuous batching (random
+prompt lengths, random arrival steps, mixed sampling settings, a small token budget so prefill
+is chunked and mixed with decodes), then the trainer scores the same tokens.
+
+Seeded end to end: the seed is returned with the figures so any run can be replayed.
+"""
+import random
+from dataclasses import dataclass
+
+from kernels.engine.engine import Engine
+from kernels.engine.request import Request
+from kernels.models.registry import build_model
+from kernels.ops.sampler import SamplingParams
+from kernels.trainer.logprobs import ScoredSequence
+from kernels.trainer.trainer import Trainer
+
+
+@dataclass(frozen=True)
+class Workload:
+    num_sequences: int = 64
+    """Requests generated."""
+    new_tokens: int = 64
+    """max_new_tokens of each (no stop token, so every request generates this many)."""
+    min_prompt_len: int = 8
+    """Shortest prompt."""
+    max_prompt_len: int = 80
+    """Longest prompt (crosses several KV blocks)."""
+    arrival_spread: int = 40
+    """Requests arrive at random engine steps in [0, this)."""
+    seed: int = 0
+    """Prompts, sampling seeds and arrivals."""
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    tokens_per_step: int = 48
+    """Token budget per engine step."""
+    max_running: int = 16
+    """Sequences in flight."""
+    block_size: int = 16
+    """KV cache block size."""
+
+
+def make_requests(workload: Workload, vocab_size: int) -> list:
+    rng = random.Random(workload.seed)
+    samplings = [SamplingParams(1.0), SamplingParams(0.7, top_k=50), SamplingParams(1.0, top_p=0.9),
+                 SamplingParams(0.0)]
+    requests = []
+    for index in range(workload.num_sequences):
+        prompt = tuple(rng.randrange(1, vocab_size)
+                       for _ in range(rng.randint(workload.min_prompt_len, workload.max_prompt_len)))
+        base = samplings[index % len(samplings)]
+        params = SamplingParams(base.temperature, base.top_k, base.top_p, seed=rng.randrange(2**62))
+        requests.append(Request(index, prompt, workload.new_tokens, params,
+                                arrival_step=rng.randrange(workload.arrival_spread)))
+    return requests
+
+
+def rollout(config, contract, weights, workload: Workload, shape: EngineShape = EngineShape()):
+    """Completions from the engine (in request order)."""
+    blocks_per_sequence = -(-(workload.max_prompt_len + workload.new_tokens) // shape.block_size)
+    engine = Engine(config, contract, weights, block_size=shape.block_size,
+                    num_blocks=blocks_per_sequence * shape.max_running,
+                    max_tokens_per_step=shape.tokens_per_step, max_running=shape.max_running)
+    return engine.generate(make_requests(workload, config.vocab_size))
+
+
+def score(config, contract, weights, completions, *, micro_batch_size=8, layout="packed"):
+    """The trainer's per-token log-probs of the same completions."""
+    trainer = Trainer(config, contract, weights=weights, micro_batch_size=micro_batch_size,
+                      layout=layout)
+    sequences = [ScoredSequence(c.request.prompt, tuple(c.tokens), c.request.params.logprob_temperature)
+                 for c in completions]
+    return trainer.score(sequences)
+
+
+def seeded_weights(config, model_seed: int = 0) -> dict:
+    return {k: v.detach() for k, v in build_model(config, model_seed).state_dict().items()}

@@ -1,0 +1,1 @@
+"""The apparatus: CLI, pipeline stages, agent backends, workspaces, reports."""

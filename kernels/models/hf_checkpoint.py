@@ -1,0 +1,153 @@
+"""Load a transformers `save_pretrained` directory of a Qwen3 model into our Qwen3Model.
+
+Weights are copied, never recomputed: q/k/v and gate/up are fused by concatenating rows
+(dim 0) in that order, so each fused row holds the same bits as the HF row it came from.
+Loading is strict: a missing, unexpected or misshapen tensor is an error naming it, since a
+silently skipped weight would leave uninitialised memory in the model.
+"""
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from kernels.models.config import config_from_mapping
+from kernels.models.qwen3 import Qwen3Config
+from kernels.models.registry import build_model
+
+# Our per-layer parameter -> the HF tensors (under model.layers.{i}.) fused into it, in order.
+_LAYER_SOURCES = {
+    "input_norm": ("input_layernorm",),
+    "qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "q_norm": ("self_attn.q_norm",),
+    "k_norm": ("self_attn.k_norm",),
+    "o_proj": ("self_attn.o_proj",),
+    "post_norm": ("post_attention_layernorm",),
+    "gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+    "down_proj": ("mlp.down_proj",),
+}
+
+
+def qwen3_config_from_hf(hf_config: dict, dtype: str | None = None) -> Qwen3Config:
+    """Our config from a Qwen3 config.json mapping; dtype overrides the checkpoint's."""
+    if hf_config.get("model_type") != "qwen3":
+        raise ValueError(f"model_type: expected 'qwen3', got {hf_config.get('model_type')!r}")
+    for name, unsupported in (("attention_bias", True), ("use_sliding_window", True)):
+        if hf_config.get(name) == unsupported:
+            raise ValueError(f"{name}: {unsupported} is not supported by our Qwen3Model")
+    if hf_config.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act: only 'silu' is supported, got {hf_config['hidden_act']!r}")
+    # transformers 5 writes rope_parameters: {rope_theta, rope_type}; 4.x a top-level
+    # rope_theta next to rope_scaling (null, or a dict for YaRN and friends).
+    rope = hf_config.get("rope_parameters") or hf_config.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        raise ValueError(f"rope_type: only 'default' RoPE is supported, got {rope_type!r}")
+    rope_theta = rope.get("rope_theta", hf_config.get("rope_theta"))
+    if rope_theta is None:
+        raise ValueError("rope_theta: not in config.json (top level or rope_parameters)")
+    dtype = dtype or hf_config.get("dtype") or hf_config.get("torch_dtype")
+    if dtype is None:
+        raise ValueError("dtype: config.json names no dtype/torch_dtype; pass dtype=")
+    try:
+        num_heads = hf_config["num_attention_heads"]
+        mapping = {
+            "family": "qwen3",
+            "num_layers": hf_config["num_hidden_layers"],
+            "hidden_size": hf_config["hidden_size"],
+            "num_heads": num_heads,
+            "num_kv_heads": hf_config.get("num_key_value_heads") or num_heads,
+            "head_dim": hf_config.get("head_dim") or hf_config["hidden_size"] // num_heads,
+            "intermediate_size": hf_config["intermediate_size"],
+            "vocab_size": hf_config["vocab_size"],
+            "rope_theta": float(rope_theta),
+            "rms_norm_eps": float(hf_config["rms_norm_eps"]),
+            "tie_word_embeddings": bool(hf_config.get("tie_word_embeddings", False)),
+            "max_position": hf_config["max_position_embeddings"],
+            "dtype": str(dtype).removeprefix("torch."),
+        }
+    except KeyError as error:
+        raise ValueError(f"{error.args[0]}: missing from the Qwen3 config.json") from error
+    return config_from_mapping(Qwen3Config, mapping, "config.json")
+
+
+def weight_sources(config: Qwen3Config) -> dict:
+    """Our parameter name -> the HF tensor names concatenated (dim 0) into it."""
+    sources = {"embed_tokens": ("model.embed_tokens.weight",),
+               "final_norm": ("model.norm.weight",)}
+    if not config.tie_word_embeddings:
+        sources["lm_head"] = ("lm_head.weight",)
+    for index in range(config.num_layers):
+        for ours, theirs in _LAYER_SOURCES.items():
+            sources[f"layers.{index}.{ours}"] = tuple(
+                f"model.layers.{index}.{name}.weight" for name in theirs)
+    return sources
+
+
+def read_safetensors(directory) -> dict:
+    """Every tensor of the checkpoint's safetensors files (all shards), by name."""
+    directory = Path(directory)
+    index = directory / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{index}: not a safetensors index with a weight_map: {error}") from error
+        paths = sorted({directory / name for name in weight_map.values()})
+    else:
+        paths = sorted(directory.glob("*.safetensors"))
+    if not paths:
+        raise FileNotFoundError(f"{directory}: no *.safetensors files")
+    tensors = {}
+    for path in paths:
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: shard named by {index} does not exist")
+        try:
+            tensors.update(load_file(path))
+        except SafetensorError as error:
+            raise ValueError(f"{path}: corrupt or truncated safetensors file: {error}") from error
+    return tensors
+
+
+def load_hf_checkpoint(directory, dtype: str | None = None):
+    """(config, model) from a save_pretrained directory. Weights are cast to the model dtype
+    (exact when widening, e.g. bf16 -> fp32; rounded when narrowing)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: checkpoint directory does not exist")
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path}: missing; not a save_pretrained directory")
+    try:
+        hf_config = json.loads(config_path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{config_path}: cannot read JSON: {error}") from error
+    try:
+        config = qwen3_config_from_hf(hf_config, dtype)
+    except ValueError as error:
+        raise ValueError(f"{config_path}: {error}") from error
+    tensors = read_safetensors(directory)
+    sources = weight_sources(config)
+    if config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)  # some exports write the tied copy too
+    wanted = {name for names in sources.values() for name in names}
+    missing = sorted(wanted - set(tensors))
+    if missing:
+        raise ValueError(f"{directory}: missing tensors {missing}")
+    unexpected = sorted(set(tensors) - wanted)
+    if unexpected:
+        raise ValueError(f"{directory}: unexpected tensors {unexpected} (not part of Qwen3)")
+    model = build_model(config, seed=None)
+    parameters = dict(model.named_parameters())
+    with torch.no_grad():
+        for ours, names in sources.items():
+            parts = [tensors[name] for name in names]
+            target = parameters[ours].shape
+            if (any(part.dim() != len(target) or part.shape[1:] != target[1:] for part in parts)
+                    or sum(part.shape[0] for part in parts) != target[0]):
+                shapes = {name: tuple(part.shape) for name, part in zip(names, parts)}
+                raise ValueError(f"{directory}: tensor shapes {shapes} do not fuse into "
+                                 f"{ours} {tuple(target)} as config.json implies")
+            parameters[ours].copy_(torch.cat(parts, dim=0))
+    return config, model

@@ -1,0 +1,217 @@
+"""Parity of our Qwen3Model with transformers' Qwen3ForCausalLM, through the checkpoint
+loader (kernels/models/hf_checkpoint.py).
+
+Weights must load bit for bit (fused rows equal the HF rows they came from); float32 logits
+of a packed batch must match HF's per-sequence logits within LOGIT_TOLERANCE under both
+contracts; broken checkpoints must fail with the path and the problem named.
+Tiny random models, CPU, no network: `python -m pytest tests/test_hf_parity.py -q`.
+"""
+import json
+import os
+import shutil
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # set before transformers is imported
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from gates.compare import assert_bitwise_equal
+from kernels.contract import load_contract
+from kernels.models.batch import TokenBatch
+from kernels.models.dispatch import RegionDispatch
+from kernels.models.hf_checkpoint import load_hf_checkpoint, qwen3_config_from_hf, weight_sources
+from kernels.models.state import TransientCache
+
+transformers = pytest.importorskip("transformers")
+
+# Measured on CPU fp32 (transformers 5.24, sdpa): max |Δlogit| ~2e-6 with max |logit| ~2.7,
+# i.e. a few fp32 ulps of the largest logit, for both contracts. 1e-5 relative leaves ~10x
+# headroom, while the negative control below (gate/up fused in the wrong order) is ~1.2.
+LOGIT_TOLERANCE = 1e-5
+SEQUENCE_LENGTHS = (5, 17, 40)  # 40 > block_kv (32): the consistent kernel walks two blocks
+VOCAB = 512
+
+
+def _save(directory, tie: bool, max_shard_size=None):
+    """A tiny random Qwen3ForCausalLM saved to `directory`; norms jittered off 1.0 so that
+    their multiply is exercised. Returns (directory, hf_model)."""
+    torch.manual_seed(0)
+    hf_config = transformers.Qwen3Config(
+        vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
+        rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=tie,
+        initializer_range=0.05, dtype="float32")
+    hf_model = transformers.Qwen3ForCausalLM(hf_config).eval()
+    with torch.no_grad():
+        for param in hf_model.parameters():
+            if param.dim() == 1:
+                param.copy_(1.0 + 0.1 * torch.randn_like(param))
+    kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    hf_model.save_pretrained(directory, **kwargs)
+    return directory, hf_model
+
+
+@pytest.fixture(scope="module")
+def tied(tmp_path_factory):
+    return _save(tmp_path_factory.mktemp("tied"), tie=True)
+
+
+@pytest.fixture(scope="module")
+def untied(tmp_path_factory):
+    # Sharded, so the index.json path of the loader is exercised too.
+    return _save(tmp_path_factory.mktemp("untied"), tie=False, max_shard_size="200KB")
+
+
+@pytest.fixture(params=["tied", "untied"])
+def checkpoint(request):
+    return request.getfixturevalue(request.param)
+
+
+def _sequences():
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in SEQUENCE_LENGTHS]
+
+
+def _our_logits(model, contract_name, sequences):
+    """Per-sequence [T, V] logits from one packed trainer_fwd batch."""
+    dispatch = RegionDispatch(load_contract(contract_name))
+    batch = TokenBatch.from_sequences([(i, 0, ids) for i, ids in enumerate(sequences)],
+                                      "trainer_fwd")
+    with torch.no_grad():
+        hidden = model(batch, dispatch, TransientCache(model.config.num_layers))
+        logits = model.logits(hidden, dispatch, "trainer_fwd")
+    return [logits[segment.rows] for segment in batch.segments]
+
+
+def _hf_logits(hf_model, sequences):
+    with torch.no_grad():
+        return [hf_model(input_ids=torch.tensor([ids])).logits[0] for ids in sequences]
+
+
+def _max_diff(ours, theirs):
+    return max(float((a - b).abs().max()) for a, b in zip(ours, theirs))
+
+
+def test_sharded_checkpoint_has_an_index(untied):
+    directory, _ = untied
+    assert (directory / "model.safetensors.index.json").exists()
+    assert len(list(directory.glob("*.safetensors"))) > 1
+
+
+def test_weights_load_bit_exact(checkpoint):
+    directory, hf_model = checkpoint
+    config, model = load_hf_checkpoint(directory, dtype="float32")
+    hf_state = hf_model.state_dict()
+    parameters = dict(model.named_parameters())
+    assert set(parameters) == set(weight_sources(config))
+    assert hasattr(model, "lm_head") != config.tie_word_embeddings
+    for ours, names in weight_sources(config).items():
+        expected = torch.cat([hf_state[name] for name in names], dim=0)
+        assert_bitwise_equal(parameters[ours], expected, ours)
+
+
+@pytest.mark.parametrize("contract_name", ["fast", "consistent"])
+def test_logits_match_transformers(checkpoint, contract_name):
+    directory, hf_model = checkpoint
+    _, model = load_hf_checkpoint(directory, dtype="float32")
+    sequences = _sequences()
+    theirs = _hf_logits(hf_model, sequences)
+    ours = _our_logits(model, contract_name, sequences)
+    scale = max(1.0, max(float(t.abs().max()) for t in theirs))
+    diff = _max_diff(ours, theirs)
+    assert all(o.dtype == torch.float32 for o in ours)
+    assert diff <= LOGIT_TOLERANCE * scale, (
+        f"{contract_name}: max |Δlogit| {diff:.3e} > {LOGIT_TOLERANCE:g} * {scale:.3f}")
+
+
+def test_tolerance_catches_a_misfused_weight(tied):
+    """Negative control: gate and up fused in the wrong order must fail the tolerance."""
+    directory, hf_model = tied
+    _, model = load_hf_checkpoint(directory, dtype="float32")
+    with torch.no_grad():
+        gate, up = model.layers[0].gate_up_proj.chunk(2, dim=0)
+        model.layers[0].gate_up_proj.copy_(torch.cat([up, gate]))
+    sequences = _sequences()
+    diff = _max_diff(_our_logits(model, "consistent", sequences), _hf_logits(hf_model, sequences))
+    assert diff > 100 * LOGIT_TOLERANCE, f"swapped gate/up went unnoticed: {diff:.3e}"
+
+
+def _hf_config(**overrides):
+    base = {"model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 128,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "intermediate_size": 256, "vocab_size": 512, "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True, "max_position_embeddings": 256}
+    return {**base, **overrides}
+
+
+def test_config_reads_rope_theta_and_dtype_in_both_layouts():
+    v5 = _hf_config(dtype="bfloat16", rope_parameters={"rope_theta": 5e5, "rope_type": "default"})
+    v4 = _hf_config(torch_dtype="bfloat16", rope_theta=5e5, rope_scaling=None)
+    for hf_config in (v5, v4):
+        config = qwen3_config_from_hf(hf_config)
+        assert (config.rope_theta, config.dtype, config.max_position) == (5e5, "bfloat16", 256)
+    assert qwen3_config_from_hf(v5, dtype="float32").dtype == "float32"
+
+
+def test_config_rejects_what_the_model_cannot_run():
+    yarn = {"rope_theta": 1e6, "rope_type": "yarn", "factor": 4.0}
+    with pytest.raises(ValueError, match="rope_type"):
+        qwen3_config_from_hf(_hf_config(dtype="float32", rope_parameters=yarn))
+    with pytest.raises(ValueError, match="rope_theta"):
+        qwen3_config_from_hf(_hf_config(dtype="float32"))
+    with pytest.raises(ValueError, match="intermediate_size"):
+        qwen3_config_from_hf(_hf_config(dtype="float32", rope_theta=1e6, intermediate_size=0))
+    config = _hf_config(dtype="float32", rope_theta=1e6)
+    del config["vocab_size"]
+    with pytest.raises(ValueError, match="vocab_size"):
+        qwen3_config_from_hf(config)
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_hf_checkpoint(tmp_path / "nowhere")
+
+
+def test_missing_config_json(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_hf_checkpoint(tmp_path)
+
+
+@pytest.fixture
+def copied(tied, tmp_path):
+    """A private copy of the tied checkpoint to break."""
+    return shutil.copytree(tied[0], tmp_path / "checkpoint")
+
+
+def test_llama_model_type_is_rejected(copied):
+    config_path = copied / "config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "llama"}))
+    with pytest.raises(ValueError, match="model_type.*'llama'"):
+        load_hf_checkpoint(copied)
+
+
+def test_truncated_safetensors_names_the_file(copied):
+    path = copied / "model.safetensors"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(ValueError, match="model.safetensors: corrupt or truncated"):
+        load_hf_checkpoint(copied)
+
+
+def test_missing_tensor_is_named(copied):
+    path = copied / "model.safetensors"
+    tensors = load_file(path)
+    del tensors["model.layers.1.self_attn.k_norm.weight"]
+    save_file(tensors, path, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"missing tensors \['model.layers.1.self_attn.k_norm.weight'\]"):
+        load_hf_checkpoint(copied)
+
+
+def test_misshapen_tensor_is_named(copied):
+    path = copied / "model.safetensors"
+    tensors = load_file(path)
+    name = "model.layers.0.self_attn.k_proj.weight"
+    tensors[name] = tensors[name][:-1].contiguous()
+    save_file(tensors, path, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="k_proj.weight.*qkv_proj"):
+        load_hf_checkpoint(copied)

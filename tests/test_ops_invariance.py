@@ -1,0 +1,251 @@
+"""Batch invariance of every consistent op variant, with the fast variants as negative controls.
+
+Each row of a consistent op, computed inside batches of every size in SIZES (the batch tiled
+from row 0, then again shifted so rows land at other positions) and inside the reversed
+largest batch, must equal bit for bit the same row computed inside the largest batch.
+The sampler must draw the same token for a request whatever shares its batch. Run with
+`python -m pytest tests/test_ops_invariance.py -s` to see the negative-control counts.
+"""
+import zlib
+
+import pytest
+import torch
+
+from gates.compare import assert_bitwise_equal, first_bit_difference
+from kernels.ops import activation, linear, logprob, norm, rope, sampler
+from kernels.ops.sampler import SamplingParams
+
+SIZES = (1, 2, 3, 5, 7, 8, 13, 16, 31, 64, 127, 128, 257)
+LARGEST = max(SIZES)
+DTYPES = (torch.float32, torch.bfloat16)
+# Above torch's GRAIN_SIZE (32768): a reduction over one row this long is split across
+# threads, as it is for a real vocabulary (Qwen3: 151936).
+VOCAB = 40_000
+
+
+@pytest.fixture
+def seed(request):
+    """A stable seed of its own for each test id; every assertion message names it."""
+    return zlib.crc32(request.node.nodeid.encode())
+
+
+def _randn(generator, shape, dtype=torch.float32, scale=1.0):
+    return (torch.randn(shape, generator=generator) * scale).to(dtype)
+
+
+def _tensors(result):
+    """An op's output as a tuple of tensors (norm returns (y, residual or None))."""
+    return tuple(t for t in (result if isinstance(result, tuple) else (result,)) if t is not None)
+
+
+def _row_slices(num_rows, size, shift):
+    """Slices of `size` rows covering [0, num_rows); the first is `shift` long when shift > 0."""
+    starts = [0] + list(range(shift or size, num_rows, size))
+    return [slice(lo, min(hi, num_rows)) for lo, hi in zip(starts, starts[1:] + [num_rows])]
+
+
+def assert_batch_invariant(op, row_inputs, what):
+    """op(*row_inputs) over the largest batch is the reference; each row recomputed in batches
+    of every size (tiled from row 0 and shifted) and in the reversed batch must keep its bits."""
+    reference = _tensors(op(*row_inputs))
+    num_rows = row_inputs[0].shape[0]
+    for size in SIZES:
+        for shift in ([0, (size + 1) // 2] if 1 < size < num_rows else [0]):
+            for rows in _row_slices(num_rows, size, shift):
+                piece = _tensors(op(*(x[rows] for x in row_inputs)))
+                for index, expected in enumerate(reference):
+                    assert_bitwise_equal(piece[index], expected[rows], (
+                        f"{what}: rows {rows.start}:{rows.stop} as a batch of {rows.stop - rows.start} "
+                        f"(tiling by {size}, shift {shift}) vs inside {num_rows}, output {index}"))
+    flipped = _tensors(op(*(x.flip(0) for x in row_inputs)))
+    for index, expected in enumerate(reference):
+        assert_bitwise_equal(flipped[index].flip(0), expected, f"{what}: reversed batch, output {index}")
+
+
+def _strided_views(x, seed):
+    """Non-contiguous views holding x's values: column-major, and every other column of a wider tensor."""
+    wide = torch.randn(x.shape[0], 2 * x.shape[1], generator=torch.Generator().manual_seed(seed)).to(x.dtype)
+    wide[:, ::2] = x
+    return {"column-major": x.t().contiguous().t(), "strided slice": wide[:, ::2]}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_linear_consistent_is_batch_invariant(dtype, seed):
+    generator = torch.Generator().manual_seed(seed)
+    x, w = _randn(generator, (LARGEST, 384), dtype), _randn(generator, (320, 384), dtype, 0.05)
+    op = lambda rows: linear.consistent(rows, w, row_multiple=8)  # noqa: E731
+    assert_batch_invariant(op, (x,), f"linear.consistent {dtype} seed {seed}")
+    for name, view in _strided_views(x, seed).items():
+        assert not view.is_contiguous()
+        assert_bitwise_equal(op(view), op(x), f"linear.consistent {dtype} {name} seed {seed}")
+        assert_batch_invariant(op, (view,), f"linear.consistent {dtype} {name} seed {seed}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("has_residual", [False, True])
+def test_norm_consistent_is_batch_invariant(dtype, has_residual, seed):
+    generator = torch.Generator().manual_seed(seed)
+    x, w = _randn(generator, (LARGEST, 1024), dtype), 1.0 + _randn(generator, (1024,), dtype, 0.1)
+    if has_residual:
+        residual = _randn(generator, (LARGEST, 1024), dtype)
+        op = lambda rows, res: norm.consistent(rows, w, eps=1e-6, residual=res)  # noqa: E731
+        inputs = (x, residual)
+    else:
+        op, inputs = (lambda rows: norm.consistent(rows, w, eps=1e-6)), (x,)
+    assert_batch_invariant(op, inputs, f"norm.consistent {dtype} residual={has_residual} seed {seed}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_consistent_is_batch_invariant(dtype, seed):
+    generator = torch.Generator().manual_seed(seed)
+    q, k = _randn(generator, (LARGEST, 4, 64), dtype), _randn(generator, (LARGEST, 2, 64), dtype)
+    positions = torch.randint(0, 4096, (LARGEST,), generator=generator)
+    op = lambda q_rows, k_rows, pos: rope.consistent(  # noqa: E731
+        q_rows, k_rows, pos, theta=1e6, max_position=4096)
+    assert_batch_invariant(op, (q, k, positions), f"rope.consistent {dtype} seed {seed}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_activation_consistent_is_batch_invariant(dtype, seed):
+    generator = torch.Generator().manual_seed(seed)
+    gate_up = _randn(generator, (LARGEST, 2 * 771), dtype, 3.0)  # 771: rows end in a scalar tail
+    gate, up = gate_up.chunk(2, dim=-1)  # the model's layout: non-contiguous halves
+    contiguous = (gate.contiguous(), up.contiguous())
+    assert_batch_invariant(activation.consistent, contiguous, f"activation.consistent {dtype} seed {seed}")
+    gate_views, up_views = _strided_views(contiguous[0], seed), _strided_views(contiguous[1], seed + 1)
+    views = {"chunked halves": (gate, up), **{name: (gate_views[name], up_views[name]) for name in gate_views}}
+    for name, (g, u) in views.items():
+        assert not g.is_contiguous()
+        assert_bitwise_equal(activation.consistent(g, u), activation.consistent(*contiguous),
+                             f"activation.consistent {dtype} {name} vs contiguous, seed {seed}")
+        assert_batch_invariant(activation.consistent, (g, u), f"activation.consistent {dtype} {name} seed {seed}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("full", [False, True])
+def test_logprob_consistent_is_batch_invariant(dtype, full, seed):
+    generator = torch.Generator().manual_seed(seed)
+    logits = _randn(generator, (LARGEST, VOCAB), dtype, 3.0)
+    targets = torch.randint(0, VOCAB, (LARGEST,), generator=generator)
+    temperatures = 0.5 + torch.rand(LARGEST, generator=generator)
+    temperatures[::3] = 1.0
+    op = lambda x, t, temp: logprob.consistent(x, t, temp, full=full)  # noqa: E731
+    assert_batch_invariant(op, (logits, targets, temperatures),
+                           f"logprob.consistent {dtype} full={full} V={VOCAB} seed {seed}")
+
+
+def test_linear_fast_depends_on_batch_size(seed):
+    """Negative control: the BLAS kernel follows M, so small batches round differently."""
+    generator = torch.Generator().manual_seed(seed)
+    x, w = _randn(generator, (LARGEST, 384), scale=1.0), _randn(generator, (320, 384), scale=0.05)
+    inside = linear.fast(x, w)
+    counts = {}
+    for size in (1, 2, 3):
+        difference = first_bit_difference(linear.fast(x[:size], w), inside[:size])
+        counts[size] = 0 if difference is None else difference.num_differing
+    print(f"\nlinear.fast fp32: differing elements by M (of M*320): {counts}")
+    assert all(counts.values()), f"linear.fast fp32 should differ for M in 1,2,3: {counts}, seed {seed}"
+
+
+@pytest.mark.parametrize("variant, must_differ", [("fast", True), ("consistent", False)])
+def test_activation_element_alone_vs_inside_long_tensor(variant, must_differ, seed):
+    """fast: torch's vector loop and scalar tail round SiLU differently (negative control);
+    consistent: an element's bits do not depend on where it sits."""
+    op = getattr(activation, variant)
+    generator = torch.Generator().manual_seed(seed)
+    num_differing, total = 0, 0
+    for _ in range(4):
+        gate, up = _randn(generator, (1000,), scale=4.0), _randn(generator, (1000,))
+        alone = torch.cat([op(gate[i:i + 1], up[i:i + 1]) for i in range(1000)])
+        difference = first_bit_difference(alone, op(gate, up))
+        num_differing += 0 if difference is None else difference.num_differing
+        total += 1000
+    print(f"\nactivation.{variant} fp32: {num_differing}/{total} elements differ alone vs inside")
+    assert (num_differing > 0) == must_differ, (
+        f"activation.{variant} fp32: {num_differing}/{total} differ alone vs inside, seed {seed}")
+
+
+REQUESTS = (SamplingParams(temperature=0.0, seed=11), SamplingParams(temperature=1.0, seed=12),
+            SamplingParams(temperature=0.7, seed=13), SamplingParams(temperature=1.0, top_k=20, seed=14),
+            SamplingParams(temperature=1.3, top_p=0.9, seed=15),
+            SamplingParams(temperature=0.8, top_k=50, top_p=0.8, seed=16))
+
+
+def _tokens_in_company(sample, logits, draw_indices, generator):
+    """Each request's token drawn alone, and among shuffled random other rows."""
+    num_requests, vocab = logits.shape
+    others = _randn(generator, (5, vocab), scale=2.0)
+    other_params = [SamplingParams(temperature=1.0, seed=100 + i) for i in range(5)]
+    order = torch.randperm(num_requests + 5, generator=generator).tolist()
+    rows = torch.cat([logits, others])[order]
+    params = [(list(REQUESTS) + other_params)[i] for i in order]
+    indices = (draw_indices.tolist() + [7] * 5)
+    mixed = sample(rows, params, [indices[i] for i in order])
+    by_request = torch.empty(num_requests, dtype=torch.long)
+    for position, i in enumerate(order):
+        if i < num_requests:
+            by_request[i] = mixed[position]
+    alone = torch.cat([sample(logits[i:i + 1], [REQUESTS[i]], draw_indices[i:i + 1])
+                       for i in range(num_requests)])
+    return alone, by_request
+
+
+def test_sampler_consistent_ignores_batch_company(seed):
+    generator = torch.Generator().manual_seed(seed)
+    for trial in range(10):
+        logits = _randn(generator, (len(REQUESTS), 4096), scale=2.0)
+        draw_indices = torch.randint(0, 1000, (len(REQUESTS),), generator=generator)
+        batch = sampler.consistent(logits, list(REQUESTS), draw_indices)
+        alone, mixed = _tokens_in_company(sampler.consistent, logits, draw_indices, generator)
+        assert_bitwise_equal(alone, batch, f"sampler.consistent alone vs batch, trial {trial}, seed {seed}")
+        assert_bitwise_equal(mixed, batch, f"sampler.consistent shuffled with others, trial {trial}, seed {seed}")
+
+
+def test_sampler_fast_depends_on_batch_company(seed):
+    """Negative control: one generator seeded from the whole batch."""
+    generator = torch.Generator().manual_seed(seed)
+    num_trials, num_differing = 10, 0
+    for _ in range(num_trials):
+        logits = _randn(generator, (len(REQUESTS), 4096), scale=2.0)
+        draw_indices = torch.randint(0, 1000, (len(REQUESTS),), generator=generator)
+        alone, mixed = _tokens_in_company(sampler.fast, logits, draw_indices, generator)
+        num_differing += int((alone != mixed).sum())
+    print(f"\nsampler.fast: {num_differing}/{num_trials * len(REQUESTS)} request tokens change with company")
+    assert num_differing > 0, f"sampler.fast never changed a token over {num_trials} trials, seed {seed}"
+
+
+def _tied_row(generator, vocab, num_tied, tie_value):
+    """Logits below tie_value, with `num_tied` random token ids set exactly to tie_value."""
+    row = _randn(generator, (vocab,)) - 6.0
+    tied = torch.randperm(vocab, generator=generator)[:num_tied].sort().values
+    row[tied] = tie_value
+    return row, tied
+
+
+def _count_ties(row, value):
+    return int((row.view(torch.int32) == torch.tensor(value).view(torch.int32)).sum())
+
+
+def test_sampler_top_k_ties_keep_lowest_token_ids(seed):
+    generator = torch.Generator().manual_seed(seed)
+    row, tied = _tied_row(generator, 1000, num_tied=6, tie_value=2.0)
+    top = int(torch.nonzero(row < 2.0)[0])
+    row[top] = 2.25  # one clear winner, then the tie straddles the top-k cut
+    params = SamplingParams(temperature=1.0, top_k=4, seed=seed)
+    kth = row.sort(descending=True).values[params.top_k - 1]
+    num_tied, num_at_least_kth = _count_ties(row, float(kth)), int((row >= kth).sum())
+    assert num_tied >= 2 and num_at_least_kth > params.top_k, (
+        f"crafted tie missing: {num_tied} logits equal the k-th, {num_at_least_kth} >= it, seed {seed}")
+    kept = {top} | set(tied[:params.top_k - 1].tolist())
+    drawn = sampler.consistent(row.expand(400, -1), [params] * 400, torch.arange(400))
+    assert set(drawn.tolist()) == kept, (
+        f"sampler.consistent top_k={params.top_k} with {num_tied} tied: drew {sorted(set(drawn.tolist()))}, "
+        f"the lowest tied ids give {sorted(kept)}; seed {seed}")
+    fast_drawn = set(sampler.fast(row.expand(400, -1), [params] * 400, torch.arange(400)).tolist())
+    print(f"\nsampler.fast top_k={params.top_k}, {num_tied} tied: drew {sorted(fast_drawn)}, rule keeps {sorted(kept)}")
+    assert fast_drawn - kept, f"negative control: sampler.fast kept only the lowest tied ids, seed {seed}"
+    greedy_row, greedy_tied = _tied_row(generator, 1000, num_tied=5, tie_value=3.0)
+    assert _count_ties(greedy_row, float(greedy_row.max())) == 5, f"greedy tie missing, seed {seed}"
+    greedy = sampler.consistent(greedy_row[None], [SamplingParams(temperature=0.0)], torch.zeros(1, dtype=torch.long))
+    assert int(greedy) == int(greedy_tied[0]), (
+        f"greedy over tied ids {greedy_tied.tolist()} chose {int(greedy)}, seed {seed}")
