@@ -7,6 +7,7 @@ steps) and engine_prefill otherwise; each segment's attention runs in its own ph
 """
 import torch
 
+from kernels.contract.identity import identities
 from kernels.engine.cache import EngineCache, PagedKVCache
 from kernels.engine.request import Completion, Request, RunningSequence
 from kernels.engine.scheduler import Scheduler
@@ -53,6 +54,10 @@ class Engine:
         with torch.no_grad():
             for name, tensor in own.items():
                 tensor.copy_(state_dict[name])
+
+    def identities(self) -> dict:
+        """semantic / numerical_policy / deployment digests (C0 compares them with the trainer's)."""
+        return identities(self.config, self.model.state_dict(), self.dispatch.contract)
 
     def add_request(self, request: Request) -> None:
         self._pending.append(RunningSequence(Completion(request)))

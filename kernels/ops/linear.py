@@ -5,15 +5,25 @@ is below 4, so row i of a small batch differs from the same row in a large one (
 fp32, M in {1,2,3,5,6,7,9,10,11} with 2 threads, for every K, N tried). Padding M up to a
 fixed multiple (`row_multiple`, 8 by default) keeps every thread on the full-tile path, so
 each row is reduced over K in one order whatever the batch: invariant at the cost of at
-most row_multiple - 1 padded rows. Reference: gates/reference/linear.py.
+most row_multiple - 1 padded rows. On CPU, half-precision GEMMs are computed in fp32 and
+rounded once (bf16 products are exact in fp32, and oneDNN's bf16 path on AVX2 machines is
+~10x slower than MKL's fp32 one): both contracts do this, so it is no difference between
+them. Reference: gates/reference/linear.py.
 """
 import torch
 import torch.nn.functional as F
 
 
+def _blas(x, w):
+    """One GEMM call; half precision goes through fp32 on CPU (see the module docstring)."""
+    if x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float16):
+        return F.linear(x.float(), w.float()).to(x.dtype)
+    return F.linear(x, w)
+
+
 def fast(x, w):
     """Plain BLAS call, as an engine would issue it (the kernel follows M)."""
-    return F.linear(x, w)
+    return _blas(x, w)
 
 
 def fast_split_k(x, w, *, split_k_below_rows: int, num_splits: int):
@@ -21,7 +31,7 @@ def fast_split_k(x, w, *, split_k_below_rows: int, num_splits: int):
     `num_splits` slices whose fp32 partials are summed; only when M < split_k_below_rows."""
     num_rows, k_dim = x.shape[0], x.shape[-1]
     if num_rows >= split_k_below_rows or k_dim < num_splits:
-        return F.linear(x, w)
+        return _blas(x, w)
     bounds = torch.linspace(0, k_dim, num_splits + 1).round().long().tolist()
     total = None
     for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -51,4 +61,4 @@ def row_invariant_matmul(a, b, *, row_multiple: int):
 def consistent(x, w, *, row_multiple: int):
     """Batch invariant: each row's bits are independent of M and of its position."""
     num_rows = x.shape[0]
-    return F.linear(pad_rows(x, row_multiple), w)[:num_rows]
+    return _blas(pad_rows(x, row_multiple), w)[:num_rows]

@@ -4,9 +4,12 @@ in fp32; optionally the full-vocabulary log-softmax.
 Consistency: engines and trainers usually reach this number by different formulas
 (`log_softmax` then gather in the sampler, `x[t] - logsumexp(x)` in the trainer's selective
 log-softmax): algebraically equal, bitwise not. The consistent variant is one formula, one
-row reduction, called by both sides. Reference: gates/reference/logprob.py.
+row reduction in a batch-independent order (kernels/ops/reduction.py), called by both sides.
+Reference: gates/reference/logprob.py.
 """
 import torch
+
+from kernels.ops.reduction import row_sum
 
 
 def _scaled(logits, temperatures):
@@ -30,5 +33,5 @@ def consistent(logits, targets, temperatures, *, full=False):
     """One formula for both sides: max-shifted sum of exp, row by row, in fp32."""
     x = _scaled(logits, temperatures)
     row_max = x.amax(dim=-1, keepdim=True)
-    lse = row_max + torch.log(torch.exp(x - row_max).sum(dim=-1, keepdim=True))
+    lse = row_max + torch.log(row_sum(torch.exp(x - row_max)))
     return x - lse if full else (x.gather(-1, targets[:, None]) - lse)[:, 0]

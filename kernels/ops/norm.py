@@ -1,26 +1,28 @@
 """RMSNorm over the last dim: y = x * rsqrt(mean(x^2) + eps) * w, optionally after a
 residual add (h = x + residual; y = norm(h); the new residual is h).
 
-Consistency: each row is reduced on its own over the last dim (torch's row reduction over a
-contiguous row does not depend on the number of rows: shown by tests/test_ops_invariance.py);
+Consistency: each row's sum of squares is reduced in an order fixed by the row length
+(kernels/ops/reduction.py; torch alone splits a lone row of >= 32768 elements over threads);
 the residual sum is rounded to the activation dtype *before* the norm reads it, and the
 output is rounded once from fp32. Reference: gates/reference/norm.py.
 """
 import torch
 
+from kernels.ops.reduction import row_sum
+
 
 def _normalize_fp32(h32, w, eps):
-    variance = h32.pow(2).mean(dim=-1, keepdim=True)
+    variance = row_sum(h32 * h32) / h32.shape[-1]
     return h32 * torch.rsqrt(variance + eps) * w.float()
 
 
 def fast_fused(x, w, *, eps, residual=None):
     """vLLM-style fused add+norm: the norm reads the *unrounded* fp32 sum, the residual
     stream keeps the rounded one; one rounding of the output."""
-    if residual is None:
-        return _normalize_fp32(x.float(), w, eps).to(x.dtype), None
-    h32 = x.float() + residual.float()
-    return _normalize_fp32(h32, w, eps).to(x.dtype), h32.to(x.dtype)
+    h32 = x.float() if residual is None else x.float() + residual.float()
+    variance = h32.pow(2).mean(dim=-1, keepdim=True)
+    normed = (h32 * torch.rsqrt(variance + eps) * w.float()).to(x.dtype)
+    return normed, (None if residual is None else h32.to(x.dtype))
 
 
 def fast_hf(x, w, *, eps, residual=None):

@@ -7,6 +7,7 @@ quantized paths of the Nemotron issue bring straight-through estimators).
 """
 import torch
 
+from kernels.contract.identity import identities
 from kernels.models.dispatch import RegionDispatch
 from kernels.models.registry import build_model
 from kernels.trainer.grpo import policy_loss
@@ -43,6 +44,10 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         return {"loss": float(loss.detach()), "logprobs": [lp.detach() for lp in logprobs]}
+
+    def identities(self) -> dict:
+        """semantic / numerical_policy / deployment digests (C0 compares them with the engine's)."""
+        return identities(self.config, self.model.state_dict(), self.dispatch.contract)
 
     def weights(self) -> dict:
         """What weight sync sends to the engine."""

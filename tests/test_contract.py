@@ -1,0 +1,92 @@
+"""The contract loader: both shipped contracts load; every malformed contract is a clear
+error at load time; constants are exact; identities are stable and sensitive."""
+import dataclasses
+
+import pytest
+import yaml
+
+from kernels.contract import ContractError, load_contract
+from kernels.contract.constants import decode_constant, encode_float
+from kernels.contract.identity import identities, numerical_policy_identity, semantic_identity
+from kernels.contract.regions import CASES, REGION_FAMILY
+from kernels.models.config import load_model_config
+from kernels.models.registry import build_model
+
+
+@pytest.mark.parametrize("name", ["fast", "consistent"])
+def test_shipped_contract_maps_every_region_and_case(name):
+    contract = load_contract(name)
+    assert set(contract.bindings) == {(r, c) for r in REGION_FAMILY for c in CASES}
+    for (region, case), binding in contract.bindings.items():
+        assert callable(contract.op(region, case)), (region, case)
+
+
+def _consistent_document():
+    return yaml.safe_load(open(load_contract("consistent").source).read())
+
+
+def _write(tmp_path, document):
+    path = tmp_path / "contract.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["regions"]["attention"].pop("engine_decode"), "missing cases ['engine_decode']"),
+    (lambda d: d["regions"]["norm"]["engine_prefill"].update(impl="norm.magic"), "unknown implementation 'norm.magic'"),
+    (lambda d: d["regions"]["norm"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 8}}),
+     "is not a norm implementation"),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 8.0}}),
+     "decimal float"),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent"}), "takes constants"),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 8, "tile": 4}}),
+     "takes constants"),
+    (lambda d: d["regions"].update(warp_drive=d["regions"]["norm"]), "unknown region 'warp_drive'"),
+    (lambda d: d["regions"]["norm"].update(engine_turbo=d["regions"]["norm"]["engine_prefill"]), "unknown cases"),
+    (lambda d: d.update(claims={"faster_than_light": "all"}), "unknown claim"),
+    (lambda d: d.pop("regions"), "'name' and 'regions'"),
+])
+def test_malformed_contract_is_a_clear_error(tmp_path, mutate, message):
+    document = _consistent_document()
+    mutate(document)
+    with pytest.raises(ContractError, match=message.replace("[", r"\[").replace("]", r"\]")) as raised:
+        load_contract(_write(tmp_path, document))
+    assert str(tmp_path) in str(raised.value)
+
+
+def test_unknown_contract_name_and_unreadable_yaml(tmp_path):
+    with pytest.raises(ContractError, match="unknown contract 'turbo'"):
+        load_contract("turbo")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    with pytest.raises(ContractError, match="cannot read contract"):
+        load_contract(broken)
+
+
+def test_float_constants_round_trip_exactly():
+    for value in (1.0, 0.1, 448.0, 2.0 ** -149, -0.0):
+        for kind in ("f32", "f64"):
+            text = encode_float(value, kind)
+            decoded = decode_constant("x", text)
+            assert encode_float(decoded, kind) == text
+    assert decode_constant("x", "f32:0x3f800000") == 1.0
+    with pytest.raises(ValueError, match="8 hex digits"):
+        decode_constant("x", "f32:0x3f80")
+    with pytest.raises(ValueError, match="decimal float"):
+        decode_constant("eps", 1e-6)
+
+
+def test_identities_are_stable_and_sensitive():
+    config = load_model_config("qwen3-cut")
+    weights = build_model(config, 0).state_dict()
+    consistent = load_contract("consistent")
+    first = identities(config, weights, consistent)
+    assert first == identities(config, build_model(config, 0).state_dict(), load_contract("consistent"))
+    assert semantic_identity(config, build_model(config, 1).state_dict()) != first["semantic"]
+    assert semantic_identity(dataclasses.replace(config, rms_norm_eps=1e-5), weights) != first["semantic"]
+    assert numerical_policy_identity(load_contract("fast")) != first["numerical_policy"]
+    flipped = dict(weights)
+    name = next(iter(flipped))
+    flipped[name] = flipped[name].clone()
+    flipped[name].view(-1)[0] = -flipped[name].view(-1)[0]
+    assert semantic_identity(config, flipped) != first["semantic"]
