@@ -57,12 +57,13 @@ def make_requests(workload: Workload, vocab_size: int) -> list:
 
 
 def rollout(config, contract, weights, workload: Workload, shape: EngineShape = EngineShape()):
-    """Completions from the engine (in request order)."""
+    """(completions in request order, the engine) — the engine's step_phases show how the
+    steps mixed prefill and decode."""
     blocks_per_sequence = -(-(workload.max_prompt_len + workload.new_tokens) // shape.block_size)
     engine = Engine(config, contract, weights, block_size=shape.block_size,
                     num_blocks=blocks_per_sequence * shape.max_running,
                     max_tokens_per_step=shape.tokens_per_step, max_running=shape.max_running)
-    return engine.generate(make_requests(workload, config.vocab_size))
+    return engine.generate(make_requests(workload, config.vocab_size)), engine
 
 
 def score(config, contract, weights, completions, *, micro_batch_size=8, layout="packed"):

@@ -16,7 +16,7 @@ def run_diff(model: str, size: str, contract_name: str, workload: Workload,
     config = load_model_config(config_name(model, size))
     contract = load_contract(contract_name)
     weights = seeded_weights(config)
-    completions = rollout(config, contract, weights, workload, shape)
+    completions, _ = rollout(config, contract, weights, workload, shape)
     trainer_logprobs = score(config, contract, weights, completions, micro_batch_size=micro_batch_size)
     stats = mismatch_stats([c.logprob_tensor for c in completions], trainer_logprobs)
     return {"model": model, "size": size, "contract": contract.name, "seed": workload.seed, **stats}

@@ -5,6 +5,8 @@ A step is one forward over a flat batch of prefill chunks and decode tokens. Tok
 regions run in case engine_decode when the step holds only decodes (the CUDA-graph-able
 steps) and engine_prefill otherwise; each segment's attention runs in its own phase's case.
 """
+from collections import Counter
+
 import torch
 
 from kernels.contract.identity import identities
@@ -35,6 +37,8 @@ class Engine:
                                    max_running=max_running)
         self.step_count = 0
         self.weight_version = 0
+        self.step_phases = Counter()
+        """How many steps held which phases: ("decode",), ("prefill",), ("decode", "prefill")."""
         self._pending: list = []
 
     def load_weights(self, state_dict) -> None:
@@ -74,6 +78,7 @@ class Engine:
         self.step_count += 1
         if not work:
             return []
+        self.step_phases[tuple(sorted({item.phase for item in work}))] += 1
         batch = self._batch(work)
         with torch.inference_mode():
             hidden = self.model(batch, self.dispatch, EngineCache(self.cache))
