@@ -1,5 +1,5 @@
 """Shared fixtures. Every check draws fresh random inputs: `fresh_seed` is new per test run
-(BITWISE_SEED=<n> replays one) and is printed, so a failure can be reproduced."""
+(BITWISE_SEED=<n> replays one) and is attached to the report of any test that fails."""
 import os
 import random
 
@@ -9,5 +9,13 @@ import pytest
 @pytest.fixture
 def fresh_seed(request) -> int:
     seed = int(os.environ.get("BITWISE_SEED", random.SystemRandom().randrange(2**31)))
-    print(f"{request.node.nodeid}: seed {seed} (replay with BITWISE_SEED={seed})")
+    request.node.fresh_seed = seed
     return seed
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and hasattr(item, "fresh_seed"):
+        report.sections.append(("fresh seed", f"replay with BITWISE_SEED={item.fresh_seed}"))
