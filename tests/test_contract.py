@@ -9,7 +9,7 @@ from kernels.contract import ContractError, load_contract
 from kernels.contract.constants import decode_constant, encode_float
 from kernels.contract.identity import identities, numerical_policy_identity, semantic_identity
 from kernels.contract.regions import CASES, REGION_FAMILY
-from kernels.models.config import load_model_config
+from kernels.models.config import CONFIG_DIR, load_model_config
 from kernels.models.registry import build_model
 
 
@@ -90,3 +90,29 @@ def test_identities_are_stable_and_sensitive():
     flipped[name] = flipped[name].clone()
     flipped[name].view(-1)[0] = -flipped[name].view(-1)[0]
     assert semantic_identity(config, flipped) != first["semantic"]
+
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"head_dim": 63}, "head_dim: must be even"),
+    ({"dtype": "float8"}, "dtype"),
+    ({"num_kv_heads": 3}, "num_heads: must be a multiple"),
+    ({"rope_theta": -1.0}, "rope_theta: must be positive"),
+    ({"warp": 9}, r"unknown fields \['warp'\]"),
+])
+def test_model_config_errors_name_the_field(tmp_path, change, message):
+    document = yaml.safe_load((CONFIG_DIR / "qwen3-cut.yaml").read_text())
+    document.update(change)
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ValueError, match=message):
+        load_model_config(path)
+    with pytest.raises(ValueError, match="unknown model config 'gpt5'"):
+        load_model_config("gpt5")
+
+
+def test_full_size_config_matches_the_published_shape():
+    config = load_model_config("qwen3-1.7b")
+    assert (config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads,
+            config.head_dim, config.intermediate_size, config.vocab_size) == (28, 2048, 16, 8, 128, 6144, 151936)
+    assert config.tie_word_embeddings and config.rope_theta == 1e6

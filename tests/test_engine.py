@@ -104,3 +104,13 @@ def test_bad_requests_are_clear_errors():
         Request(0, (), 4)
     with pytest.raises(ValueError, match="max_new_tokens"):
         Request(0, (1, 2), 0)
+
+
+def test_full_distribution_is_returned_and_agrees_with_the_sampled_log_prob(fresh_seed):
+    request = Request(0, tuple(range(5, 25)), 6, SamplingParams(0.8, top_k=20, seed=fresh_seed),
+                      return_full_logprobs=True)
+    completion = Engine(CONFIG, load_contract("consistent"), seeded_weights(CONFIG)).generate([request])[0]
+    assert len(completion.full_logprobs) == 6
+    for token, logprob, row in zip(completion.tokens, completion.logprobs, completion.full_logprobs):
+        assert row.shape == (CONFIG.vocab_size,)
+        assert_bitwise_equal(row[token], logprob, f"seed {fresh_seed}: full row vs sampled log-prob")

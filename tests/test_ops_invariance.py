@@ -6,8 +6,6 @@ largest batch, must equal bit for bit the same row computed inside the largest b
 The sampler must draw the same token for a request whatever shares its batch. Run with
 `python -m pytest tests/test_ops_invariance.py -s` to see the negative-control counts.
 """
-import zlib
-
 import pytest
 import torch
 
@@ -21,12 +19,6 @@ DTYPES = (torch.float32, torch.bfloat16)
 # Above torch's GRAIN_SIZE (32768): a reduction over one row this long is split across
 # threads, as it is for a real vocabulary (Qwen3: 151936).
 VOCAB = 40_000
-
-
-@pytest.fixture
-def seed(request):
-    """A stable seed of its own for each test id; every assertion message names it."""
-    return zlib.crc32(request.node.nodeid.encode())
 
 
 def _randn(generator, shape, dtype=torch.float32, scale=1.0):

@@ -6,8 +6,6 @@ heads over 2 KV heads, head dim 64); block_kv=32, so decode steps at positions 3
 63 and 64 sit on and around block boundaries. Negative control: flash-decoding (split-KV)
 decode rows differ from SDPA prefill rows. `-s` prints the control's count.
 """
-import zlib
-
 import pytest
 import torch
 
@@ -21,12 +19,6 @@ SCALE = HEAD_DIM ** -0.5
 BOUNDARY_POSITIONS = (31, 32, 33, 63, 64)
 CHUNK_SIZES = (1, 5, 16, 33)
 DTYPES = (torch.float32, torch.bfloat16)
-
-
-@pytest.fixture
-def seed(request):
-    """A stable seed of its own for each test id; every assertion message names it."""
-    return zlib.crc32(request.node.nodeid.encode())
 
 
 def _sequence(seed, dtype):

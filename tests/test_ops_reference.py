@@ -3,8 +3,6 @@ tolerance set by the dtype of its output: max |op - ref| / max |ref| <= 1e-5 for
 1e-2 for bf16 (about two bf16 ulps of the output's scale). Bitwise identity is tested
 elsewhere; this checks that the consistent arithmetic still computes the right math.
 """
-import zlib
-
 import pytest
 import torch
 
@@ -20,12 +18,6 @@ from kernels.ops import activation, attention, linear, logprob, norm, rope
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 DTYPES = (torch.float32, torch.bfloat16)
-
-
-@pytest.fixture
-def seed(request):
-    """A stable seed of its own for each test id; every assertion message names it."""
-    return zlib.crc32(request.node.nodeid.encode())
 
 
 def _randn(generator, shape, dtype, scale=1.0):

@@ -1,5 +1,5 @@
 """Qwen3 dense: pre-norm decoder, GQA attention with RMSNorm on q and k before RoPE,
-SiLU(gate)*up MLP, tied embeddings.
+SiLU(gate)*up MLP, embeddings tied to lm_head (or not, as the config says).
 
 ONE definition for both runtimes: every region goes through `dispatch(region, case, layer,
 ...)`, so the engine and the trainer differ only in the contract's choice per case and in
@@ -59,6 +59,11 @@ class Qwen3Config:
                 raise ValueError(f"{name}: must be a positive integer")
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads: must be a multiple of num_kv_heads")
+        if self.head_dim % 2:
+            raise ValueError("head_dim: must be even (RoPE rotates halves)")
+        for name in ("rope_theta", "rms_norm_eps", "init_std"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"{name}: must be positive")
 
     @property
     def torch_dtype(self):

@@ -39,7 +39,9 @@ def consistent(q, k, positions, *, theta, max_position):
     if positions.numel() and int(positions.max()) >= max_position:
         raise ValueError(f"position {int(positions.max())} >= max_position {max_position}")
     cos_table, sin_table = _fp32_table(float(theta), q.shape[-1], int(max_position))
-    cos, sin = cos_table[positions][:, None, :], sin_table[positions][:, None, :]
+    positions = positions.to(cos_table.device)
+    cos = cos_table[positions][:, None, :].to(q.device)
+    sin = sin_table[positions][:, None, :].to(q.device)
 
     def rotate(x):
         x32 = x.float()

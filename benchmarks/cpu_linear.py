@@ -1,0 +1,86 @@
+"""CPU cost of the batch-invariant GEMM, measured side by side in one run.
+
+Three ways to get y = x @ w^T for M rows, at the cut and full Qwen3 shapes:
+  plain      F.linear as is (batch-variant for small M on MKL)
+  padded     kernels.ops.linear.consistent: rows padded to a multiple of 8, one call
+  row_tile   the earlier fix: a fixed 16-row tile per call (padded), one call per tile
+Each is also checked for batch invariance (every row of M equals that row inside the largest
+M, bit for bit). Timings interleave the variants (A B C A B C ...) and report the median;
+raw samples, the commit and the environment go to benchmarks/results/cpu_linear-<stamp>.json.
+
+  python benchmarks/cpu_linear.py [--repeats 15]
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from kernels.contract.identity import deployment_fingerprint
+from kernels.ops import linear
+
+SHAPES = {"cut qkv (K=256,N=512)": (256, 512), "cut mlp (K=256,N=1536)": (256, 1536),
+          "1.7b qkv (K=2048,N=4096)": (2048, 4096), "1.7b down (K=6144,N=2048)": (6144, 2048)}
+ROWS = (1, 3, 8, 17, 64, 256)
+
+
+def row_tile(x, w, tile=16):
+    padded = linear.pad_rows(x, tile)
+    return torch.cat([F.linear(padded[i:i + tile], w) for i in range(0, padded.shape[0], tile)])[:x.shape[0]]
+
+
+VARIANTS = {"plain": F.linear, "padded": lambda x, w: linear.consistent(x, w, row_multiple=8),
+            "row_tile": row_tile}
+
+
+def is_batch_invariant(fn, w, k_dim) -> bool:
+    x = torch.randn(max(ROWS), k_dim)
+    full = fn(x, w).view(torch.int32)
+    return all(torch.equal(fn(x[:m], w).view(torch.int32), full[:m]) for m in ROWS)
+
+
+def time_call(fn, x, w, inner) -> float:
+    started = time.perf_counter()
+    for _ in range(inner):
+        fn(x, w)
+    return (time.perf_counter() - started) / inner * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    results = {"environment": deployment_fingerprint(),
+               "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+               "samples_us": {}, "invariant": {}}
+    print(f"{'shape':<28}{'M':>5}" + "".join(f"{v:>12}" for v in VARIANTS) + f"{'padded/plain':>14}{'tile/plain':>12}")
+    for label, (k_dim, n_dim) in SHAPES.items():
+        w = torch.randn(n_dim, k_dim)
+        results["invariant"][label] = {v: is_batch_invariant(fn, w, k_dim) for v, fn in VARIANTS.items()}
+        for m in ROWS:
+            x = torch.randn(m, k_dim)
+            inner = max(1, int(2e7 / (max(m, 8) * k_dim * n_dim)))
+            samples = {v: [] for v in VARIANTS}
+            for _ in range(args.repeats):
+                for name, fn in VARIANTS.items():
+                    samples[name].append(time_call(fn, x, w, inner))
+            results["samples_us"][f"{label}|M={m}"] = samples
+            med = {v: statistics.median(s) for v, s in samples.items()}
+            print(f"{label:<28}{m:>5}" + "".join(f"{med[v]:>10.1f}us" for v in VARIANTS)
+                  + f"{med['padded'] / med['plain']:>14.2f}{med['row_tile'] / med['plain']:>12.2f}")
+    print("batch invariant:", json.dumps(results["invariant"], indent=1))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"cpu_linear-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(results, indent=1))
+    print("raw samples:", path)
+
+
+if __name__ == "__main__":
+    main()

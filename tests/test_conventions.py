@@ -1,0 +1,49 @@
+"""Conventions worth stating are worth a test: layer rules, file sizes, module docstrings,
+no grab-bag modules, and the README's test command being what CI runs."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("kernels", "gates", "harness")
+MAX_LINES = 300
+
+
+def _modules(package):
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _imported_roots(path):
+    tree = ast.parse(path.read_text())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("package, forbidden", [("kernels", {"harness", "gates"}), ("gates", {"harness"})])
+def test_dependencies_point_one_way(package, forbidden):
+    offenders = {str(p.relative_to(ROOT)): sorted(_imported_roots(p) & forbidden)
+                 for p in _modules(package) if _imported_roots(p) & forbidden}
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_modules_are_small_and_say_what_they_are(package):
+    for path in _modules(package):
+        text = path.read_text()
+        assert len(text.splitlines()) <= MAX_LINES, f"{path.relative_to(ROOT)} is over {MAX_LINES} lines"
+        assert ast.get_docstring(ast.parse(text)), f"{path.relative_to(ROOT)} has no module docstring"
+        assert path.stem not in {"utils", "common", "helpers", "misc"}, f"{path}: name it for what it holds"
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (ROOT / "README.md").read_text().splitlines()
+    commands = [line for line in readme if line.startswith(".venv/") or line.startswith("python3 -m venv")]
+    assert len(commands) >= 2, "the README starts with an install+run command and a test command"
+    ci_lines = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line and not line.startswith("#")]
+    assert ci_lines[-1] == commands[1], (ci_lines[-1], commands[1])
