@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from kernels.contract.identity import deployment_fingerprint
 from kernels.ops import linear
+from kernels.ops.padding import pad_to_multiple
 
 SHAPES = {"cut qkv (K=256,N=512)": (256, 512), "cut mlp (K=256,N=1536)": (256, 1536),
           "1.7b qkv (K=2048,N=4096)": (2048, 4096), "1.7b down (K=6144,N=2048)": (6144, 2048)}
@@ -29,7 +30,7 @@ ROWS = (1, 3, 8, 17, 64, 256)
 
 
 def row_tile(x, w, tile=16):
-    padded = linear.pad_rows(x, tile)
+    padded = pad_to_multiple(x, 0, tile)
     return torch.cat([F.linear(padded[i:i + tile], w) for i in range(0, padded.shape[0], tile)])[:x.shape[0]]
 
 

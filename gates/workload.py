@@ -11,7 +11,7 @@ from kernels.engine.engine import Engine
 from kernels.engine.request import Request
 from kernels.models.registry import build_model
 from kernels.ops.sampler import SamplingParams
-from kernels.trainer.logprobs import ScoredSequence
+from kernels.trainer.logprobs import scored_sequences
 from kernels.trainer.trainer import Trainer
 
 
@@ -29,6 +29,13 @@ class Workload:
     """Requests arrive at random engine steps in [0, this)."""
     seed: int = 0
     """Prompts, sampling seeds and arrivals."""
+
+    def __post_init__(self):
+        for name in ("num_sequences", "new_tokens", "min_prompt_len", "arrival_spread"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: must be positive, got {getattr(self, name)}")
+        if self.max_prompt_len < self.min_prompt_len:
+            raise ValueError("max_prompt_len: must be >= min_prompt_len")
 
 
 @dataclass(frozen=True)
@@ -70,9 +77,7 @@ def score(config, contract, weights, completions, *, micro_batch_size=8, layout=
     """The trainer's per-token log-probs of the same completions."""
     trainer = Trainer(config, contract, weights=weights, micro_batch_size=micro_batch_size,
                       layout=layout)
-    sequences = [ScoredSequence(c.request.prompt, tuple(c.tokens), c.request.params.logprob_temperature)
-                 for c in completions]
-    return trainer.score(sequences)
+    return trainer.score(scored_sequences(completions))
 
 
 def seeded_weights(config, model_seed: int = 0) -> dict:

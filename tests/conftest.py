@@ -13,12 +13,6 @@ def fresh_seed(request) -> int:
     return seed
 
 
-@pytest.fixture
-def seed(fresh_seed) -> int:
-    """The same fresh seed under a shorter name (the op tests name it in every message)."""
-    return fresh_seed
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

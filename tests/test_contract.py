@@ -116,3 +116,10 @@ def test_full_size_config_matches_the_published_shape():
     assert (config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads,
             config.head_dim, config.intermediate_size, config.vocab_size) == (28, 2048, 16, 8, 128, 6144, 151936)
     assert config.tie_word_embeddings and config.rope_theta == 1e6
+
+
+def test_numerical_policy_covers_shared_helpers_and_the_model():
+    from kernels.contract.identity import KERNELS_DIR, policy_source_files
+
+    covered = {str(p.relative_to(KERNELS_DIR)) for p in policy_source_files()}
+    assert {"ops/reduction.py", "ops/padding.py", "models/qwen3.py", "trainer/logprobs.py"} <= covered

@@ -54,29 +54,29 @@ def assert_batch_invariant(op, row_inputs, what):
         assert_bitwise_equal(flipped[index].flip(0), expected, f"{what}: reversed batch, output {index}")
 
 
-def _strided_views(x, seed):
+def _strided_views(x, fresh_seed):
     """Non-contiguous views holding x's values: column-major, and every other column of a wider tensor."""
-    wide = torch.randn(x.shape[0], 2 * x.shape[1], generator=torch.Generator().manual_seed(seed)).to(x.dtype)
+    wide = torch.randn(x.shape[0], 2 * x.shape[1], generator=torch.Generator().manual_seed(fresh_seed)).to(x.dtype)
     wide[:, ::2] = x
     return {"column-major": x.t().contiguous().t(), "strided slice": wide[:, ::2]}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_linear_consistent_is_batch_invariant(dtype, seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_linear_consistent_is_batch_invariant(dtype, fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     x, w = _randn(generator, (LARGEST, 384), dtype), _randn(generator, (320, 384), dtype, 0.05)
     op = lambda rows: linear.consistent(rows, w, row_multiple=8)  # noqa: E731
-    assert_batch_invariant(op, (x,), f"linear.consistent {dtype} seed {seed}")
-    for name, view in _strided_views(x, seed).items():
+    assert_batch_invariant(op, (x,), f"linear.consistent {dtype} seed {fresh_seed}")
+    for name, view in _strided_views(x, fresh_seed).items():
         assert not view.is_contiguous()
-        assert_bitwise_equal(op(view), op(x), f"linear.consistent {dtype} {name} seed {seed}")
-        assert_batch_invariant(op, (view,), f"linear.consistent {dtype} {name} seed {seed}")
+        assert_bitwise_equal(op(view), op(x), f"linear.consistent {dtype} {name} seed {fresh_seed}")
+        assert_batch_invariant(op, (view,), f"linear.consistent {dtype} {name} seed {fresh_seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("has_residual", [False, True])
-def test_norm_consistent_is_batch_invariant(dtype, has_residual, seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_norm_consistent_is_batch_invariant(dtype, has_residual, fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     x, w = _randn(generator, (LARGEST, 1024), dtype), 1.0 + _randn(generator, (1024,), dtype, 0.1)
     if has_residual:
         residual = _randn(generator, (LARGEST, 1024), dtype)
@@ -84,51 +84,51 @@ def test_norm_consistent_is_batch_invariant(dtype, has_residual, seed):
         inputs = (x, residual)
     else:
         op, inputs = (lambda rows: norm.consistent(rows, w, eps=1e-6)), (x,)
-    assert_batch_invariant(op, inputs, f"norm.consistent {dtype} residual={has_residual} seed {seed}")
+    assert_batch_invariant(op, inputs, f"norm.consistent {dtype} residual={has_residual} seed {fresh_seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rope_consistent_is_batch_invariant(dtype, seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_rope_consistent_is_batch_invariant(dtype, fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     q, k = _randn(generator, (LARGEST, 4, 64), dtype), _randn(generator, (LARGEST, 2, 64), dtype)
     positions = torch.randint(0, 4096, (LARGEST,), generator=generator)
     op = lambda q_rows, k_rows, pos: rope.consistent(  # noqa: E731
         q_rows, k_rows, pos, theta=1e6, max_position=4096)
-    assert_batch_invariant(op, (q, k, positions), f"rope.consistent {dtype} seed {seed}")
+    assert_batch_invariant(op, (q, k, positions), f"rope.consistent {dtype} seed {fresh_seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_activation_consistent_is_batch_invariant(dtype, seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_activation_consistent_is_batch_invariant(dtype, fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     gate_up = _randn(generator, (LARGEST, 2 * 771), dtype, 3.0)  # 771: rows end in a scalar tail
     gate, up = gate_up.chunk(2, dim=-1)  # the model's layout: non-contiguous halves
     contiguous = (gate.contiguous(), up.contiguous())
-    assert_batch_invariant(activation.consistent, contiguous, f"activation.consistent {dtype} seed {seed}")
-    gate_views, up_views = _strided_views(contiguous[0], seed), _strided_views(contiguous[1], seed + 1)
+    assert_batch_invariant(activation.consistent, contiguous, f"activation.consistent {dtype} seed {fresh_seed}")
+    gate_views, up_views = _strided_views(contiguous[0], fresh_seed), _strided_views(contiguous[1], fresh_seed + 1)
     views = {"chunked halves": (gate, up), **{name: (gate_views[name], up_views[name]) for name in gate_views}}
     for name, (g, u) in views.items():
         assert not g.is_contiguous()
         assert_bitwise_equal(activation.consistent(g, u), activation.consistent(*contiguous),
-                             f"activation.consistent {dtype} {name} vs contiguous, seed {seed}")
-        assert_batch_invariant(activation.consistent, (g, u), f"activation.consistent {dtype} {name} seed {seed}")
+                             f"activation.consistent {dtype} {name} vs contiguous, seed {fresh_seed}")
+        assert_batch_invariant(activation.consistent, (g, u), f"activation.consistent {dtype} {name} seed {fresh_seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("full", [False, True])
-def test_logprob_consistent_is_batch_invariant(dtype, full, seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_logprob_consistent_is_batch_invariant(dtype, full, fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     logits = _randn(generator, (LARGEST, VOCAB), dtype, 3.0)
     targets = torch.randint(0, VOCAB, (LARGEST,), generator=generator)
     temperatures = 0.5 + torch.rand(LARGEST, generator=generator)
     temperatures[::3] = 1.0
     op = lambda x, t, temp: logprob.consistent(x, t, temp, full=full)  # noqa: E731
     assert_batch_invariant(op, (logits, targets, temperatures),
-                           f"logprob.consistent {dtype} full={full} V={VOCAB} seed {seed}")
+                           f"logprob.consistent {dtype} full={full} V={VOCAB} seed {fresh_seed}")
 
 
-def test_linear_fast_depends_on_batch_size(seed):
+def test_linear_fast_depends_on_batch_size(fresh_seed):
     """Negative control: the BLAS kernel follows M, so small batches round differently."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(fresh_seed)
     x, w = _randn(generator, (LARGEST, 384), scale=1.0), _randn(generator, (320, 384), scale=0.05)
     inside = linear.fast(x, w)
     counts = {}
@@ -136,15 +136,15 @@ def test_linear_fast_depends_on_batch_size(seed):
         difference = first_bit_difference(linear.fast(x[:size], w), inside[:size])
         counts[size] = 0 if difference is None else difference.num_differing
     print(f"\nlinear.fast fp32: differing elements by M (of M*320): {counts}")
-    assert all(counts.values()), f"linear.fast fp32 should differ for M in 1,2,3: {counts}, seed {seed}"
+    assert all(counts.values()), f"linear.fast fp32 should differ for M in 1,2,3: {counts}, seed {fresh_seed}"
 
 
 @pytest.mark.parametrize("variant, must_differ", [("fast", True), ("consistent", False)])
-def test_activation_element_alone_vs_inside_long_tensor(variant, must_differ, seed):
+def test_activation_element_alone_vs_inside_long_tensor(variant, must_differ, fresh_seed):
     """fast: torch's vector loop and scalar tail round SiLU differently (negative control);
     consistent: an element's bits do not depend on where it sits."""
     op = getattr(activation, variant)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(fresh_seed)
     num_differing, total = 0, 0
     for _ in range(4):
         gate, up = _randn(generator, (1000,), scale=4.0), _randn(generator, (1000,))
@@ -154,7 +154,7 @@ def test_activation_element_alone_vs_inside_long_tensor(variant, must_differ, se
         total += 1000
     print(f"\nactivation.{variant} fp32: {num_differing}/{total} elements differ alone vs inside")
     assert (num_differing > 0) == must_differ, (
-        f"activation.{variant} fp32: {num_differing}/{total} differ alone vs inside, seed {seed}")
+        f"activation.{variant} fp32: {num_differing}/{total} differ alone vs inside, seed {fresh_seed}")
 
 
 REQUESTS = (SamplingParams(temperature=0.0, seed=11), SamplingParams(temperature=1.0, seed=12),
@@ -182,20 +182,20 @@ def _tokens_in_company(sample, logits, draw_indices, generator):
     return alone, by_request
 
 
-def test_sampler_consistent_ignores_batch_company(seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_sampler_consistent_ignores_batch_company(fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     for trial in range(10):
         logits = _randn(generator, (len(REQUESTS), 4096), scale=2.0)
         draw_indices = torch.randint(0, 1000, (len(REQUESTS),), generator=generator)
         batch = sampler.consistent(logits, list(REQUESTS), draw_indices)
         alone, mixed = _tokens_in_company(sampler.consistent, logits, draw_indices, generator)
-        assert_bitwise_equal(alone, batch, f"sampler.consistent alone vs batch, trial {trial}, seed {seed}")
-        assert_bitwise_equal(mixed, batch, f"sampler.consistent shuffled with others, trial {trial}, seed {seed}")
+        assert_bitwise_equal(alone, batch, f"sampler.consistent alone vs batch, trial {trial}, seed {fresh_seed}")
+        assert_bitwise_equal(mixed, batch, f"sampler.consistent shuffled with others, trial {trial}, seed {fresh_seed}")
 
 
-def test_sampler_fast_depends_on_batch_company(seed):
+def test_sampler_fast_depends_on_batch_company(fresh_seed):
     """Negative control: one generator seeded from the whole batch."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(fresh_seed)
     num_trials, num_differing = 10, 0
     for _ in range(num_trials):
         logits = _randn(generator, (len(REQUESTS), 4096), scale=2.0)
@@ -203,7 +203,7 @@ def test_sampler_fast_depends_on_batch_company(seed):
         alone, mixed = _tokens_in_company(sampler.fast, logits, draw_indices, generator)
         num_differing += int((alone != mixed).sum())
     print(f"\nsampler.fast: {num_differing}/{num_trials * len(REQUESTS)} request tokens change with company")
-    assert num_differing > 0, f"sampler.fast never changed a token over {num_trials} trials, seed {seed}"
+    assert num_differing > 0, f"sampler.fast never changed a token over {num_trials} trials, seed {fresh_seed}"
 
 
 def _tied_row(generator, vocab, num_tied, tie_value):
@@ -218,26 +218,26 @@ def _count_ties(row, value):
     return int((row.view(torch.int32) == torch.tensor(value).view(torch.int32)).sum())
 
 
-def test_sampler_top_k_ties_keep_lowest_token_ids(seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_sampler_top_k_ties_keep_lowest_token_ids(fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     row, tied = _tied_row(generator, 1000, num_tied=6, tie_value=2.0)
     top = int(torch.nonzero(row < 2.0)[0])
     row[top] = 2.25  # one clear winner, then the tie straddles the top-k cut
-    params = SamplingParams(temperature=1.0, top_k=4, seed=seed)
+    params = SamplingParams(temperature=1.0, top_k=4, seed=fresh_seed)
     kth = row.sort(descending=True).values[params.top_k - 1]
     num_tied, num_at_least_kth = _count_ties(row, float(kth)), int((row >= kth).sum())
     assert num_tied >= 2 and num_at_least_kth > params.top_k, (
-        f"crafted tie missing: {num_tied} logits equal the k-th, {num_at_least_kth} >= it, seed {seed}")
+        f"crafted tie missing: {num_tied} logits equal the k-th, {num_at_least_kth} >= it, seed {fresh_seed}")
     kept = {top} | set(tied[:params.top_k - 1].tolist())
     drawn = sampler.consistent(row.expand(400, -1), [params] * 400, torch.arange(400))
     assert set(drawn.tolist()) == kept, (
         f"sampler.consistent top_k={params.top_k} with {num_tied} tied: drew {sorted(set(drawn.tolist()))}, "
-        f"the lowest tied ids give {sorted(kept)}; seed {seed}")
+        f"the lowest tied ids give {sorted(kept)}; seed {fresh_seed}")
     fast_drawn = set(sampler.fast(row.expand(400, -1), [params] * 400, torch.arange(400)).tolist())
     print(f"\nsampler.fast top_k={params.top_k}, {num_tied} tied: drew {sorted(fast_drawn)}, rule keeps {sorted(kept)}")
-    assert fast_drawn - kept, f"negative control: sampler.fast kept only the lowest tied ids, seed {seed}"
+    assert fast_drawn - kept, f"negative control: sampler.fast kept only the lowest tied ids, seed {fresh_seed}"
     greedy_row, greedy_tied = _tied_row(generator, 1000, num_tied=5, tie_value=3.0)
-    assert _count_ties(greedy_row, float(greedy_row.max())) == 5, f"greedy tie missing, seed {seed}"
+    assert _count_ties(greedy_row, float(greedy_row.max())) == 5, f"greedy tie missing, seed {fresh_seed}"
     greedy = sampler.consistent(greedy_row[None], [SamplingParams(temperature=0.0)], torch.zeros(1, dtype=torch.long))
     assert int(greedy) == int(greedy_tied[0]), (
-        f"greedy over tied ids {greedy_tied.tolist()} chose {int(greedy)}, seed {seed}")
+        f"greedy over tied ids {greedy_tied.tolist()} chose {int(greedy)}, seed {fresh_seed}")

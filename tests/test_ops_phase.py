@@ -21,8 +21,8 @@ CHUNK_SIZES = (1, 5, 16, 33)
 DTYPES = (torch.float32, torch.bfloat16)
 
 
-def _sequence(seed, dtype):
-    generator = torch.Generator().manual_seed(seed)
+def _sequence(fresh_seed, dtype):
+    generator = torch.Generator().manual_seed(fresh_seed)
     q = torch.randn(SEQ_LEN, NUM_Q_HEADS, HEAD_DIM, generator=generator).to(dtype)
     k = torch.randn(SEQ_LEN, NUM_KV_HEADS, HEAD_DIM, generator=generator).to(dtype)
     v = torch.randn(SEQ_LEN, NUM_KV_HEADS, HEAD_DIM, generator=generator).to(dtype)
@@ -49,8 +49,8 @@ def _consistent(q, k, v, segment, kv):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_consistent_attention_is_phase_consistent(dtype, seed):
-    q, k, v = _sequence(seed, dtype)
+def test_consistent_attention_is_phase_consistent(dtype, fresh_seed):
+    q, k, v = _sequence(fresh_seed, dtype)
     full = _run(_consistent, q, k, v, [(0, SEQ_LEN, "engine_prefill")])
     schedules = {"trainer full sequence": [(0, SEQ_LEN, "trainer_fwd")],
                  "decode token by token": _chunks(1, "engine_decode")}
@@ -61,17 +61,17 @@ def test_consistent_attention_is_phase_consistent(dtype, seed):
         got = _run(_consistent, q, k, v, pieces)
         for position in BOUNDARY_POSITIONS:
             assert_bitwise_equal(got[position], full[position],
-                                 f"attention.consistent {dtype}, {name}, position {position}, seed {seed}")
-        assert_bitwise_equal(got, full, f"attention.consistent {dtype}, {name} vs full prefill, seed {seed}")
+                                 f"attention.consistent {dtype}, {name}, position {position}, seed {fresh_seed}")
+        assert_bitwise_equal(got, full, f"attention.consistent {dtype}, {name} vs full prefill, seed {fresh_seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fast_split_kv_decode_differs_from_sdpa_prefill(dtype, seed):
+def test_fast_split_kv_decode_differs_from_sdpa_prefill(dtype, fresh_seed):
     """Negative control: the number of KV splits grows with the context and each split's
     softmax is merged by log-sum-exp, so decode rows round differently from prefill."""
     num_sequences, differing_rows = 4, 0  # bf16 rounding hides most splits: several sequences
     for index in range(num_sequences):
-        q, k, v = _sequence(seed + index, dtype)
+        q, k, v = _sequence(fresh_seed + index, dtype)
         prefill = _run(lambda *args: attention.fast_sdpa(*args, scale=SCALE),
                        q, k, v, [(0, SEQ_LEN, "engine_prefill")])
         decode = _run(lambda *args: attention.fast_split_kv(*args, scale=SCALE, tokens_per_split=32, max_splits=8),
@@ -80,4 +80,4 @@ def test_fast_split_kv_decode_differs_from_sdpa_prefill(dtype, seed):
     print(f"\nattention fast_split_kv decode vs fast_sdpa prefill, {dtype}: "
           f"{differing_rows}/{num_sequences * SEQ_LEN} token rows differ")
     assert differing_rows, (f"negative control: split-KV decode equals SDPA prefill on every row of "
-                            f"{num_sequences} sequences, {dtype}, seeds {seed}..{seed + num_sequences - 1}")
+                            f"{num_sequences} sequences, {dtype}, seeds {fresh_seed}..{fresh_seed + num_sequences - 1}")

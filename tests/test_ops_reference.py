@@ -35,43 +35,43 @@ def assert_matches_reference(out, ref, what):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_linear(dtype, seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_linear(dtype, fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     x, w = _randn(generator, (37, 512), dtype), _randn(generator, (300, 512), dtype, 0.05)
     assert_matches_reference(linear.consistent(x, w, row_multiple=8), ref_linear.linear(x, w),
-                             f"linear.consistent {dtype} seed {seed}")
+                             f"linear.consistent {dtype} seed {fresh_seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("has_residual", [False, True])
-def test_norm(dtype, has_residual, seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_norm(dtype, has_residual, fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     x, w = _randn(generator, (37, 1024), dtype), 1.0 + _randn(generator, (1024,), dtype, 0.1)
     residual = _randn(generator, (37, 1024), dtype, 2.0) if has_residual else None
     out, new_residual = norm.consistent(x, w, eps=1e-6, residual=residual)
     ref, ref_residual = ref_norm.rmsnorm(x, w, eps=1e-6, residual=residual)
-    what = f"norm.consistent {dtype} residual={has_residual} seed {seed}"
+    what = f"norm.consistent {dtype} residual={has_residual} seed {fresh_seed}"
     assert_matches_reference(out, ref, what)
     if has_residual:
         assert_matches_reference(new_residual, ref_residual, f"{what}, new residual")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rope(dtype, seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_rope(dtype, fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     q, k = _randn(generator, (37, 4, 64), dtype), _randn(generator, (37, 2, 64), dtype)
     positions = torch.randint(0, 4096, (37,), generator=generator)
     q_out, k_out = rope.consistent(q, k, positions, theta=1e6, max_position=4096)
-    what = f"rope.consistent {dtype} seed {seed}"
+    what = f"rope.consistent {dtype} seed {fresh_seed}"
     assert_matches_reference(q_out, ref_rope.rope(q, positions, theta=1e6), f"{what}, q")
     assert_matches_reference(k_out, ref_rope.rope(k, positions, theta=1e6), f"{what}, k")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("start, length", [(0, 70), (40, 30)])
-def test_attention(dtype, start, length, seed):
+def test_attention(dtype, start, length, fresh_seed):
     """A prefill segment, and a chunk continuing a sequence whose first `start` tokens are cached."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(fresh_seed)
     context = start + length
     q = _randn(generator, (context, 4, 64), dtype)
     k, v = _randn(generator, (context, 2, 64), dtype), _randn(generator, (context, 2, 64), dtype)
@@ -82,25 +82,25 @@ def test_attention(dtype, start, length, seed):
     out = attention.consistent(q[start:], k[start:], v[start:], segment, kv, scale=scale,
                                block_kv=32, row_multiple=8)
     ref = ref_attention.causal_gqa(q[start:], k, v, start, scale=scale)
-    assert_matches_reference(out, ref, f"attention.consistent {dtype} start={start} length={length} seed {seed}")
+    assert_matches_reference(out, ref, f"attention.consistent {dtype} start={start} length={length} seed {fresh_seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_activation(dtype, seed):
-    generator = torch.Generator().manual_seed(seed)
+def test_activation(dtype, fresh_seed):
+    generator = torch.Generator().manual_seed(fresh_seed)
     gate, up = _randn(generator, (37, 768), dtype, 3.0), _randn(generator, (37, 768), dtype)
     assert_matches_reference(activation.consistent(gate, up), ref_activation.silu_mul(gate, up),
-                             f"activation.consistent {dtype} seed {seed}")
+                             f"activation.consistent {dtype} seed {fresh_seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("full", [False, True])
-def test_logprob(dtype, full, seed):
+def test_logprob(dtype, full, fresh_seed):
     """Logits in `dtype`; the log-probabilities are fp32 whatever it is, so fp32's tolerance."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(fresh_seed)
     logits = _randn(generator, (37, 5000), dtype, 3.0)
     targets = torch.randint(0, 5000, (37,), generator=generator)
     temperatures = 0.5 + torch.rand(37, generator=generator)
     out = logprob.consistent(logits, targets, temperatures, full=full)
     assert_matches_reference(out, ref_logprob.logprob(logits, targets, temperatures, full=full),
-                             f"logprob.consistent {dtype} logits, full={full}, seed {seed}")
+                             f"logprob.consistent {dtype} logits, full={full}, seed {fresh_seed}")

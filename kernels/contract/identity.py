@@ -2,7 +2,9 @@
 
 - semantic: the model config and every weight's name, dtype, shape and bytes;
 - numerical_policy: the resolved contract (every region x case -> implementation and exact
-  constants) and the source of every op family it uses;
+  constants) and the source of everything that decides bits: all of kernels/ops (families
+  and the helpers they share), the model definitions (rounding between regions), and the
+  engine's and trainer's log-prob paths;
 - deployment: what executes it (torch, triton, CUDA, device, CPU capability, threads,
   communication backend).
 """
@@ -10,11 +12,11 @@ import dataclasses
 import hashlib
 import json
 import platform
+from pathlib import Path
 
 import torch
 
 from kernels.contract.constants import encode_float
-from kernels.ops import registry
 
 
 def _digest(document) -> str:
@@ -34,11 +36,19 @@ def _exact(value):
     return encode_float(value, "f64") if isinstance(value, float) else value
 
 
+KERNELS_DIR = Path(__file__).resolve().parent.parent
+POLICY_SOURCES = ("ops/*.py", "models/*.py", "engine/engine.py", "trainer/logprobs.py")
+
+
+def policy_source_files() -> list:
+    """The files whose text is part of the numerical policy."""
+    return sorted({p for pattern in POLICY_SOURCES for p in KERNELS_DIR.glob(pattern)})
+
+
 def numerical_policy_identity(contract) -> str:
     resolved = {f"{region}|{case}": [b.impl, [[k, _exact(v)] for k, v in b.constants]]
                 for (region, case), b in contract.bindings.items()}
-    families = sorted({b.impl.partition(".")[0] for b in contract.bindings.values()})
-    sources = {family: registry.family_source(family) for family in families}
+    sources = {str(p.relative_to(KERNELS_DIR)): p.read_text() for p in policy_source_files()}
     return _digest({"resolved": resolved, "sources": sources})
 
 

@@ -21,6 +21,8 @@ PHASE_CASE = {"prefill": "engine_prefill", "decode": "engine_decode"}
 
 
 class Engine:
+    """Generates completions with log-probs; `load_weights` is the trainer's weight sync."""
+
     def __init__(self, config, contract, state_dict=None, *, num_blocks=256, block_size=16,
                  max_tokens_per_step=64, max_running=16, observers=()):
         contract.require_regions(config.REGIONS)
@@ -55,6 +57,11 @@ class Engine:
         own = self.model.state_dict()
         if set(own) != set(state_dict):
             raise ValueError(f"weight sync: names differ: {sorted(set(own) ^ set(state_dict))}")
+        for name, tensor in own.items():
+            incoming = state_dict[name]
+            if incoming.shape != tensor.shape or incoming.dtype != tensor.dtype:
+                raise ValueError(f"weight sync: {name} is {tuple(incoming.shape)}/{incoming.dtype}, "
+                                 f"the engine holds {tuple(tensor.shape)}/{tensor.dtype}")
         with torch.no_grad():
             for name, tensor in own.items():
                 tensor.copy_(state_dict[name])
@@ -64,7 +71,18 @@ class Engine:
         return identities(self.config, self.model.state_dict(), self.dispatch.contract)
 
     def add_request(self, request: Request) -> None:
+        """Queue a request; ValueError if its id is in use or it could never fit the cache."""
+        in_use = {s.request.request_id for s in self._sequences()}
+        if request.request_id in in_use:
+            raise ValueError(f"request id {request.request_id} is already in the engine")
+        needed = self.cache.blocks_needed(len(request.prompt) + request.max_new_tokens)
+        if needed > self.cache.num_blocks:
+            raise ValueError(f"request {request.request_id} needs {needed} KV blocks; "
+                             f"the cache has {self.cache.num_blocks}")
         self._pending.append(RunningSequence(Completion(request)))
+
+    def _sequences(self) -> list:
+        return self._pending + list(self.scheduler.waiting) + self.scheduler.running
 
     def has_work(self) -> bool:
         return bool(self._pending or self.scheduler.waiting or self.scheduler.running)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.ops.linear import row_invariant_matmul
+from kernels.ops.padding import pad_to_multiple
 
 
 def _grouped_rows(q, num_kv_heads):
@@ -43,12 +44,13 @@ def fast_sdpa(q, k, v, segment, kv, *, scale):
     """torch SDPA in the activation dtype (its CPU flash kernel picks tiles by shape)."""
     kv.write(segment, k, v)
     keys, values = kv.read(segment)
-    context = keys.shape[0]
-    causal = torch.ones(segment.length, context, dtype=torch.bool, device=q.device).tril(
-        diagonal=segment.start)
+    causal = None
+    if segment.start:  # chunked prefill: the chunk sees the whole cached prefix
+        causal = torch.ones(segment.length, keys.shape[0], dtype=torch.bool, device=q.device).tril(
+            diagonal=segment.start)
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1),
-        attn_mask=causal, scale=scale, enable_gqa=True)
+        attn_mask=causal, is_causal=causal is None, scale=scale, enable_gqa=True)
     return out.transpose(0, 1)
 
 
@@ -104,8 +106,4 @@ def consistent(q, k, v, segment, kv, *, scale, block_kv, row_multiple):
 
 def _padded_block(tensor, lo, block):
     """tensor[lo:lo+block] in fp32, zero-padded to `block` rows (masked by position)."""
-    part = tensor[lo:lo + block].float()
-    if part.shape[0] == block:
-        return part
-    pad = part.new_zeros((block - part.shape[0],) + tuple(part.shape[1:]))
-    return torch.cat([part, pad])
+    return pad_to_multiple(tensor[lo:lo + block].float(), 0, block)

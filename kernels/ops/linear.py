@@ -13,6 +13,8 @@ them. Reference: gates/reference/linear.py.
 import torch
 import torch.nn.functional as F
 
+from kernels.ops.padding import pad_to_multiple
+
 
 def _blas(x, w):
     """One GEMM call; half precision goes through fp32 on CPU (see the module docstring)."""
@@ -40,25 +42,23 @@ def fast_split_k(x, w, *, split_k_below_rows: int, num_splits: int):
     return total.to(x.dtype)
 
 
-def pad_rows(x, row_multiple: int):
-    """Append zero rows so that x.shape[0] is a multiple of row_multiple (no copy if it is)."""
-    pad = -x.shape[0] % row_multiple
-    if pad == 0:
-        return x.contiguous()
-    return torch.cat([x, x.new_zeros((pad,) + tuple(x.shape[1:]))])
+def require_cpu(x, what: str) -> None:
+    """The consistent CPU arithmetic is proven on CPU only; CUDA gets Triton kernels."""
+    if x.device.type != "cpu":
+        raise NotImplementedError(f"{what}: the consistent path for {x.device.type} is not built "
+                                  f"yet (Triton kernels); cuBLAS/SDPA are batch-variant there")
 
 
 def row_invariant_matmul(a, b, *, row_multiple: int):
     """a[..., M, K] @ b[..., K, N] with M padded to a multiple of row_multiple, so that
     each row's K reduction is the same for any M. Used by attention's score and value GEMMs."""
+    require_cpu(a, "row_invariant_matmul")
     num_rows = a.shape[-2]
-    pad = -num_rows % row_multiple
-    if pad:
-        a = torch.cat([a, a.new_zeros(a.shape[:-2] + (pad, a.shape[-1]))], dim=-2)
-    return torch.matmul(a, b)[..., :num_rows, :]
+    return torch.matmul(pad_to_multiple(a, -2, row_multiple), b)[..., :num_rows, :]
 
 
 def consistent(x, w, *, row_multiple: int):
     """Batch invariant: each row's bits are independent of M and of its position."""
+    require_cpu(x, "linear.consistent")
     num_rows = x.shape[0]
-    return _blas(pad_rows(x, row_multiple), w)[:num_rows]
+    return _blas(pad_to_multiple(x.contiguous(), 0, row_multiple), w)[:num_rows]

@@ -9,6 +9,8 @@ elements, then the chunk partials in order, keeps every stage on the serial path
 """
 import torch
 
+from kernels.ops.padding import pad_to_multiple
+
 CHUNK = 4096
 
 
@@ -17,8 +19,6 @@ def row_sum(x: torch.Tensor) -> torch.Tensor:
     length = x.shape[-1]
     if length <= CHUNK:
         return x.sum(dim=-1, keepdim=True)
-    pad = -length % CHUNK
-    if pad:
-        x = torch.cat([x, x.new_zeros(x.shape[:-1] + (pad,))], dim=-1)
+    x = pad_to_multiple(x, -1, CHUNK)
     partials = x.reshape(x.shape[:-1] + (x.shape[-1] // CHUNK, CHUNK)).sum(dim=-1)
     return partials.sum(dim=-1, keepdim=True)

@@ -45,8 +45,3 @@ def constant_names(name: str) -> tuple[set, set]:
             continue
         (required if param.default is param.empty else optional).add(param.name)
     return required, optional
-
-
-def family_source(family: str) -> str:
-    """Source text of a family's module: part of the numerical-policy identity."""
-    return inspect.getsource(FAMILY_VARIANTS[family][0])

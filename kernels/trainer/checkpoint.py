@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 MANIFEST = "manifest.json"
+FILES = ("master.safetensors", "model.safetensors", "optimizer.pt", "run_state.json")
 
 
 class CheckpointError(ValueError):
@@ -41,9 +43,14 @@ def save_checkpoint(directory, *, model_state, master_state, optimizer_state, ru
     (staging / "run_state.json").write_text(json.dumps(run_state, indent=2, sort_keys=True))
     files = {p.name: _sha256(p) for p in sorted(staging.iterdir())}
     (staging / MANIFEST).write_text(json.dumps({"files": files}, indent=2, sort_keys=True))
+    # Swap in two renames: a crash leaves either the old or the new checkpoint under a
+    # name that load_checkpoint accepts, never neither.
+    retired = directory.with_name(directory.name + ".old")
+    shutil.rmtree(retired, ignore_errors=True)
     if directory.exists():
-        shutil.rmtree(directory)
+        os.replace(directory, retired)
     os.replace(staging, directory)
+    shutil.rmtree(retired, ignore_errors=True)
     return directory
 
 
@@ -56,7 +63,9 @@ def load_checkpoint(directory) -> dict:
         raise CheckpointError(f"{directory}: not a checkpoint (no {MANIFEST})")
     try:
         expected = json.loads(manifest_path.read_text())["files"]
-    except (ValueError, KeyError) as error:
+        if not isinstance(expected, dict) or sorted(expected) != sorted(FILES):
+            raise ValueError(f"expected entries for {list(FILES)}")
+    except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"{manifest_path}: unreadable manifest: {error}") from error
     for name, digest in expected.items():
         path = directory / name
@@ -73,5 +82,5 @@ def load_checkpoint(directory) -> dict:
             "torch_rng": extra["torch_rng"],
             "run_state": json.loads((directory / "run_state.json").read_text()),
         }
-    except (SafetensorError, OSError, RuntimeError, ValueError, KeyError) as error:
+    except (SafetensorError, OSError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as error:
         raise CheckpointError(f"{directory}: unreadable checkpoint: {error}") from error

@@ -26,6 +26,12 @@ class ScoredSequence:
     """Temperature of the distribution the log-probs are taken from."""
 
 
+def scored_sequences(completions) -> list:
+    """What the trainer scores for engine completions: prompt, generated tokens, temperature."""
+    return [ScoredSequence(c.request.prompt, tuple(c.tokens), c.request.params.logprob_temperature)
+            for c in completions]
+
+
 def sequence_logprobs(model, dispatch, sequences, case, *, micro_batch_size=8, layout="packed"):
     """One fp32 tensor [len(completion)] per sequence, in input order."""
     if layout not in LAYOUTS:

@@ -12,10 +12,10 @@ import torch
 
 from kernels.engine.engine import Engine
 from kernels.engine.request import Request
-from kernels.ops.sampler import SamplingParams, _mix_seed
+from kernels.ops.sampler import SamplingParams, mix_seed
 from kernels.trainer.checkpoint import load_checkpoint, save_checkpoint
 from kernels.trainer.grpo import group_advantages
-from kernels.trainer.logprobs import ScoredSequence
+from kernels.trainer.logprobs import scored_sequences
 from kernels.trainer.trainer import Trainer
 
 
@@ -46,14 +46,21 @@ class GRPOSettings:
 @dataclass
 class StepRecord:
     step: int
+    """Index of the step in the run."""
     rewards: list
+    """One reward per completion."""
     engine_logprobs: list
+    """Per completion, the engine's log-prob of each sampled token (pi_old)."""
     trainer_logprobs: list
+    """The trainer's scores of the same tokens (case trainer_fwd), before the update."""
+    update_logprobs: list
+    """The log-probs the update's own forward computed (case trainer_bwd)."""
     loss: float
+    """GRPO loss of the update."""
 
 
 def prompt_tokens(seed: int, index: int, vocab_size: int, min_len: int, max_len: int) -> tuple:
-    rng = random.Random(_mix_seed(seed, index))
+    rng = random.Random(mix_seed(seed, index))
     return tuple(rng.randrange(1, vocab_size) for _ in range(rng.randint(min_len, max_len)))
 
 
@@ -62,6 +69,8 @@ def even_token_reward(tokens) -> float:
 
 
 class GRPORun:
+    """Owns a trainer and an engine and steps them through GRPO; save() / resume()."""
+
     def __init__(self, config, contract, settings: GRPOSettings, *, model_seed=0):
         self.config, self.contract, self.settings = config, contract, settings
         self.trainer = Trainer(config, contract, seed=model_seed, lr=settings.lr)
@@ -75,14 +84,14 @@ class GRPORun:
 
     def _requests(self) -> list:
         s = self.settings
-        arrivals = random.Random(_mix_seed(s.seed, 1_000_000 + self.step_index))
+        arrivals = random.Random(mix_seed(s.seed, 1_000_000 + self.step_index))
         requests = []
         for p in range(s.prompts_per_step):
             prompt = prompt_tokens(s.seed, self.data_position + p, self.config.vocab_size,
                                    s.min_prompt_len, s.max_prompt_len)
             for g in range(s.group_size):
                 index = p * s.group_size + g
-                seed = _mix_seed(_mix_seed(s.seed, self.step_index), index)
+                seed = mix_seed(mix_seed(s.seed, self.step_index), index)
                 requests.append(Request(
                     request_id=index, prompt=prompt, max_new_tokens=s.max_new_tokens,
                     params=SamplingParams(temperature=s.temperature, seed=seed),
@@ -93,15 +102,15 @@ class GRPORun:
         """Rollout, score, update, sync; the trainer's scores are taken before the update."""
         requests = self._requests()
         completions = self.engine.generate(requests)
-        sequences = [ScoredSequence(c.request.prompt, tuple(c.tokens),
-                                    c.request.params.logprob_temperature) for c in completions]
+        sequences = scored_sequences(completions)
         engine_logprobs = [c.logprob_tensor for c in completions]
         trainer_logprobs = self.trainer.score(sequences)
         rewards = [even_token_reward(c.tokens) for c in completions]
         advantages = group_advantages(rewards, self.settings.group_size)
         result = self.trainer.train_step(sequences, advantages, engine_logprobs)
         self.engine.load_weights(self.trainer.weights())
-        record = StepRecord(self.step_index, rewards, engine_logprobs, trainer_logprobs, result["loss"])
+        record = StepRecord(self.step_index, rewards, engine_logprobs, trainer_logprobs,
+                            result["logprobs"], result["loss"])
         self.step_index += 1
         self.data_position += self.settings.prompts_per_step
         return record
@@ -120,6 +129,9 @@ class GRPORun:
         run_state = state["run_state"]
         if run_state["settings"] != asdict(settings) or run_state["config"] != asdict(config):
             raise ValueError(f"{directory}: checkpoint was written with other settings or config")
+        if run_state["contract"] != contract.name:
+            raise ValueError(f"{directory}: checkpoint was written under contract "
+                             f"{run_state['contract']!r}, not {contract.name!r}")
         run = cls(config, contract, settings)
         run.trainer.load_state(state["model_state"], state["master_state"], state["optimizer_state"])
         torch.set_rng_state(state["torch_rng"])

@@ -16,6 +16,8 @@ from kernels.trainer.optim import MixedPrecisionAdamW
 
 
 class Trainer:
+    """Scores completions and applies GRPO updates; `weights()` is what syncs to the engine."""
+
     def __init__(self, config, contract, *, seed=0, weights=None, lr=1e-3, weight_decay=0.0,
                  micro_batch_size=8, layout="packed", observers=()):
         """Seeded random weights, or a copy of `weights` (a state dict) when given."""
@@ -54,8 +56,13 @@ class Trainer:
         return {name: tensor.detach() for name, tensor in self.model.state_dict().items()}
 
     def load_state(self, model_state, master_state, optimizer_state) -> None:
+        """Restore weights, fp32 master weights and optimizer state (names and shapes checked)."""
+        self.model.load_state_dict(model_state, strict=True)
+        if set(master_state) != set(self.optimizer.master):
+            raise ValueError(f"master weights: names differ: {sorted(set(master_state) ^ set(self.optimizer.master))}")
         with torch.no_grad():
-            for name, param in self.model.named_parameters():
-                param.copy_(model_state[name])
-                self.optimizer.master[name].copy_(master_state[name])
+            for name, master in self.optimizer.master.items():
+                if master_state[name].shape != master.shape:
+                    raise ValueError(f"master weight {name}: shape {tuple(master_state[name].shape)}")
+                master.copy_(master_state[name])
         self.optimizer.load_state_dict(optimizer_state)
