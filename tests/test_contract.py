@@ -9,6 +9,7 @@ from kernels.contract import ContractError, load_contract
 from kernels.contract.constants import decode_constant, encode_float
 from kernels.contract.identity import identities, numerical_policy_identity, semantic_identity
 from kernels.contract.regions import CASES, REGION_FAMILY
+from kernels.ops import registry
 from kernels.models.config import CONFIG_DIR, load_model_config
 from kernels.models.registry import build_model
 
@@ -18,7 +19,9 @@ def test_shipped_contract_maps_every_region_and_case(name):
     contract = load_contract(name)
     assert set(contract.bindings) == {(r, c) for r in REGION_FAMILY for c in CASES}
     for (region, case), binding in contract.bindings.items():
-        assert callable(contract.op(region, case)), (region, case)
+        function = contract.op(region, case)
+        assert function.func is registry.implementation(binding.impl), (region, case)
+        assert function.keywords == dict(binding.constants), (region, case)
 
 
 def _consistent_document():
@@ -45,6 +48,16 @@ def _write(tmp_path, document):
     (lambda d: d["regions"]["norm"].update(engine_turbo=d["regions"]["norm"]["engine_prefill"]), "unknown cases"),
     (lambda d: d.update(claims={"faster_than_light": "all"}), "unknown claim"),
     (lambda d: d.pop("regions"), "'name' and 'regions'"),
+    (lambda d: d.update(regions=["norm"]), "regions: must be a non-empty mapping"),
+    (lambda d: d.update(name=7), "name: must be a non-empty string"),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 0}}),
+     "must be a positive integer"),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": True}}),
+     "must be a positive integer"),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": "eight"}}),
+     "must be a positive integer"),
+    (lambda d: d.update(claims={"tp_sizes": "all"}), "list of positive integers"),
+    (lambda d: d.update(claims={"batch_invariant": ["norm", "warp_core"]}), "list of known regions"),
 ])
 def test_malformed_contract_is_a_clear_error(tmp_path, mutate, message):
     document = _consistent_document()
@@ -52,6 +65,14 @@ def test_malformed_contract_is_a_clear_error(tmp_path, mutate, message):
     with pytest.raises(ContractError, match=message.replace("[", r"\[").replace("]", r"\]")) as raised:
         load_contract(_write(tmp_path, document))
     assert str(tmp_path) in str(raised.value)
+
+
+def test_duplicate_keys_are_refused(tmp_path):
+    text = open(load_contract("consistent").source).read().replace("regions:\n", "regions:\n  norm: {}\n", 1)
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    with pytest.raises(ContractError, match="duplicate key 'norm'"):
+        load_contract(path)
 
 
 def test_unknown_contract_name_and_unreadable_yaml(tmp_path):
@@ -99,6 +120,9 @@ def test_identities_are_stable_and_sensitive():
     ({"num_kv_heads": 3}, "num_heads: must be a multiple"),
     ({"rope_theta": -1.0}, "rope_theta: must be positive"),
     ({"warp": 9}, r"unknown fields \['warp'\]"),
+    ({"rms_norm_eps": "1e-6"}, "write 1.0e-6"),
+    ({"num_layers": True}, "num_layers must be int"),
+    ({"tie_word_embeddings": "no"}, "tie_word_embeddings must be bool"),
 ])
 def test_model_config_errors_name_the_field(tmp_path, change, message):
     document = yaml.safe_load((CONFIG_DIR / "qwen3-cut.yaml").read_text())

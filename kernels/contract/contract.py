@@ -12,11 +12,10 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from kernels.contract.constants import decode_constant
 from kernels.contract.regions import CASES, CLAIM_KINDS, REGION_FAMILY
 from kernels.ops import registry
+from kernels.strict_yaml import load_yaml
 
 CONTRACT_DIR = Path(__file__).parent
 
@@ -86,11 +85,7 @@ def load_contract(name_or_path) -> Contract:
             shipped = sorted(p.stem for p in CONTRACT_DIR.glob("*.yaml"))
             raise ContractError(f"unknown contract {name_or_path!r}; shipped: {shipped}")
     try:
-        document = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise ContractError(f"{path}: cannot read contract: {error}") from error
-    try:
-        return _parse(document, str(path))
+        return _parse(load_yaml(path, "contract"), str(path))
     except ValueError as error:
         raise ContractError(f"{path}: {error}") from error
 
@@ -101,8 +96,12 @@ def _parse(document, source: str) -> Contract:
     unknown_keys = set(document) - {"name", "regions", "claims"}
     if unknown_keys:
         raise ValueError(f"unknown top-level keys {sorted(unknown_keys)}")
+    if not isinstance(document["name"], str) or not document["name"]:
+        raise ValueError("name: must be a non-empty string")
+    if not isinstance(document["regions"], dict) or not document["regions"]:
+        raise ValueError("regions: must be a non-empty mapping of region -> cases")
     bindings = {}
-    for region, cases in (document["regions"] or {}).items():
+    for region, cases in document["regions"].items():
         if region not in REGION_FAMILY:
             raise ValueError(f"unknown region {region!r}; known: {sorted(REGION_FAMILY)}")
         if not isinstance(cases, dict):
@@ -130,12 +129,25 @@ def _parse_binding(region: str, case: str, entry) -> Binding:
     raw = entry.get("constants") or {}
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: constants must be a mapping")
-    required, optional = registry.constant_names(impl)
-    if set(raw) - required - optional or required - set(raw):
+    types = registry.constant_types(impl)
+    required = {name for name, (_, has_default) in types.items() if not has_default}
+    if set(raw) - set(types) or required - set(raw):
         raise ValueError(f"{where}: {impl} takes constants {sorted(required)} "
-                         f"(optional {sorted(optional)}), got {sorted(raw)}")
-    constants = tuple(sorted((name, decode_constant(name, value)) for name, value in raw.items()))
+                         f"(optional {sorted(set(types) - required)}), got {sorted(raw)}")
+    constants = tuple(sorted((name, _typed_constant(where, name, value, types[name][0]))
+                             for name, value in raw.items()))
     return Binding(region=region, case=case, impl=impl, constants=constants)
+
+
+def _typed_constant(where, name, raw, expected):
+    """Decode an exact constant and check it against the implementation's annotation; the
+    integer constants are counts and sizes, so they must be positive."""
+    value = decode_constant(name, raw)
+    if expected is int and (type(value) is not int or value <= 0):
+        raise ValueError(f"{where}: constant {name!r} must be a positive integer, got {raw!r}")
+    if expected in (bool, str, float) and type(value) is not expected:
+        raise ValueError(f"{where}: constant {name!r} must be a {expected.__name__}, got {raw!r}")
+    return value
 
 
 def _parse_claims(raw, known_regions) -> dict:
@@ -145,9 +157,13 @@ def _parse_claims(raw, known_regions) -> dict:
     for kind, value in raw.items():
         if kind not in CLAIM_KINDS:
             raise ValueError(f"unknown claim {kind!r}; known: {sorted(CLAIM_KINDS)}")
-        if value == "all":
-            value = sorted(known_regions)
-        if not isinstance(value, list):
-            raise ValueError(f"claim {kind!r}: expected a list or 'all'")
+        if kind == "tp_sizes":
+            if not isinstance(value, list) or not all(type(v) is int and v > 0 for v in value):
+                raise ValueError(f"claim {kind!r}: expected a list of positive integers")
+        else:
+            value = sorted(known_regions) if value == "all" else value
+            if not isinstance(value, list) or set(value) - known_regions:
+                raise ValueError(f"claim {kind!r}: expected 'all' or a list of known regions, "
+                                 f"got {value!r}")
         claims[kind] = tuple(value)
     return claims

@@ -7,7 +7,8 @@ import dataclasses
 from pathlib import Path
 
 import torch
-import yaml
+
+from kernels.strict_yaml import load_yaml
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -29,9 +30,23 @@ def config_from_mapping(config_class, mapping: dict, source: str = "config"):
     missing = sorted(required - set(mapping))
     if missing:
         raise ValueError(f"{source}: missing fields {missing}")
+    for field in dataclasses.fields(config_class):
+        if field.name in mapping:
+            _check_type(source, field.name, mapping[field.name], field.type)
     config = config_class(**mapping)
     config.validate()
     return config
+
+
+def _check_type(source, name, value, annotation) -> None:
+    """YAML 1.1 reads `1e-6` as text and `yes` as true: say so instead of failing later."""
+    expected = annotation if isinstance(annotation, type) else {"int": int, "float": float,
+                                                                "bool": bool, "str": str}.get(annotation)
+    ok = {int: type(value) is int, bool: type(value) is bool, str: isinstance(value, str),
+          float: type(value) in (int, float)}.get(expected, True)
+    if not ok:
+        hint = " (YAML reads 1e-6 as text: write 1.0e-6)" if expected is float and isinstance(value, str) else ""
+        raise ValueError(f"{source}: {name} must be {expected.__name__}, got {value!r}{hint}")
 
 
 def load_model_config(name_or_path):
@@ -43,10 +58,7 @@ def load_model_config(name_or_path):
         path = CONFIG_DIR / f"{name_or_path}.yaml"
         if not path.exists():
             raise ValueError(f"unknown model config {name_or_path!r}; shipped: {shipped_configs()}")
-    try:
-        mapping = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise ValueError(f"{path}: cannot read model config: {error}") from error
+    mapping = load_yaml(path, "model config")
     if not isinstance(mapping, dict) or "family" not in mapping:
         raise ValueError(f"{path}: a model config is a mapping with a 'family' field")
     return config_from_mapping(config_class_for(mapping["family"]), mapping, str(path))

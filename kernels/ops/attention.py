@@ -54,7 +54,7 @@ def fast_sdpa(q, k, v, segment, kv, *, scale):
     return out.transpose(0, 1)
 
 
-def fast_split_kv(q, k, v, segment, kv, *, scale, tokens_per_split, max_splits):
+def fast_split_kv(q, k, v, segment, kv, *, scale, tokens_per_split: int, max_splits: int):
     """Flash-decoding: the context is cut into a number of splits that grows with its
     length, each split's softmax is local, and the splits are merged by log-sum-exp."""
     kv.write(segment, k, v)
@@ -78,7 +78,7 @@ def fast_split_kv(q, k, v, segment, kv, *, scale, tokens_per_split, max_splits):
     return _ungrouped(out, segment.length, q.shape[1]).to(q.dtype)
 
 
-def consistent(q, k, v, segment, kv, *, scale, block_kv, row_multiple):
+def consistent(q, k, v, segment, kv, *, scale, block_kv: int, row_multiple: int):
     """One arithmetic for prefill, chunked prefill, decode and the trainer."""
     kv.write(segment, k, v)
     keys, values = kv.read(segment)

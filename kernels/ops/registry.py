@@ -36,12 +36,14 @@ def implementation(name: str):
     return getattr(FAMILY_VARIANTS[family][0], variant)
 
 
-def constant_names(name: str) -> tuple[set, set]:
-    """(required, optional) pinned-constant names of an implementation."""
+def constant_types(name: str) -> dict:
+    """Pinned constants of an implementation: name -> (annotated type, has a default)."""
     family = name.partition(".")[0]
-    required, optional = set(), set()
+    constants = {}
     for param in inspect.signature(implementation(name)).parameters.values():
         if param.kind is not param.KEYWORD_ONLY or param.name in CALL_KEYWORDS.get(family, ()):
             continue
-        (required if param.default is param.empty else optional).add(param.name)
-    return required, optional
+        if param.annotation not in (int, bool, str, float):
+            raise TypeError(f"{name}: constant {param.name!r} needs an int/bool/str/float annotation")
+        constants[param.name] = (param.annotation, param.default is not param.empty)
+    return constants
