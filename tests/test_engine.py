@@ -12,6 +12,8 @@ from kernels.engine.request import Request
 from kernels.models.batch import Segment
 from kernels.models.config import load_model_config
 from kernels.ops.sampler import SamplingParams
+from kernels.trainer.logprobs import ScoredSequence
+from kernels.trainer.trainer import Trainer
 
 CONFIG = load_model_config("qwen3-cut")
 
@@ -69,24 +71,39 @@ def test_consistent_results_do_not_depend_on_scheduling(fresh_seed):
         assert_bitwise_equal(alone.logprob_tensor, together.logprob_tensor, f"request {request.request_id}")
 
 
-def test_weight_sync_mid_generation_recomputes_to_the_same_bits(fresh_seed):
-    weights, contract = seeded_weights(CONFIG), load_contract("consistent")
+def test_weight_sync_mid_generation_drops_the_cache_and_recomputes(fresh_seed):
+    """After a sync to new weights, every later token's log-prob is what the trainer computes
+    with the new weights for prompt + tokens so far: stale KV would show up as a difference."""
+    old, new, contract = seeded_weights(CONFIG, 0), seeded_weights(CONFIG, 1), load_contract("consistent")
     requests = _requests(fresh_seed, count=4, spread=1)
-    uninterrupted = Engine(CONFIG, contract, weights, max_tokens_per_step=32).generate(requests)
-    engine = Engine(CONFIG, contract, weights, max_tokens_per_step=32)
+    engine = Engine(CONFIG, contract, old, max_tokens_per_step=32)
     for request in requests:
         engine.add_request(request)
     done = {}
     for _ in range(6):
         done.update({c.request.request_id: c for c in engine.step()})
-    engine.load_weights(weights)  # same weights: the cache is dropped, prefixes are recomputed
+    generated_before = {s.request.request_id: len(s.completion.tokens) for s in engine.scheduler.running}
+    assert any(0 < n < 12 for n in generated_before.values()), "no sequence was mid-generation"
+    engine.load_weights(new)
     assert engine.weight_version == 1
     while engine.has_work():
         done.update({c.request.request_id: c for c in engine.step()})
-    for expected in uninterrupted:
-        got = done[expected.request.request_id]
-        assert got.tokens == expected.tokens
-        assert_bitwise_equal(got.logprob_tensor, expected.logprob_tensor, f"seed {fresh_seed}")
+    trainer = Trainer(CONFIG, contract, weights=new)
+    for request_id, split in generated_before.items():
+        completion = done[request_id]
+        after = trainer.score([ScoredSequence(completion.request.prompt + tuple(completion.tokens[:split]),
+                                              tuple(completion.tokens[split:]), 0.9)])[0]
+        assert_bitwise_equal(completion.logprob_tensor[split:], after,
+                             f"seed {fresh_seed}: request {request_id} after the sync")
+
+
+def test_requests_that_cannot_run_are_refused():
+    engine = Engine(CONFIG, load_contract("consistent"), seeded_weights(CONFIG), num_blocks=4, block_size=16)
+    engine.add_request(Request(1, (1, 2, 3), 4))
+    with pytest.raises(ValueError, match="already in the engine"):
+        engine.add_request(Request(1, (4, 5), 4))
+    with pytest.raises(ValueError, match="needs 5 KV blocks"):
+        engine.add_request(Request(2, tuple(range(1, 70)), 8))
 
 
 def test_weight_sync_changes_the_policy_and_rejects_wrong_names():
@@ -97,6 +114,9 @@ def test_weight_sync_changes_the_policy_and_rejects_wrong_names():
     assert engine.identities()["semantic"] != before
     with pytest.raises(ValueError, match="names differ"):
         engine.load_weights({"embed_tokens": torch.zeros(1)})
+    wrong_dtype = {k: v.float() for k, v in seeded_weights(CONFIG, 1).items()}
+    with pytest.raises(ValueError, match="the engine holds"):
+        engine.load_weights(wrong_dtype)
 
 
 def test_bad_requests_are_clear_errors():
@@ -104,6 +124,10 @@ def test_bad_requests_are_clear_errors():
         Request(0, (), 4)
     with pytest.raises(ValueError, match="max_new_tokens"):
         Request(0, (1, 2), 0)
+    for bad, message in (({"temperature": -1.0}, "temperature"), ({"top_k": -2}, "top_k"),
+                         ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p")):
+        with pytest.raises(ValueError, match=message):
+            SamplingParams(**bad)
 
 
 def test_full_distribution_is_returned_and_agrees_with_the_sampled_log_prob(fresh_seed):

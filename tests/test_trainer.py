@@ -38,8 +38,12 @@ def test_grpo_steps_run_end_to_end_with_zero_diff(fresh_seed):
         started = time.perf_counter()
         record = run.step()
         print(f"GRPO step {record.step}: {time.perf_counter() - started:.2f} s, loss {record.loss:.3g}")
-        for index, (engine_lp, trainer_lp) in enumerate(zip(record.engine_logprobs, record.trainer_logprobs)):
-            assert_bitwise_equal(engine_lp, trainer_lp, f"seed {fresh_seed} step {record.step} seq {index}")
+        assert len(record.engine_logprobs) == len(record.trainer_logprobs) == len(record.update_logprobs) == 8
+        for index, (engine_lp, trainer_lp, update_lp) in enumerate(
+                zip(record.engine_logprobs, record.trainer_logprobs, record.update_logprobs)):
+            where = f"seed {fresh_seed} step {record.step} seq {index}"
+            assert_bitwise_equal(engine_lp, trainer_lp, f"{where}: trainer_fwd")
+            assert_bitwise_equal(engine_lp, update_lp, f"{where}: trainer_bwd (ratio exactly 1)")
     after = run.trainer.weights()
     assert any(not torch.equal(before[k], after[k]) for k in before), "the update changed nothing"
     for name, tensor in run.engine.model.state_dict().items():
@@ -70,6 +74,8 @@ def test_damaged_checkpoints_are_refused(tmp_path):
     path = run.save(tmp_path / "ckpt")
     with pytest.raises(ValueError, match="other settings"):
         GRPORun.resume(path, CONFIG, contract, dataclasses.replace(SETTINGS, lr=1e-2))
+    with pytest.raises(ValueError, match="under contract 'consistent', not 'fast'"):
+        GRPORun.resume(path, CONFIG, load_contract("fast"), SETTINGS)
     data = bytearray((path / "model.safetensors").read_bytes())
     data[len(data) // 2] ^= 0xFF
     (path / "model.safetensors").write_bytes(bytes(data))
@@ -103,3 +109,10 @@ def test_grpo_math():
     loss = policy_loss(logp, [logp[0].detach()], torch.tensor([2.0]))
     loss.backward()
     assert float(loss.detach()) == -2.0 and torch.equal(logp[0].grad, torch.tensor([-1.0, -1.0]))
+    # ratio e^0.5 > 1.2 with a positive advantage: the clipped branch wins and has no gradient
+    far = [torch.tensor([0.0], requires_grad=True)]
+    clipped = policy_loss(far, [torch.tensor([-0.5])], torch.tensor([1.0]))
+    clipped.backward()
+    assert abs(float(clipped.detach()) + 1.2) < 1e-6 and float(far[0].grad) == 0.0
+    with pytest.raises(ValueError, match="2 sequences, 1 old"):
+        policy_loss(logp * 2, [logp[0]], torch.tensor([1.0, 1.0]))

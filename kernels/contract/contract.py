@@ -42,6 +42,8 @@ class Binding:
 
 @dataclass(frozen=True)
 class Contract:
+    """A loaded contract: look up the callable for a region in a case with `op`."""
+
     name: str
     """The contract's own name (fast, consistent, ...)."""
     bindings: dict
@@ -63,6 +65,15 @@ class Contract:
     def op(self, region: str, case: str):
         """The callable for one region in one case."""
         return _bound_function(self.binding(region, case))
+
+    def with_regions_from(self, other: "Contract", regions) -> "Contract":
+        """This contract with every case of `regions` taken from `other` (e.g. one region of
+        the consistent contract swapped to the fast one, to show that region matters)."""
+        regions = set(regions)
+        bindings = {key: (other.binding(*key) if key[0] in regions else binding)
+                    for key, binding in self.bindings.items()}
+        return Contract(name=f"{self.name}+{other.name}:{','.join(sorted(regions))}",
+                        bindings=bindings, claims={}, source=self.source)
 
     def require_regions(self, regions) -> None:
         """Fail clearly if a model needs regions this contract does not map."""
