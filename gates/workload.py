@@ -15,8 +15,10 @@ from kernels.trainer.logprobs import scored_sequences
 from kernels.trainer.trainer import Trainer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Workload:
+    """What the engine is asked to generate."""
+
     num_sequences: int = 64
     """Requests generated."""
     new_tokens: int = 64
@@ -38,8 +40,10 @@ class Workload:
             raise ValueError("max_prompt_len: must be >= min_prompt_len")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EngineShape:
+    """How the engine batches: the knobs that change batch composition."""
+
     tokens_per_step: int = 48
     """Token budget per engine step."""
     max_running: int = 16

@@ -6,6 +6,8 @@ import yaml
 
 
 class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys."""
+
     pass
 
 

@@ -26,6 +26,8 @@ class ContractError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Binding:
+    """One region x case: the implementation and its pinned constants."""
+
     region: str
     """Region name, e.g. "qkv_proj"."""
     case: str

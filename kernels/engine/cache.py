@@ -10,6 +10,8 @@ import torch
 
 
 class PagedKVCache:
+    """K/V pools [layers, blocks, block_size, Hkv, D] and per-sequence block tables."""
+
     def __init__(self, *, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype):
         shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
         self.keys = torch.full(shape, float("nan"), dtype=dtype)

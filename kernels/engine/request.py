@@ -6,8 +6,10 @@ import torch
 from kernels.ops.sampler import SamplingParams
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
+    """What a caller asks the engine for."""
+
     request_id: int
     """Unique id; also the sequence id in the KV cache."""
     prompt: tuple
@@ -32,6 +34,8 @@ class Request:
 
 @dataclass
 class Completion:
+    """What the engine hands back: tokens and their log-probs."""
+
     request: Request
     tokens: list = field(default_factory=list)
     """Generated token ids."""
@@ -47,6 +51,8 @@ class Completion:
 
 @dataclass
 class RunningSequence:
+    """A request in flight: its completion so far and how much of it the cache holds."""
+
     completion: Completion
     num_computed: int = 0
     """Tokens whose KV is in the cache."""

@@ -6,8 +6,10 @@ from collections import deque
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScheduledWork:
+    """One sequence's share of a step."""
+
     sequence: object
     """The RunningSequence."""
     num_tokens: int
@@ -17,6 +19,8 @@ class ScheduledWork:
 
 
 class Scheduler:
+    """Decides which rows of which sequences each step computes."""
+
     def __init__(self, cache, *, max_tokens_per_step: int, max_running: int):
         if max_tokens_per_step <= 0 or max_running <= 0:
             raise ValueError("max_tokens_per_step and max_running must be positive")

@@ -14,6 +14,8 @@ from kernels.contract.regions import CASES
 
 @dataclass(frozen=True, slots=True)
 class Segment:
+    """A run of consecutive rows of one sequence."""
+
     seq_id: int
     """Which sequence (the key of its KV / state in the cache)."""
     start: int
@@ -32,6 +34,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class TokenBatch:
+    """The rows of one forward pass and how they split into sequences."""
+
     tokens: torch.Tensor
     """[M] token ids, segments laid end to end."""
     segments: tuple

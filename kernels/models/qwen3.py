@@ -16,6 +16,8 @@ from kernels.models.config import DTYPES
 
 @dataclass(frozen=True, slots=True)
 class Qwen3Config:
+    """Qwen3 shape and numerics; kernels/models/configs/qwen3-*.yaml."""
+
     family: str
     """Always "qwen3"."""
     num_layers: int
@@ -71,6 +73,8 @@ class Qwen3Config:
 
 
 class Qwen3Layer(nn.Module):
+    """One decoder layer's parameters (the arithmetic is in Qwen3Model)."""
+
     def __init__(self, config: Qwen3Config):
         super().__init__()
         q_width = config.num_heads * config.head_dim
@@ -87,6 +91,8 @@ class Qwen3Layer(nn.Module):
 
 
 class Qwen3Model(nn.Module):
+    """Parameters plus the forward both runtimes call."""
+
     def __init__(self, config: Qwen3Config):
         super().__init__()
         self.config = config

@@ -20,6 +20,8 @@ from kernels.ops.reduction import row_sum
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
+    """Per-request sampling settings."""
+
     temperature: float = 1.0
     """0 means greedy."""
     top_k: int = 0

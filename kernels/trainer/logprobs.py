@@ -16,8 +16,10 @@ LAYOUTS = ("packed", "padded")
 PAD_TOKEN = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScoredSequence:
+    """A prompt and the completion whose token log-probs the trainer computes."""
+
     prompt: tuple
     """Prompt token ids."""
     completion: tuple

@@ -8,6 +8,8 @@ import torch
 
 
 class MixedPrecisionAdamW:
+    """AdamW over fp32 master copies of the model's parameters."""
+
     def __init__(self, model, *, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         self.model = model
         self.names = [name for name, _ in model.named_parameters()]

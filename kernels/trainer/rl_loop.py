@@ -19,8 +19,10 @@ from kernels.trainer.logprobs import scored_sequences
 from kernels.trainer.trainer import Trainer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GRPOSettings:
+    """Knobs of a GRPO run (all part of what a checkpoint must match)."""
+
     prompts_per_step: int = 4
     """Distinct prompts per step."""
     group_size: int = 4
@@ -45,6 +47,8 @@ class GRPOSettings:
 
 @dataclass
 class StepRecord:
+    """What one GRPO step produced, for checks and reports."""
+
     step: int
     """Index of the step in the run."""
     rewards: list
