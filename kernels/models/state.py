@@ -1,11 +1,13 @@
 """Per-sequence state a model reads and writes during a forward: the KV of attention layers
-(and, for hybrid families, the recurrent state of stateful mixers).
+and, for hybrid families, the conv and SSM state of Mamba-2 mixers.
 
 The engine supplies a paged cache (kernels/engine/cache.py); the trainer a transient one
 built per forward. Both expose `kv(layer)` -> a store with write(segment, k, v) and
 read(segment) -> (K, V) over positions [0, start + length), so attention reads its context
 through the same path in every case.
 """
+from dataclasses import dataclass
+
 import torch
 
 
@@ -36,6 +38,57 @@ class TransientCache:
 
     def __init__(self, num_layers: int):
         self._kv = [ContiguousKV() for _ in range(num_layers)]
+        self._mamba: dict[int, MambaStateStore] = {}
 
     def kv(self, layer: int) -> ContiguousKV:
         return self._kv[layer]
+
+    def mamba(self, layer: int, **shape) -> "MambaStateStore":
+        """The layer's Mamba state store, made on first use with the model's shapes."""
+        if layer not in self._mamba:
+            self._mamba[layer] = MambaStateStore(**shape)
+        return self._mamba[layer]
+
+
+@dataclass
+class MambaSequenceState:
+    """One sequence's Mamba-2 state in one layer."""
+
+    conv: torch.Tensor
+    """[K-1, conv_dim] the last raw conv inputs (zeros before position 0)."""
+    ssm: torch.Tensor
+    """[H, P, N] fp32 state after the first `folded` tokens."""
+    folded: int = 0
+    """Tokens whose contribution is in `ssm`."""
+    pending: list | None = None
+    """Rows after `folded` not yet in `ssm` (x, B, C, dt), for scans that re-play a chunk."""
+
+    @property
+    def position(self) -> int:
+        """The next token's position."""
+        return self.folded + (0 if self.pending is None else self.pending[0].shape[0])
+
+
+class MambaStateStore:
+    """One Mamba layer's states by sequence; a segment starting at 0 gets a fresh state."""
+
+    def __init__(self, *, conv_rows, conv_dim, num_heads, head_dim, state_size, dtype):
+        self._fresh = lambda: MambaSequenceState(
+            conv=torch.zeros(conv_rows, conv_dim, dtype=dtype),
+            ssm=torch.zeros(num_heads, head_dim, state_size, dtype=torch.float32))
+        self._states: dict[int, MambaSequenceState] = {}
+
+    def open(self, segment) -> MambaSequenceState:
+        if segment.start == 0:
+            self._states[segment.seq_id] = self._fresh()
+        state = self._states.get(segment.seq_id)
+        if state is None or state.position != segment.start:
+            held = None if state is None else state.position
+            raise ValueError(f"sequence {segment.seq_id}: state is at {held}, segment starts at {segment.start}")
+        return state
+
+    def release(self, seq_id: int) -> None:
+        self._states.pop(seq_id, None)
+
+    def clear(self) -> None:
+        self._states.clear()

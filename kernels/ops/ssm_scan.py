@@ -1,0 +1,107 @@
+"""Mamba-2 state-space scan (SSD), per head h with state S_h [P, N] in fp32:
+S_t = exp(dt_t * A_h) S_{t-1} + dt_t * x_t B_t^T,   y_t = S_t C_t + D_h * x_t,
+with dt = softplus(dt_raw + dt_bias) and A = -exp(A_log), both in fp32.
+
+Chunked form over chunks of Q rows: with a_t = dt_t * A and cs = cumsum(a) inside the chunk,
+y_t = sum_{s<=t} (C_t . B_s) exp(cs_t - cs_s) dt_s x_s + exp(cs_t) S_0 C_t + D x_t and the state
+after the chunk S_Q = exp(cs_Q) S_0 + sum_s exp(cs_Q - cs_s) dt_s x_s B_s^T.
+
+Consistency: chunks sit at absolute positions (0, Q, 2Q, ...). The sequence state keeps S at
+the last chunk boundary plus the rows of the unfinished chunk; every call re-plays that chunk
+(buffered rows + new rows, zero-padded to Q rows, so every GEMM has one shape) and folds S
+only when a chunk completes. Row t never reads rows after it (cumsum is sequential, masked
+terms are selected away, padding adds exact zeros), so prefill, chunked prefill at any split,
+decode and the trainer give the same bits. Fast variants: chunks aligned at the call's first
+row (engine prefill) and the one-step recurrence (engine decode), as engines run them.
+Reference: gates/reference/ssm.py.
+"""
+import torch
+import torch.nn.functional as F
+
+from kernels.ops.padding import pad_to_multiple
+
+
+def _chunk(x, B, C, dt, state0, A, D):
+    """One chunk of Q rows: (y [Q, H, P] fp32, state after the chunk [H, P, N])."""
+    num_heads, num_groups = x.shape[1], B.shape[1]
+    Bh = B.repeat_interleave(num_heads // num_groups, dim=1).transpose(0, 1)  # [H, Q, N]
+    Ch = C.repeat_interleave(num_heads // num_groups, dim=1).transpose(0, 1)  # [H, Q, N]
+    xh, dth = x.transpose(0, 1), dt.t()  # [H, Q, P], [H, Q]
+    cs = torch.cumsum(dth * A[:, None], dim=-1)  # [H, Q]
+    causal = torch.ones(cs.shape[-1], cs.shape[-1], dtype=torch.bool).tril()
+    decay = torch.where(causal, torch.exp(cs[:, :, None] - cs[:, None, :]), 0.0)  # [H, Qt, Qs]
+    weights = (Ch @ Bh.transpose(1, 2)) * decay * dth[:, None, :]
+    y = weights @ xh + (Ch @ state0.transpose(1, 2)) * torch.exp(cs)[:, :, None] + D[:, None, None] * xh
+    to_end = torch.exp(cs[:, -1:] - cs) * dth  # [H, Q]
+    state = torch.exp(cs[:, -1])[:, None, None] * state0 + (xh * to_end[:, :, None]).transpose(1, 2) @ Bh
+    return y.transpose(0, 1), state
+
+
+def position_independent_softplus(x):
+    """softplus with torch's threshold (x > 20 -> x), from exp and log, whose vector and
+    scalar loops agree on CPU (F.softplus's do not)."""
+    return torch.where(x > 20.0, x, torch.log(1.0 + torch.exp(x)))
+
+
+def _rows(state, x, B, C, dt):
+    """The unfolded rows (buffered, then new) in fp32."""
+    new = [x.float(), B.float(), C.float(), dt]
+    if state.pending is None:
+        return new
+    return [torch.cat([old, fresh]) for old, fresh in zip(state.pending, new)]
+
+
+def _run_chunks(rows, state0, A, D, chunk_size):
+    """Scan `rows` chunk by chunk from state0: (y of every row, the state at the last chunk
+    boundary, the state after all rows). Padding rows have dt = 0, so they move neither
+    cumsum nor the end state: a partial chunk's end state is exact for its real rows."""
+    num_rows = rows[0].shape[0]
+    outputs, boundary, end = [], state0, state0
+    for lo in range(0, num_rows, chunk_size):
+        piece = [pad_to_multiple(r[lo:lo + chunk_size], 0, chunk_size) for r in rows]
+        y, end = _chunk(*piece, boundary, A.float(), D.float())
+        outputs.append(y[:min(chunk_size, num_rows - lo)])
+        if lo + chunk_size <= num_rows:
+            boundary = end
+    return torch.cat(outputs), boundary, end
+
+
+def consistent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size):
+    """Chunks at absolute positions; the unfinished chunk is buffered and re-played."""
+    dt = position_independent_softplus(dt_raw.float() + dt_bias.float())
+    A = -torch.exp(A_log.float())
+    rows = _rows(state, x, B, C, dt)
+    num_buffered = rows[0].shape[0] - x.shape[0]
+    y, boundary, _ = _run_chunks(rows, state.ssm, A, D, chunk_size)
+    num_complete = (rows[0].shape[0] // chunk_size) * chunk_size
+    state.ssm = boundary
+    state.folded += num_complete
+    rest = [r[num_complete:] for r in rows]
+    state.pending = rest if rest[0].shape[0] else None
+    return y[num_buffered:]
+
+
+def fast_chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size):
+    """Engine prefill: chunks start at this call's first row; everything is folded."""
+    dt, A = F.softplus(dt_raw.float() + dt_bias.float()), -torch.exp(A_log.float())
+    rows = _rows(state, x, B, C, dt)
+    num_buffered = rows[0].shape[0] - x.shape[0]
+    y, _, end = _run_chunks(rows, state.ssm, A, D, chunk_size)
+    state.ssm, state.folded, state.pending = end, state.folded + rows[0].shape[0], None
+    return y[num_buffered:]
+
+
+def fast_recurrent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size):
+    """Engine decode: the one-step state update per token (buffered rows first)."""
+    dt, A = F.softplus(dt_raw.float() + dt_bias.float()), -torch.exp(A_log.float())
+    rows = _rows(state, x, B, C, dt)
+    num_heads, num_groups = rows[0].shape[1], rows[1].shape[1]
+    s, A32, D32 = state.ssm, A, D.float()
+    outputs = []
+    for xt, bt, ct, dtt in zip(*rows):
+        bh = bt.repeat_interleave(num_heads // num_groups, dim=0)  # [H, N]
+        ch = ct.repeat_interleave(num_heads // num_groups, dim=0)
+        s = torch.exp(dtt * A32)[:, None, None] * s + (dtt[:, None] * xt)[:, :, None] * bh[:, None, :]
+        outputs.append((s * ch[:, None, :]).sum(dim=-1) + D32[:, None] * xt)
+    state.ssm, state.folded, state.pending = s, state.folded + rows[0].shape[0], None
+    return torch.stack(outputs)[rows[0].shape[0] - x.shape[0]:]
