@@ -8,6 +8,8 @@ import math
 
 import torch
 
+from kernels.models.state import MambaStateStore
+
 
 class PagedKVCache:
     """K/V pools [layers, blocks, block_size, Hkv, D] and per-sequence block tables."""
@@ -76,10 +78,42 @@ class PagedLayerKV:
 
 
 class EngineCache:
-    """What the model sees in the engine: `kv(layer)` for attention layers."""
+    """Everything the engine keeps per sequence: paged KV for attention layers, fp32 conv/SSM
+    state for Mamba layers. The scheduler reserves and releases through it, so a finished
+    or invalidated sequence loses both."""
 
     def __init__(self, paged: PagedKVCache):
         self.paged = paged
+        self._mamba: dict[int, MambaStateStore] = {}
 
     def kv(self, layer: int) -> PagedLayerKV:
         return self.paged.kv(layer)
+
+    def mamba(self, layer: int, **shape) -> MambaStateStore:
+        if layer not in self._mamba:
+            self._mamba[layer] = MambaStateStore(**shape)
+        return self._mamba[layer]
+
+    @property
+    def num_blocks(self) -> int:
+        return self.paged.num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.paged.num_free_blocks
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return self.paged.blocks_needed(num_tokens)
+
+    def reserve(self, seq_id: int, num_tokens: int) -> None:
+        self.paged.reserve(seq_id, num_tokens)
+
+    def release(self, seq_id: int) -> None:
+        self.paged.release(seq_id)
+        for store in self._mamba.values():
+            store.release(seq_id)
+
+    def clear(self) -> None:
+        self.paged.clear()
+        for store in self._mamba.values():
+            store.clear()

@@ -32,9 +32,9 @@ class Engine:
             self._copy_weights(state_dict)
         self.model.requires_grad_(False)
         self.dispatch = RegionDispatch(contract, observers)
-        self.cache = PagedKVCache(num_layers=config.num_layers, num_blocks=num_blocks,
-                                  block_size=block_size, num_kv_heads=config.num_kv_heads,
-                                  head_dim=config.head_dim, dtype=config.torch_dtype)
+        self.cache = EngineCache(PagedKVCache(
+            num_layers=config.num_layers, num_blocks=num_blocks, block_size=block_size,
+            num_kv_heads=config.num_kv_heads, head_dim=config.head_dim, dtype=config.torch_dtype))
         self.scheduler = Scheduler(self.cache, max_tokens_per_step=max_tokens_per_step,
                                    max_running=max_running)
         self.step_count = 0
@@ -99,7 +99,7 @@ class Engine:
         self.step_phases[tuple(sorted({item.phase for item in work}))] += 1
         batch = self._batch(work)
         with torch.inference_mode():
-            hidden = self.model(batch, self.dispatch, EngineCache(self.cache))
+            hidden = self.model(batch, self.dispatch, self.cache)
             finished = self._sample(work, batch, hidden)
         for item in work:
             item.sequence.num_computed += item.num_tokens
