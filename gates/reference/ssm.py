@@ -12,9 +12,9 @@ def conv_silu(xbc, weight, bias):
     return out * torch.sigmoid(out)
 
 
-def scan(x, B, C, dt_raw, dt_bias, A_log, D):
+def scan(x, B, C, dt_raw, dt_bias, A_log, D, dt_min=0.0):
     """x [T,H,P], B/C [T,G,N], dt_raw [T,H] -> y [T,H,P] by the recurrence, in float64."""
-    dt = torch.nn.functional.softplus(dt_raw.double() + dt_bias.double())
+    dt = torch.nn.functional.softplus(dt_raw.double() + dt_bias.double()).clamp(min=dt_min)
     A = -torch.exp(A_log.double())
     heads_per_group = x.shape[1] // B.shape[1]
     Bh = B.double().repeat_interleave(heads_per_group, dim=1)

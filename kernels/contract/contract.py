@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernels.contract.constants import decode_constant
-from kernels.contract.regions import CASES, CLAIM_KINDS, REGION_FAMILY
+from kernels.contract.regions import CASES, CLAIM_KINDS, PAIRED_REGIONS, REGION_FAMILY
 from kernels.ops import registry
 from kernels.strict_yaml import load_yaml
 
@@ -72,6 +72,9 @@ class Contract:
         """This contract with every case of `regions` taken from `other` (e.g. one region of
         the consistent contract swapped to the fast one, to show that region matters)."""
         regions = set(regions)
+        for pair in PAIRED_REGIONS:
+            if regions & set(pair):
+                regions |= set(pair)
         bindings = {key: (other.binding(*key) if key[0] in regions else binding)
                     for key, binding in self.bindings.items()}
         return Contract(name=f"{self.name}+{other.name}:{','.join(sorted(regions))}",
@@ -125,8 +128,19 @@ def _parse(document, source: str) -> Contract:
             raise ValueError(f"region {region!r}: missing cases {missing}, unknown cases {extra}")
         for case in CASES:
             bindings[(region, case)] = _parse_binding(region, case, cases[case])
+    _check_pairs(bindings)
     claims = _parse_claims(document.get("claims") or {}, set(REGION_FAMILY))
     return Contract(name=str(document["name"]), bindings=bindings, claims=claims, source=source)
+
+
+def _check_pairs(bindings) -> None:
+    """Paired regions (regions.PAIRED_REGIONS) use the same variant in every case."""
+    for first, second in PAIRED_REGIONS:
+        for case in CASES:
+            a, b = bindings.get((first, case)), bindings.get((second, case))
+            if a and b and a.impl.partition(".")[2] != b.impl.partition(".")[2]:
+                raise ValueError(f"{first} and {second} must switch together: {case} has "
+                                 f"{a.impl} with {b.impl}")
 
 
 def _parse_binding(region: str, case: str, entry) -> Binding:

@@ -14,9 +14,24 @@ REGION_FAMILY = {
     "mlp_act": "activation",
     "down_proj": "linear",
     "lm_head": "linear",
+    "ssm_in_proj": "linear",
+    "ssm_conv": "ssm_conv",
+    "ssm_scan": "ssm_scan",
+    "ssm_norm": "gated_norm",
+    "ssm_out_proj": "linear",
+    "router": "router",
+    "topk": "topk",
+    "expert_gemm": "expert_gemm",
+    "shared_expert": "relu2_mlp",
+    "moe_combine": "moe_combine",
+    "mlp": "relu2_mlp",
     "logprob": "logprob",
     "sampler": "sampler",
 }
+
+# Regions whose variants split one computation between them and must be switched together:
+# the fast expert GEMM applies the routing weight itself, the consistent combine applies it.
+PAIRED_REGIONS = (("expert_gemm", "moe_combine"),)
 
 CLAIM_KINDS = {
     "run_to_run_deterministic": "regions whose bits repeat run to run",

@@ -1,11 +1,14 @@
 """Model families and the names a user types (`--model qwen3`)."""
+from kernels.models.nemotron import NemotronModel
+from kernels.models.nemotron_config import NemotronConfig
 from kernels.models.qwen3 import Qwen3Config, Qwen3Model
 
-FAMILIES = {"qwen3": (Qwen3Config, Qwen3Model)}
+FAMILIES = {"qwen3": (Qwen3Config, Qwen3Model), "nemotron": (NemotronConfig, NemotronModel)}
 
 # What `--model NAME --size SIZE` loads: the cut runs the CPU gates, full is the real shape.
 MODEL_CONFIGS = {
     "qwen3": {"cut": "qwen3-cut", "full": "qwen3-1.7b"},
+    "nemotron": {"cut": "nemotron-cut", "full": "nemotron-30b-a3b"},
 }
 
 

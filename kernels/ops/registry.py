@@ -6,17 +6,32 @@ by the model at call time).
 """
 import inspect
 
-from kernels.ops import activation, attention, embedding, linear, logprob, norm, rope, sampler
+from kernels.ops import (activation, attention, embedding, gated_norm, linear, logprob, moe, norm,
+                         rope, sampler, ssm_conv, ssm_scan)
 
+
+def _same_names(*names):
+    return {name: name for name in names}
+
+
+# family -> (module, {variant: function name in the module})
 FAMILY_VARIANTS = {
-    "embedding": (embedding, ("lookup",)),
-    "linear": (linear, ("fast", "fast_split_k", "consistent")),
-    "norm": (norm, ("fast_fused", "fast_hf", "consistent")),
-    "rope": (rope, ("fast", "consistent")),
-    "attention": (attention, ("fast_sdpa", "fast_split_kv", "consistent")),
-    "activation": (activation, ("fast", "consistent")),
-    "logprob": (logprob, ("fast_log_softmax", "fast_logsumexp", "consistent")),
-    "sampler": (sampler, ("fast", "consistent")),
+    "embedding": (embedding, _same_names("lookup")),
+    "linear": (linear, _same_names("fast", "fast_split_k", "consistent")),
+    "norm": (norm, _same_names("fast_fused", "fast_hf", "consistent")),
+    "rope": (rope, _same_names("fast", "consistent")),
+    "attention": (attention, _same_names("fast_sdpa", "fast_split_kv", "consistent")),
+    "activation": (activation, _same_names("fast", "consistent")),
+    "logprob": (logprob, _same_names("fast_log_softmax", "fast_logsumexp", "consistent")),
+    "sampler": (sampler, _same_names("fast", "consistent")),
+    "ssm_conv": (ssm_conv, _same_names("fast_conv1d", "fast_window_sum", "consistent")),
+    "ssm_scan": (ssm_scan, _same_names("fast_chunked", "fast_recurrent", "consistent")),
+    "gated_norm": (gated_norm, _same_names("fast", "consistent")),
+    "router": (moe, {"fast": "router_fast", "consistent": "router_consistent"}),
+    "topk": (moe, {"fast": "topk_fast", "consistent": "topk_consistent"}),
+    "expert_gemm": (moe, {"fast": "experts_fast", "consistent": "experts_consistent"}),
+    "moe_combine": (moe, {"fast": "combine_fast", "consistent": "combine_consistent"}),
+    "relu2_mlp": (moe, {"fast": "shared_fast", "consistent": "shared_consistent"}),
 }
 
 CALL_KEYWORDS = {
@@ -24,6 +39,9 @@ CALL_KEYWORDS = {
     "rope": {"theta", "max_position"},
     "attention": {"scale"},
     "logprob": {"full"},
+    "ssm_scan": {"chunk_size", "dt_min"},
+    "gated_norm": {"eps", "group_size"},
+    "topk": {"top_k", "scaling"},
 }
 
 
@@ -33,7 +51,8 @@ def implementation(name: str):
     if family not in FAMILY_VARIANTS or variant not in FAMILY_VARIANTS[family][1]:
         known = sorted(f"{f}.{v}" for f, (_, vs) in FAMILY_VARIANTS.items() for v in vs)
         raise ValueError(f"unknown implementation {name!r}; known: {', '.join(known)}")
-    return getattr(FAMILY_VARIANTS[family][0], variant)
+    module, variants = FAMILY_VARIANTS[family]
+    return getattr(module, variants[variant])
 
 
 def constant_types(name: str) -> dict:

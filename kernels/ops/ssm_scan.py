@@ -1,6 +1,6 @@
 """Mamba-2 state-space scan (SSD), per head h with state S_h [P, N] in fp32:
 S_t = exp(dt_t * A_h) S_{t-1} + dt_t * x_t B_t^T,   y_t = S_t C_t + D_h * x_t,
-with dt = softplus(dt_raw + dt_bias) and A = -exp(A_log), both in fp32.
+with dt = max(softplus(dt_raw + dt_bias), dt_min) and A = -exp(A_log), both in fp32.
 
 Chunked form over chunks of Q rows: with a_t = dt_t * A and cs = cumsum(a) inside the chunk,
 y_t = sum_{s<=t} (C_t . B_s) exp(cs_t - cs_s) dt_s x_s + exp(cs_t) S_0 C_t + D x_t and the state
@@ -66,9 +66,9 @@ def _run_chunks(rows, state0, A, D, chunk_size):
     return torch.cat(outputs), boundary, end
 
 
-def consistent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size):
+def consistent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
     """Chunks at absolute positions; the unfinished chunk is buffered and re-played."""
-    dt = position_independent_softplus(dt_raw.float() + dt_bias.float())
+    dt = position_independent_softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min)
     A = -torch.exp(A_log.float())
     rows = _rows(state, x, B, C, dt)
     num_buffered = rows[0].shape[0] - x.shape[0]
@@ -81,9 +81,9 @@ def consistent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size):
     return y[num_buffered:]
 
 
-def fast_chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size):
+def fast_chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
     """Engine prefill: chunks start at this call's first row; everything is folded."""
-    dt, A = F.softplus(dt_raw.float() + dt_bias.float()), -torch.exp(A_log.float())
+    dt, A = F.softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min), -torch.exp(A_log.float())
     rows = _rows(state, x, B, C, dt)
     num_buffered = rows[0].shape[0] - x.shape[0]
     y, _, end = _run_chunks(rows, state.ssm, A, D, chunk_size)
@@ -91,9 +91,9 @@ def fast_chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size):
     return y[num_buffered:]
 
 
-def fast_recurrent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size):
+def fast_recurrent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
     """Engine decode: the one-step state update per token (buffered rows first)."""
-    dt, A = F.softplus(dt_raw.float() + dt_bias.float()), -torch.exp(A_log.float())
+    dt, A = F.softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min), -torch.exp(A_log.float())
     rows = _rows(state, x, B, C, dt)
     num_heads, num_groups = rows[0].shape[1], rows[1].shape[1]
     s, A32, D32 = state.ssm, A, D.float()

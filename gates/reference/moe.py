@@ -1,0 +1,46 @@
+"""Float64 reference of the Nemotron-H MoE forward: router -> choice by the unique key ->
+experts -> combine.
+
+scores = sigmoid(x @ w_router^T); the top_k experts by (scores + bias descending, expert id
+ascending); weights = scaling * the unbiased chosen scores / (their sum + 1e-20);
+out = sum_slots weight * down_e(relu(up_e(x))^2) + down_s(relu(up_s(x))^2).
+`ids` may be passed to score the tested side's choice where a near tie in the key could
+flip between its fp32 and this float64 arithmetic.
+"""
+import torch
+
+
+def router(x, w):
+    """[M, H] x [E, H] -> sigmoid scores [M, E]."""
+    return torch.sigmoid(x.double() @ w.double().T)
+
+
+def select(scores, bias, top_k):
+    """Expert ids [M, k] by the unique key, slots in key order."""
+    key = scores.double() + bias.double()
+    return torch.sort(key, dim=-1, descending=True, stable=True).indices[:, :top_k]
+
+
+def routing_weights(scores, ids, scaling):
+    """The unbiased scores of the chosen experts, renormalised to sum 1, times scaling."""
+    chosen = scores.double().gather(1, ids)
+    return chosen / (chosen.sum(dim=-1, keepdim=True) + 1e-20) * scaling
+
+
+def expert(x, up, down):
+    """down(relu(up(x))^2): [M, H] x [F, H] x [H, F] -> [M, H]."""
+    h = torch.relu(x.double() @ up.double().T)
+    return (h * h) @ down.double().T
+
+
+def moe(x, router_w, bias, up, down, shared_up, shared_down, *, top_k, scaling, ids=None):
+    """The whole MoE layer on x [M, H] in float64 -> [M, H]."""
+    scores = router(x, router_w)
+    ids = select(scores, bias, top_k) if ids is None else ids
+    weights = routing_weights(scores, ids, scaling)  # [M, k]
+    out = expert(x, shared_up, shared_down)
+    for slot in range(ids.shape[1]):
+        for e in ids[:, slot].unique().tolist():
+            rows = (ids[:, slot] == e).nonzero(as_tuple=True)[0]
+            out[rows] += weights[rows, slot, None] * expert(x[rows], up[e], down[e])
+    return out

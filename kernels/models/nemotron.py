@@ -1,0 +1,176 @@
+"""Nemotron-H hybrid: pre-norm blocks `h = h + mixer(norm(h))`, each mixer one of Mamba-2,
+attention without positional encoding, MoE (sigmoid router with a selection-only bias,
+relu^2 experts, a shared expert) or a dense relu^2 MLP; final norm; untied lm_head.
+
+ONE definition for both runtimes: every region goes through `dispatch(region, case, layer,
+...)`; per-sequence work (attention, conv, scan) runs segment by segment in the segment's
+case against the cache the runtime passes (paged KV and Mamba state in the engine,
+transient ones in the trainer). kernels/models/nemotron_config.py holds the config.
+"""
+import math
+
+import torch
+from torch import nn
+
+from kernels.models.nemotron_config import NemotronConfig
+
+
+def _param(*shape, dtype):
+    return nn.Parameter(torch.empty(*shape, dtype=dtype))
+
+
+class MambaBlock(nn.Module):
+    """Mamba-2 mixer parameters (in_proj rows: z, xBC, dt)."""
+
+    def __init__(self, c):
+        super().__init__()
+        dt = c.torch_dtype
+        self.norm = _param(c.hidden_size, dtype=dt)
+        self.in_proj = _param(c.mamba_inner + c.conv_dim + c.mamba_num_heads, c.hidden_size, dtype=dt)
+        self.conv_weight = _param(c.conv_dim, c.conv_kernel, dtype=dt)
+        self.conv_bias = _param(c.conv_dim, dtype=dt)
+        self.dt_bias = _param(c.mamba_num_heads, dtype=torch.float32)
+        self.A_log = _param(c.mamba_num_heads, dtype=torch.float32)
+        self.D = _param(c.mamba_num_heads, dtype=torch.float32)
+        self.gated_norm = _param(c.mamba_inner, dtype=dt)
+        self.out_proj = _param(c.hidden_size, c.mamba_inner, dtype=dt)
+
+
+class AttentionBlock(nn.Module):
+    """GQA attention parameters (fused qkv rows: q, k, v)."""
+
+    def __init__(self, c):
+        super().__init__()
+        dt = c.torch_dtype
+        self.norm = _param(c.hidden_size, dtype=dt)
+        self.qkv_proj = _param((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size, dtype=dt)
+        self.o_proj = _param(c.hidden_size, c.num_heads * c.head_dim, dtype=dt)
+
+
+class MoEBlock(nn.Module):
+    """Router (fp32, as the release keeps it), selection bias, routed and shared experts."""
+
+    def __init__(self, c):
+        super().__init__()
+        dt = c.torch_dtype
+        self.norm = _param(c.hidden_size, dtype=dt)
+        self.router = _param(c.n_routed_experts, c.hidden_size, dtype=torch.float32)
+        self.register_buffer("router_bias", torch.zeros(c.n_routed_experts, dtype=torch.float32))
+        self.experts_up = _param(c.n_routed_experts, c.moe_intermediate_size, c.hidden_size, dtype=dt)
+        self.experts_down = _param(c.n_routed_experts, c.hidden_size, c.moe_intermediate_size, dtype=dt)
+        self.shared_up = _param(c.moe_shared_expert_intermediate_size, c.hidden_size, dtype=dt)
+        self.shared_down = _param(c.hidden_size, c.moe_shared_expert_intermediate_size, dtype=dt)
+
+
+class MLPBlock(nn.Module):
+    """Dense relu^2 MLP parameters."""
+
+    def __init__(self, c):
+        super().__init__()
+        dt = c.torch_dtype
+        self.norm = _param(c.hidden_size, dtype=dt)
+        self.up = _param(c.intermediate_size, c.hidden_size, dtype=dt)
+        self.down = _param(c.hidden_size, c.intermediate_size, dtype=dt)
+
+
+BLOCKS = {"mamba": MambaBlock, "attention": AttentionBlock, "moe": MoEBlock, "mlp": MLPBlock}
+
+
+class NemotronModel(nn.Module):
+    """Parameters plus the forward both runtimes call."""
+
+    def __init__(self, config: NemotronConfig):
+        super().__init__()
+        self.config = config
+        dt = config.torch_dtype
+        self.embed_tokens = _param(config.vocab_size, config.hidden_size, dtype=dt)
+        self.layers = nn.ModuleList(BLOCKS[kind](config) for kind in config.block_types)
+        self.final_norm = _param(config.hidden_size, dtype=dt)
+        if not config.tie_word_embeddings:
+            self.lm_head = _param(config.vocab_size, config.hidden_size, dtype=dt)
+
+    def init_weights(self, seed: int) -> None:
+        """Seeded random weights; Mamba's A, dt bias and D as Mamba-2 initialises them."""
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                leaf = name.rsplit(".", 1)[-1]
+                u = torch.rand(p.shape, generator=g, dtype=torch.float64)
+                if leaf == "A_log":
+                    p.copy_(torch.log(1 + 15 * u))
+                elif leaf == "dt_bias":  # inverse softplus of dt ~ log-uniform in [1e-3, 1e-1]
+                    dt = torch.exp(math.log(1e-3) + u * (math.log(1e-1) - math.log(1e-3)))
+                    p.copy_(dt + torch.log(-torch.expm1(-dt)))
+                elif leaf == "conv_weight":
+                    p.copy_(u - 0.5)
+                elif p.dim() == 1:
+                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+                else:
+                    p.copy_(self.config.init_std * torch.randn(p.shape, generator=g))
+            for layer in self.layers:
+                if isinstance(layer, MoEBlock):
+                    layer.router_bias.copy_(0.01 * torch.randn(layer.router_bias.shape, generator=g))
+
+    def forward(self, batch, dispatch, cache):
+        """Final-normed hidden states [M, hidden] for every row of `batch`."""
+        c, case = self.config, batch.case
+        hidden = dispatch("embed", case, None, batch.tokens, self.embed_tokens)
+        mixers = {"mamba": self._mamba, "attention": self._attention, "moe": self._moe, "mlp": self._mlp}
+        for index, (kind, layer) in enumerate(zip(c.block_types, self.layers)):
+            normed, _ = dispatch("norm", case, index, hidden, layer.norm, eps=c.layer_norm_epsilon)
+            hidden = hidden + mixers[kind](dispatch, batch, index, layer, normed, cache)
+        normed, _ = dispatch("norm", case, c.num_layers, hidden, self.final_norm, eps=c.layer_norm_epsilon)
+        return normed
+
+    def logits(self, hidden, dispatch, case):
+        """[M, V] logits in the activation dtype."""
+        weight = self.embed_tokens if self.config.tie_word_embeddings else self.lm_head
+        return dispatch("lm_head", case, None, hidden, weight)
+
+    def _attention(self, dispatch, batch, index, layer, normed, cache):
+        c, case, rows = self.config, batch.case, normed.shape[0]
+        qkv = dispatch("qkv_proj", case, index, normed, layer.qkv_proj)
+        q, k, v = qkv.split([c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim,
+                             c.num_kv_heads * c.head_dim], dim=-1)
+        q = q.reshape(rows, c.num_heads, c.head_dim)
+        k, v = (t.reshape(rows, c.num_kv_heads, c.head_dim) for t in (k, v))
+        kv = cache.kv(index)
+        outputs = [dispatch("attention", s.case, index, q[s.rows], k[s.rows], v[s.rows], s, kv,
+                            scale=c.head_dim ** -0.5) for s in batch.segments]
+        return dispatch("o_proj", case, index, torch.cat(outputs).reshape(rows, -1), layer.o_proj)
+
+    def _mamba(self, dispatch, batch, index, layer, normed, cache):
+        c, case = self.config, batch.case
+        projected = dispatch("ssm_in_proj", case, index, normed, layer.in_proj)
+        z, xbc, dt_raw = projected.split([c.mamba_inner, c.conv_dim, c.mamba_num_heads], dim=-1)
+        store = cache.mamba(index, conv_rows=c.conv_kernel - 1, conv_dim=c.conv_dim,
+                            num_heads=c.mamba_num_heads, head_dim=c.mamba_head_dim,
+                            state_size=c.ssm_state_size, dtype=c.torch_dtype)
+        outputs = []
+        for s in batch.segments:
+            state = store.open(s)
+            conv = dispatch("ssm_conv", s.case, index, xbc[s.rows], state, layer.conv_weight, layer.conv_bias)
+            x, B, C = conv.split([c.mamba_inner, c.n_groups * c.ssm_state_size,
+                                  c.n_groups * c.ssm_state_size], dim=-1)
+            y = dispatch("ssm_scan", s.case, index,
+                         x.reshape(s.length, c.mamba_num_heads, c.mamba_head_dim),
+                         B.reshape(s.length, c.n_groups, c.ssm_state_size),
+                         C.reshape(s.length, c.n_groups, c.ssm_state_size), dt_raw[s.rows], state,
+                         layer.dt_bias, layer.A_log, layer.D,
+                         chunk_size=c.chunk_size, dt_min=c.time_step_min)
+            outputs.append(y.reshape(s.length, c.mamba_inner))
+        gated = dispatch("ssm_norm", case, index, torch.cat(outputs), z, layer.gated_norm,
+                         eps=c.layer_norm_epsilon, group_size=c.mamba_inner // c.n_groups)
+        return dispatch("ssm_out_proj", case, index, gated, layer.out_proj)
+
+    def _moe(self, dispatch, batch, index, layer, normed, cache):
+        c, case = self.config, batch.case
+        scores = dispatch("router", case, index, normed, layer.router)
+        ids, weights = dispatch("topk", case, index, scores, layer.router_bias,
+                                top_k=c.num_experts_per_tok, scaling=c.routed_scaling_factor)
+        slots = dispatch("expert_gemm", case, index, normed, ids, weights, layer.experts_up, layer.experts_down)
+        shared = dispatch("shared_expert", case, index, normed, layer.shared_up, layer.shared_down)
+        return dispatch("moe_combine", case, index, slots, ids, weights, shared)
+
+    def _mlp(self, dispatch, batch, index, layer, normed, cache):
+        return dispatch("mlp", batch.case, index, normed, layer.up, layer.down)

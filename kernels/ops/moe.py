@@ -1,0 +1,141 @@
+"""Nemotron-H mixture of experts, in four families: router, topk, experts, combine.
+
+Math (x [M, H]; E routed experts with up [E, F, H], down [E, H, F]; one shared expert):
+  scores = sigmoid(x.float() @ w_router.float()^T)                          [M, E] fp32
+  ids    = the top_k experts by the unique key (scores + bias desc, expert id asc)
+  w      = scaling * s_ids / (sum_slots s_ids + 1e-20)   (unbiased scores; bias only chooses)
+  y_e(x) = down_e(relu(up_e(x))^2)                        (not gated; shared expert alike)
+  out    = sum_slots w_slot * y_{ids_slot}(x) + shared(x)
+Consistency: the router GEMM pads rows (linear.consistent) and builds sigmoid from exp and
+division, whose vector and scalar loops agree; the choice is a stable sort of the key, so
+ties go to the lowest expert id; the weight sum runs slot 0..k-1. Each expert computes its
+(token, slot) rows in routing order with the row-padded GEMM, so a row's bits do not follow
+how many tokens chose that expert (a count that changes with the batch). The combine applies
+each weight once, to that slot's output, sums in fp32 in slot order, adds the shared expert
+and rounds once. Per-slot outputs are in the activation dtype (the down GEMM's fp32
+accumulator rounded once, as a GPU grouped GEMM writes them). Every variant of a family
+takes the same arguments, but the routing weight is applied in experts_fast (before
+down_proj) and in combine_consistent: run experts and combine of one kind together.
+Reference: gates/reference/moe.py.
+"""
+import torch
+
+from kernels.ops import linear
+from kernels.ops.activation import position_independent_sigmoid
+
+
+def _fixed_order_sum(columns):
+    """Sum over the last dim, left to right (slot 0 first): k adds, an order fixed by k."""
+    total = columns[..., 0]
+    for slot in range(1, columns.shape[-1]):
+        total = total + columns[..., slot]
+    return total
+
+
+def _relu2_once(h):
+    """relu(h)^2 in fp32, rounded once (a bf16 value's square is exact in fp32)."""
+    h32 = torch.relu(h.float())
+    return (h32 * h32).to(h.dtype)
+
+
+def _routing_groups(ids, num_experts):
+    """Per expert: (token rows, slots) of the pairs that chose it, in routing order (token,
+    then slot). A stable sort of the flat ids keeps that order inside each expert's group."""
+    top_k = ids.shape[1]
+    order = torch.sort(ids.flatten(), stable=True).indices
+    counts = torch.bincount(ids.flatten(), minlength=num_experts).tolist()
+    groups = {}
+    for expert, pairs in enumerate(torch.split(order, counts)):
+        if pairs.numel():
+            groups[expert] = (pairs // top_k, pairs % top_k)
+    return groups
+
+
+def router_fast(x, w):
+    """GEMM in the activation dtype (the kernel follows M), torch.sigmoid in fp32 (its vector
+    body and scalar tail round differently: a score's bits follow its place in the batch)."""
+    return linear.fast(x, w.to(x.dtype)).float().sigmoid()
+
+
+def router_consistent(x, w, *, row_multiple: int):
+    """fp32 GEMM with padded rows, position-independent sigmoid: [M, E] fp32 scores."""
+    logits = linear.consistent(x.float(), w.float(), row_multiple=row_multiple)
+    return position_independent_sigmoid(logits)
+
+
+def _normalised(scores, ids, scaling, total):
+    chosen = scores.gather(1, ids)
+    return chosen / (total(chosen) + 1e-20) * scaling
+
+
+def topk_fast(scores, bias, *, top_k, scaling):
+    """torch.topk of the biased scores (tie order unspecified; on CPU it is not the lowest
+    id), weights normalised with torch's row sum."""
+    ids = torch.topk(scores + bias.float(), top_k, dim=-1).indices
+    weights = _normalised(scores, ids, scaling, lambda c: c.sum(dim=-1, keepdim=True))
+    return ids, weights
+
+
+def topk_consistent(scores, bias, *, top_k, scaling):
+    """Experts by the unique key (score + bias desc, id asc): a stable descending sort keeps
+    equal keys in id order. Slots follow the key. Weights: unbiased scores over their
+    slot-ordered sum, then times `scaling` once. Returns (ids [M, k] int64, weights [M, k] fp32)."""
+    key = scores + bias.float()  # [M, E]; +0.0 and -0.0 compare equal, so they tie too
+    ids = torch.sort(key, dim=-1, descending=True, stable=True).indices[:, :top_k]
+    weights = _normalised(scores, ids, scaling, lambda c: _fixed_order_sum(c).unsqueeze(-1))
+    return ids, weights
+
+
+def shared_fast(x, up, down):
+    """The shared expert with plain GEMMs; relu^2 in the activation dtype."""
+    h = torch.relu(linear.fast(x, up))
+    return linear.fast(h * h, down)
+
+
+def shared_consistent(x, up, down, *, row_multiple: int):
+    """The shared expert with row-padded GEMMs and relu^2 rounded once."""
+    h = _relu2_once(linear.consistent(x, up, row_multiple=row_multiple))
+    return linear.consistent(h, down, row_multiple=row_multiple)
+
+
+def experts_fast(x, ids, weights, up, down):
+    """Plain GEMMs per expert group (the kernel follows the group size); the routing weight
+    is multiplied into the activation BEFORE down_proj and rounded there, as some engines
+    do. Returns the *weighted* per-slot outputs [M, k, H] (pair it with combine_fast)."""
+    out = x.new_empty(ids.shape + (down.shape[1],))
+    for expert, (rows, slots) in _routing_groups(ids, up.shape[0]).items():
+        h = torch.relu(linear.fast(x[rows], up[expert]))
+        h = ((h * h).float() * weights[rows, slots, None]).to(x.dtype)
+        out[rows, slots] = linear.fast(h, down[expert])
+    return out
+
+
+def experts_consistent(x, ids, weights, up, down, *, row_multiple: int):
+    """Unweighted per-slot outputs [M, k, H] in the activation dtype; each expert's rows in
+    routing order through the row-padded GEMM, so a row's bits ignore its group's size.
+    `weights` is not used here: combine_consistent applies it (pair the two)."""
+    out = x.new_empty(ids.shape + (down.shape[1],))
+    for expert, (rows, slots) in _routing_groups(ids, up.shape[0]).items():
+        h = _relu2_once(linear.consistent(x[rows], up[expert], row_multiple=row_multiple))
+        out[rows, slots] = linear.consistent(h, down[expert], row_multiple=row_multiple)
+    return out
+
+
+def combine_fast(weighted_slot_outputs, ids, weights, shared_out):
+    """index_add in expert-id order (as atomics or an expert loop would), fp32, rounded to
+    the activation dtype, then + shared in the activation dtype (two roundings, as HF).
+    Expects outputs already weighted by experts_fast, so `weights` is not used."""
+    acc = weighted_slot_outputs.new_zeros(ids.shape[0], weighted_slot_outputs.shape[-1], dtype=torch.float32)
+    for expert in torch.unique(ids).tolist():  # ascending ids
+        rows, slots = (ids == expert).nonzero(as_tuple=True)
+        acc.index_add_(0, rows, weighted_slot_outputs[rows, slots].float())
+    return acc.to(shared_out.dtype) + shared_out
+
+
+def combine_consistent(slot_outputs, ids, weights, shared_out):
+    """fp32: w_0*y_0 + w_1*y_1 + ... + w_{k-1}*y_{k-1} in slot order, each weight applied
+    once to its slot's (unweighted, experts_consistent) output, then + shared; one rounding
+    to the slot outputs' dtype. `ids` is not used: slot order, not expert order."""
+    weighted = slot_outputs.float() * weights.float().unsqueeze(-1)  # [M, k, H]
+    acc = _fixed_order_sum(weighted.transpose(1, 2)) + shared_out.float()  # [M, H]
+    return acc.to(slot_outputs.dtype)
