@@ -74,3 +74,44 @@ def test_grpo_step_and_exact_resume(tmp_path, fresh_seed):
         assert_bitwise_equal(a, b, f"seed {fresh_seed}: first step after resume")
     for name, tensor in straight.trainer.weights().items():
         assert_bitwise_equal(resumed.trainer.weights()[name], tensor, f"weight {name} after resume")
+
+
+QUANT_CONFIG = load_model_config("nemotron-cut-quant")
+
+
+def test_quantized_release_engine_equals_trainer_and_fast_differs(fresh_seed):
+    """NVFP4 experts, FP8 W8A8 Mamba projections, FP8 KV: bitwise under the consistent
+    contract; the per-tensor activation scale alone (act_quant fast) breaks it."""
+    weights = seeded_weights(QUANT_CONFIG, model_seed=1)
+    workload = Workload(num_sequences=16, new_tokens=40, arrival_spread=8, seed=fresh_seed)
+    consistent = load_contract("consistent")
+    completions, engine = rollout(QUANT_CONFIG, consistent, weights, workload)
+    assert engine.cache.paged.keys.dtype == torch.float8_e4m3fn, "the engine's KV pool is not FP8"
+    stats = mismatch_stats([c.logprob_tensor for c in completions],
+                           score(QUANT_CONFIG, consistent, weights, completions))
+    print("quantized consistent:", stats)
+    assert stats["frac_tokens_differing"] == 0.0 and stats["max_abs_dp"] == 0.0, stats
+    per_tensor = consistent.with_regions_from(load_contract("fast"), ["act_quant"])
+    completions, _ = rollout(QUANT_CONFIG, per_tensor, weights, workload)
+    stats = mismatch_stats([c.logprob_tensor for c in completions],
+                           score(QUANT_CONFIG, per_tensor, weights, completions))
+    print("per-tensor FP8 activations:", stats)
+    assert stats["frac_tokens_differing"] > 0, stats
+
+
+def test_quantization_is_applied_and_trains_through_the_ste(fresh_seed):
+    contract = load_contract("consistent")
+    plain = dataclasses.replace(QUANT_CONFIG, expert_quant="none", mamba_proj_quant="none", kv_cache_dtype="auto")
+    weights = seeded_weights(QUANT_CONFIG, model_seed=2)
+    workload = Workload(num_sequences=4, new_tokens=8, arrival_spread=2, seed=fresh_seed)
+    quantized, _ = rollout(QUANT_CONFIG, contract, weights, workload)
+    unquantized = score(plain, contract, weights, quantized)
+    differing = sum(int((a.view(torch.int32) != b.view(torch.int32)).sum())
+                    for a, b in zip([c.logprob_tensor for c in quantized], unquantized))
+    assert differing > 0, "quantized and unquantized models gave the same log-probs"
+    run = GRPORun(QUANT_CONFIG, contract, GRPOSettings(prompts_per_step=1, group_size=4, max_new_tokens=8,
+                                                       seed=fresh_seed, lr=1e-2))
+    before = run.trainer.optimizer.master["layers.1.experts_up"].clone()
+    run.step()
+    after = run.trainer.optimizer.master["layers.1.experts_up"]
+    assert not torch.equal(before, after), "no gradient reached the NVFP4 experts' master weights"

@@ -25,6 +25,8 @@ REGION_FAMILY = {
     "shared_expert": "relu2_mlp",
     "moe_combine": "moe_combine",
     "mlp": "relu2_mlp",
+    "weight_quant": "weight_quant",
+    "act_quant": "act_quant",
     "logprob": "logprob",
     "sampler": "sampler",
 }

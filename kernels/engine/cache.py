@@ -9,15 +9,20 @@ import math
 import torch
 
 from kernels.models.state import MambaStateStore
+from kernels.ops.quant_regions import kv_decode, kv_encode
 
 
 class PagedKVCache:
-    """K/V pools [layers, blocks, block_size, Hkv, D] and per-sequence block tables."""
+    """K/V pools [layers, blocks, block_size, Hkv, D] and per-sequence block tables; with
+    kv_format "fp8" the pools hold E4M3 and reads dequantize (kernels/ops/quant_regions.py)."""
 
-    def __init__(self, *, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype):
+    def __init__(self, *, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype,
+                 kv_format="auto"):
         shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
-        self.keys = torch.full(shape, float("nan"), dtype=dtype)
-        self.values = torch.full(shape, float("nan"), dtype=dtype)
+        storage = torch.float8_e4m3fn if kv_format == "fp8" else dtype
+        self.kv_format, self.dtype = kv_format, dtype
+        self.keys = torch.full(shape, float("nan"), dtype=storage)
+        self.values = torch.full(shape, float("nan"), dtype=storage)
         self.block_size = block_size
         self.num_blocks = num_blocks
         self._free = list(range(num_blocks))
@@ -68,13 +73,14 @@ class PagedLayerKV:
 
     def write(self, segment, k, v) -> None:
         blocks, offsets = self._slots(segment.seq_id, segment.start, segment.start + segment.length)
-        self.cache.keys[self.layer, blocks, offsets] = k
-        self.cache.values[self.layer, blocks, offsets] = v
+        self.cache.keys[self.layer, blocks, offsets] = kv_encode(k, self.cache.kv_format)
+        self.cache.values[self.layer, blocks, offsets] = kv_encode(v, self.cache.kv_format)
 
     def read(self, segment):
         """K, V [start + length, Hkv, D] gathered from the sequence's blocks (exact copies)."""
         blocks, offsets = self._slots(segment.seq_id, 0, segment.start + segment.length)
-        return self.cache.keys[self.layer, blocks, offsets], self.cache.values[self.layer, blocks, offsets]
+        return (kv_decode(self.cache.keys[self.layer, blocks, offsets], self.cache.dtype),
+                kv_decode(self.cache.values[self.layer, blocks, offsets], self.cache.dtype))
 
 
 class EngineCache:

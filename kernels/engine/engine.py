@@ -34,7 +34,8 @@ class Engine:
         self.dispatch = RegionDispatch(contract, observers)
         self.cache = EngineCache(PagedKVCache(
             num_layers=config.num_layers, num_blocks=num_blocks, block_size=block_size,
-            num_kv_heads=config.num_kv_heads, head_dim=config.head_dim, dtype=config.torch_dtype))
+            num_kv_heads=config.num_kv_heads, head_dim=config.head_dim, dtype=config.torch_dtype,
+            kv_format=config.kv_cache_dtype))
         self.scheduler = Scheduler(self.cache, max_tokens_per_step=max_tokens_per_step,
                                    max_running=max_running)
         self.step_count = 0

@@ -141,7 +141,7 @@ class NemotronModel(nn.Module):
 
     def _mamba(self, dispatch, batch, index, layer, normed, cache):
         c, case = self.config, batch.case
-        projected = dispatch("ssm_in_proj", case, index, normed, layer.in_proj)
+        projected = self._projection(dispatch, case, index, "ssm_in_proj", normed, layer.in_proj)
         z, xbc, dt_raw = projected.split([c.mamba_inner, c.conv_dim, c.mamba_num_heads], dim=-1)
         store = cache.mamba(index, conv_rows=c.conv_kernel - 1, conv_dim=c.conv_dim,
                             num_heads=c.mamba_num_heads, head_dim=c.mamba_head_dim,
@@ -161,14 +161,23 @@ class NemotronModel(nn.Module):
             outputs.append(y.reshape(s.length, c.mamba_inner))
         gated = dispatch("ssm_norm", case, index, torch.cat(outputs), z, layer.gated_norm,
                          eps=c.layer_norm_epsilon, group_size=c.mamba_inner // c.n_groups)
-        return dispatch("ssm_out_proj", case, index, gated, layer.out_proj)
+        return self._projection(dispatch, case, index, "ssm_out_proj", gated, layer.out_proj)
+
+    def _projection(self, dispatch, case, index, region, x, weight):
+        """A Mamba projection in the configured format (W8A8 quantizes its activations too)."""
+        fmt = self.config.mamba_proj_quant
+        weight = dispatch("weight_quant", case, index, weight, fmt=fmt)
+        x = dispatch("act_quant", case, index, x, fmt="fp8" if fmt == "fp8" else "none")
+        return dispatch(region, case, index, x, weight)
 
     def _moe(self, dispatch, batch, index, layer, normed, cache):
         c, case = self.config, batch.case
         scores = dispatch("router", case, index, normed, layer.router)
         ids, weights = dispatch("topk", case, index, scores, layer.router_bias,
                                 top_k=c.num_experts_per_tok, scaling=c.routed_scaling_factor)
-        slots = dispatch("expert_gemm", case, index, normed, ids, weights, layer.experts_up, layer.experts_down)
+        up, down = (dispatch("weight_quant", case, index, w, fmt=c.expert_quant)
+                    for w in (layer.experts_up, layer.experts_down))
+        slots = dispatch("expert_gemm", case, index, normed, ids, weights, up, down)
         shared = dispatch("shared_expert", case, index, normed, layer.shared_up, layer.shared_down)
         return dispatch("moe_combine", case, index, slots, ids, weights, shared)
 

@@ -61,10 +61,17 @@ class NemotronConfig:
     """Parameter and activation dtype."""
     init_std: float = 0.02
     """Std of seeded random init."""
+    expert_quant: str = "none"
+    """Routed expert weights: none | nvfp4 (W4A16) | fp8 (128x128 blocks)."""
+    mamba_proj_quant: str = "none"
+    """Mamba in/out projections: none | fp8 (W8A8: weights 128x128, activations 1x128) | nvfp4 (W4A16)."""
+    kv_cache_dtype: str = "auto"
+    """auto (the activation dtype) | fp8 (E4M3, static scale 1, one read path everywhere)."""
 
     REGIONS = ("embed", "norm", "qkv_proj", "attention", "o_proj", "ssm_in_proj", "ssm_conv",
                "ssm_scan", "ssm_norm", "ssm_out_proj", "router", "topk", "expert_gemm",
-               "shared_expert", "moe_combine", "mlp", "lm_head", "logprob", "sampler")
+               "shared_expert", "moe_combine", "mlp", "lm_head", "logprob", "sampler",
+               "weight_quant", "act_quant")
 
     def validate(self) -> None:
         if self.family != "nemotron":
@@ -73,6 +80,10 @@ class NemotronConfig:
         if not self.hybrid_override_pattern or unknown:
             raise ValueError(f"hybrid_override_pattern: characters must be in {sorted(BLOCK_TYPES)}, "
                              f"got {sorted(unknown)}")
+        for name, allowed in (("expert_quant", ("none", "nvfp4", "fp8")),
+                              ("mamba_proj_quant", ("none", "fp8", "nvfp4")), ("kv_cache_dtype", ("auto", "fp8"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}: {getattr(self, name)!r} is not one of {allowed}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: {self.dtype!r} is not one of {sorted(DTYPES)}")
         if self.num_heads % self.num_kv_heads:

@@ -46,6 +46,8 @@ class Qwen3Config:
     """Parameter and activation dtype: float32 | bfloat16 | float16."""
     init_std: float = 0.02
     """Std of seeded random init."""
+    kv_cache_dtype: str = "auto"
+    """auto (the activation dtype) | fp8 (E4M3, static scale 1, one read path everywhere)."""
 
     REGIONS = ("embed", "norm", "qkv_proj", "qk_norm", "rope", "attention", "o_proj",
                "gate_up_proj", "mlp_act", "down_proj", "lm_head", "logprob", "sampler")
@@ -53,6 +55,8 @@ class Qwen3Config:
     def validate(self) -> None:
         if self.family != "qwen3":
             raise ValueError(f"family: expected 'qwen3', got {self.family!r}")
+        if self.kv_cache_dtype not in ("auto", "fp8"):
+            raise ValueError(f"kv_cache_dtype: {self.kv_cache_dtype!r} is not one of ('auto', 'fp8')")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: {self.dtype!r} is not one of {sorted(DTYPES)}")
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",

@@ -8,7 +8,7 @@ FAMILIES = {"qwen3": (Qwen3Config, Qwen3Model), "nemotron": (NemotronConfig, Nem
 # What `--model NAME --size SIZE` loads: the cut runs the CPU gates, full is the real shape.
 MODEL_CONFIGS = {
     "qwen3": {"cut": "qwen3-cut", "full": "qwen3-1.7b"},
-    "nemotron": {"cut": "nemotron-cut", "full": "nemotron-30b-a3b"},
+    "nemotron": {"cut": "nemotron-cut", "cut-quant": "nemotron-cut-quant", "full": "nemotron-30b-a3b"},
 }
 
 

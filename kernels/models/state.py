@@ -10,11 +10,15 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.ops.quant_regions import kv_round_trip
+
 
 class ContiguousKV:
-    """One layer's K/V per sequence, appended in position order (trainer side)."""
+    """One layer's K/V per sequence, appended in position order (trainer side). With an FP8
+    KV format it keeps decode(encode(k)), the bits the engine's paged FP8 store reads back."""
 
-    def __init__(self):
+    def __init__(self, kv_format: str = "auto"):
+        self.kv_format = kv_format
         self._keys: dict[int, list] = {}
         self._values: dict[int, list] = {}
         self._lengths: dict[int, int] = {}
@@ -23,8 +27,8 @@ class ContiguousKV:
         held = self._lengths.get(segment.seq_id, 0)
         if segment.start != held:
             raise ValueError(f"sequence {segment.seq_id}: write at {segment.start}, holds {held}")
-        self._keys.setdefault(segment.seq_id, []).append(k)
-        self._values.setdefault(segment.seq_id, []).append(v)
+        self._keys.setdefault(segment.seq_id, []).append(kv_round_trip(k, self.kv_format))
+        self._values.setdefault(segment.seq_id, []).append(kv_round_trip(v, self.kv_format))
         self._lengths[segment.seq_id] = held + segment.length
 
     def read(self, segment):
@@ -36,8 +40,8 @@ class ContiguousKV:
 class TransientCache:
     """A cache that lives for one forward pass: what the trainer uses."""
 
-    def __init__(self, num_layers: int):
-        self._kv = [ContiguousKV() for _ in range(num_layers)]
+    def __init__(self, num_layers: int, kv_format: str = "auto"):
+        self._kv = [ContiguousKV(kv_format) for _ in range(num_layers)]
         self._mamba: dict[int, MambaStateStore] = {}
 
     def kv(self, layer: int) -> ContiguousKV:

@@ -7,7 +7,7 @@ by the model at call time).
 import inspect
 
 from kernels.ops import (activation, attention, embedding, gated_norm, linear, logprob, moe, norm,
-                         rope, sampler, ssm_conv, ssm_scan)
+                         quant_regions, rope, sampler, ssm_conv, ssm_scan)
 
 
 def _same_names(*names):
@@ -32,6 +32,8 @@ FAMILY_VARIANTS = {
     "expert_gemm": (moe, {"fast": "experts_fast", "consistent": "experts_consistent"}),
     "moe_combine": (moe, {"fast": "combine_fast", "consistent": "combine_consistent"}),
     "relu2_mlp": (moe, {"fast": "shared_fast", "consistent": "shared_consistent"}),
+    "weight_quant": (quant_regions, {"round_trip": "weight_round_trip"}),
+    "act_quant": (quant_regions, {"fast": "activation_fast", "consistent": "activation_consistent"}),
 }
 
 CALL_KEYWORDS = {
@@ -42,6 +44,8 @@ CALL_KEYWORDS = {
     "ssm_scan": {"chunk_size", "dt_min"},
     "gated_norm": {"eps", "group_size"},
     "topk": {"top_k", "scaling"},
+    "weight_quant": {"fmt"},
+    "act_quant": {"fmt"},
 }
 
 

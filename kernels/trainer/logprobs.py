@@ -52,7 +52,7 @@ def _micro_batch(model, dispatch, sequences, case, layout):
         width = max(len(ids) for ids in token_lists)
         token_lists = [ids + [PAD_TOKEN] * (width - len(ids)) for ids in token_lists]
     batch = TokenBatch.from_sequences([(i, 0, ids) for i, ids in enumerate(token_lists)], case)
-    hidden = model(batch, dispatch, TransientCache(model.config.num_layers))
+    hidden = model(batch, dispatch, TransientCache(model.config.num_layers, model.config.kv_cache_dtype))
     rows, targets, temperatures = [], [], []
     for sequence, segment in zip(sequences, batch.segments):
         first = segment.row + len(sequence.prompt) - 1
