@@ -39,3 +39,9 @@ def test_bad_input_is_a_clear_error(capsys):
     assert "unknown contract 'turbo'" in capsys.readouterr().err
     assert main(["diff", "--model", "qwen3", "--size", "huge"]) == EXIT_BAD_INPUT
     assert "sizes" in capsys.readouterr().err
+
+
+def test_diff_nemotron_consistent_is_exactly_zero(capsys, fresh_seed):
+    code, result = _json(capsys, ["diff", "--model", "nemotron", "--json", "--strict", "--seed",
+                                  str(fresh_seed), *SMALL])
+    assert code == EXIT_OK and result["model"] == "nemotron" and result["frac_tokens_differing"] == 0, result
