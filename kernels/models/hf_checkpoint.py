@@ -110,23 +110,27 @@ def read_safetensors(directory) -> dict:
     return tensors
 
 
-def load_hf_checkpoint(directory, dtype: str | None = None):
-    """(config, model) from a save_pretrained directory. Weights are cast to the model dtype
-    (exact when widening, e.g. bf16 -> fp32; rounded when narrowing)."""
-    directory = Path(directory)
+def read_config_json(directory: Path) -> dict:
+    """config.json of a save_pretrained directory; clear errors if it is not one."""
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: checkpoint directory does not exist")
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path}: missing; not a save_pretrained directory")
     try:
-        hf_config = json.loads(config_path.read_text())
+        return json.loads(config_path.read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{config_path}: cannot read JSON: {error}") from error
+
+
+def load_hf_checkpoint(directory, dtype: str | None = None):
+    """(config, model) from a save_pretrained directory. Weights are cast to the model dtype
+    (exact when widening, e.g. bf16 -> fp32; rounded when narrowing)."""
+    directory = Path(directory)
     try:
-        config = qwen3_config_from_hf(hf_config, dtype)
+        config = qwen3_config_from_hf(read_config_json(directory), dtype)
     except ValueError as error:
-        raise ValueError(f"{config_path}: {error}") from error
+        raise ValueError(f"{directory / 'config.json'}: {error}") from error
     tensors = read_safetensors(directory)
     sources = weight_sources(config)
     if config.tie_word_embeddings:

@@ -10,14 +10,13 @@ our model does not implement are refused by name. dt is clamped below at `time_s
 as transformers 5 does (it ignores `time_step_limit`; NVIDIA's remote code clamps at
 time_step_limit[0], 0.0 in the release config).
 """
-import json
 import math
 from pathlib import Path
 
 import torch
 
 from kernels.models.config import config_from_mapping
-from kernels.models.hf_checkpoint import read_safetensors
+from kernels.models.hf_checkpoint import read_config_json, read_safetensors
 from kernels.models.nemotron_config import NemotronConfig
 from kernels.models.registry import build_model
 
@@ -57,14 +56,16 @@ _LAYER_SOURCES = {
 
 
 def _pattern(hf_config: dict) -> str:
+    """Our pattern string; transformers prefers layers_block_type when both are written."""
     types, pattern = hf_config.get("layers_block_type"), hf_config.get("hybrid_override_pattern")
     if types is not None:
-        unknown = sorted({t for t in types if t not in _PATTERN_CHARS}) if isinstance(types, list) else [types]
-        if unknown:
-            raise ValueError(f"layers_block_type: unsupported layer types {unknown}")
+        if not isinstance(types, list) or set(types) - set(_PATTERN_CHARS):
+            raise ValueError(f"layers_block_type: layer types must be in {sorted(_PATTERN_CHARS)}, "
+                             f"got {types!r}")
         from_types = "".join(_PATTERN_CHARS[t] for t in types)
         if pattern is not None and pattern != from_types:
-            raise ValueError(f"hybrid_override_pattern: {pattern!r} disagrees with layers_block_type ({from_types!r})")
+            raise ValueError(f"hybrid_override_pattern: {pattern!r} disagrees with "
+                             f"layers_block_type ({from_types!r})")
         return from_types
     if pattern is None:
         raise ValueError("layers_block_type: missing (and no hybrid_override_pattern)")
@@ -150,24 +151,12 @@ def _assemble(how: str, parts: list, target: torch.Size):
     return torch.cat(parts) if fits else None
 
 
-def _read_config_json(directory: Path) -> dict:
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{directory}: checkpoint directory does not exist")
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path}: missing; not a save_pretrained directory")
-    try:
-        return json.loads(config_path.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{config_path}: cannot read JSON: {error}") from error
-
-
 def load_hf_nemotron(directory, dtype: str | None = None):
     """(config, model) from a save_pretrained directory. Weights are cast to each target's
     dtype (exact when widening, e.g. bf16 -> fp32; rounded when narrowing)."""
     directory = Path(directory)
     try:
-        config = nemotron_config_from_hf(_read_config_json(directory), dtype)
+        config = nemotron_config_from_hf(read_config_json(directory), dtype)
     except ValueError as error:
         raise ValueError(f"{directory / 'config.json'}: {error}") from error
     tensors = read_safetensors(directory)
