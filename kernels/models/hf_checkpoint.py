@@ -123,6 +123,17 @@ def read_config_json(directory: Path) -> dict:
         raise ValueError(f"{config_path}: cannot read JSON: {error}") from error
 
 
+def require_exact_names(directory, tensors: dict, wanted: set, family: str) -> None:
+    """Strict loading: every wanted tensor present, nothing else (a skipped weight would
+    leave uninitialised memory in the model)."""
+    missing = sorted(wanted - set(tensors))
+    if missing:
+        raise ValueError(f"{directory}: missing tensors {missing}")
+    unexpected = sorted(set(tensors) - wanted)
+    if unexpected:
+        raise ValueError(f"{directory}: unexpected tensors {unexpected} (not part of {family})")
+
+
 def load_hf_checkpoint(directory, dtype: str | None = None):
     """(config, model) from a save_pretrained directory. Weights are cast to the model dtype
     (exact when widening, e.g. bf16 -> fp32; rounded when narrowing)."""
@@ -135,13 +146,7 @@ def load_hf_checkpoint(directory, dtype: str | None = None):
     sources = weight_sources(config)
     if config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # some exports write the tied copy too
-    wanted = {name for names in sources.values() for name in names}
-    missing = sorted(wanted - set(tensors))
-    if missing:
-        raise ValueError(f"{directory}: missing tensors {missing}")
-    unexpected = sorted(set(tensors) - wanted)
-    if unexpected:
-        raise ValueError(f"{directory}: unexpected tensors {unexpected} (not part of Qwen3)")
+    require_exact_names(directory, tensors, {n for names in sources.values() for n in names}, "Qwen3")
     model = build_model(config, seed=None)
     parameters = dict(model.named_parameters())
     with torch.no_grad():

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from kernels.models.config import config_from_mapping
-from kernels.models.hf_checkpoint import read_config_json, read_safetensors
+from kernels.models.hf_checkpoint import read_config_json, read_safetensors, require_exact_names
 from kernels.models.nemotron_config import NemotronConfig
 from kernels.models.registry import build_model
 
@@ -161,13 +161,7 @@ def load_hf_nemotron(directory, dtype: str | None = None):
         raise ValueError(f"{directory / 'config.json'}: {error}") from error
     tensors = read_safetensors(directory)
     sources = weight_sources(config, **checkpoint_layout(tensors))
-    wanted = {name for _, names in sources.values() for name in names}
-    missing = sorted(wanted - set(tensors))
-    if missing:
-        raise ValueError(f"{directory}: missing tensors {missing}")
-    unexpected = sorted(set(tensors) - wanted)
-    if unexpected:
-        raise ValueError(f"{directory}: unexpected tensors {unexpected} (not part of Nemotron-H)")
+    require_exact_names(directory, tensors, {n for _, names in sources.values() for n in names}, "Nemotron-H")
     model = build_model(config, seed=None)
     targets = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     with torch.no_grad():
