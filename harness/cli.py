@@ -1,9 +1,13 @@
 """The `harness` command. main(argv) returns the exit code, so tests call it directly.
 
   harness diff --model qwen3 [--size cut|full] [--contract consistent|fast|PATH] [--json]
+  harness gates --model nemotron [--only C3,C7] [--contract consistent] [--device cpu] [--out DIR]
+  harness gates --list
 """
 import argparse
 import sys
+import time
+from pathlib import Path
 
 from gates.workload import EngineShape, Workload
 
@@ -24,7 +28,34 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("--micro-batch", type=int, default=8, help="trainer micro-batch size")
     diff.add_argument("--json", action="store_true", help="print one JSON object")
     diff.add_argument("--strict", action="store_true", help="exit 2 when any token differs")
+    gates = verbs.add_parser("gates", help="run the gates (C<NN>.json per gate in --out)")
+    gates.add_argument("--model", default="nemotron", help="model family, e.g. nemotron or qwen3")
+    gates.add_argument("--only", help="comma-separated gates, e.g. C3,C7")
+    gates.add_argument("--contract", default="consistent", help="fast, consistent, or a YAML path")
+    gates.add_argument("--device", default="cpu", help="cpu or cuda")
+    gates.add_argument("--out", help="run directory (default runs/gates-<time>)")
+    gates.add_argument("--list", action="store_true", help="print each gate's pass condition")
     return parser
+
+
+def _gates(args) -> int:
+    from harness.stages import gates
+    from kernels.contract import load_contract
+    from kernels.models.registry import config_name
+
+    selected = gates.select(args.only)
+    if args.list:
+        for name, path in selected.items():
+            title, condition = gates.describe(path)
+            print(f"{name}  {title}\n      {condition}")
+        return EXIT_OK
+    config_name(args.model, "cut")
+    load_contract(args.contract)
+    gates.check_device(args.device)
+    out = Path(args.out or f"runs/gates-{time.strftime('%Y%m%dT%H%M%S')}")
+    statuses = gates.run(selected, model=args.model, contract=args.contract, out=out)
+    print(gates.format_table(statuses, out))
+    return EXIT_DIFFERENT if "fail" in statuses.values() else EXIT_OK
 
 
 def _diff(args) -> int:
@@ -40,7 +71,7 @@ def _diff(args) -> int:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"diff": _diff}[args.verb](args)
+        return {"diff": _diff, "gates": _gates}[args.verb](args)
     except ValueError as error:
         print(f"harness {args.verb}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -47,3 +47,13 @@ def test_readme_test_command_is_what_ci_runs():
     assert len(commands) >= 2, "the README starts with an install+run command and a test command"
     ci_lines = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line and not line.startswith("#")]
     assert ci_lines[-1] == commands[1], (ci_lines[-1], commands[1])
+
+
+def test_every_gate_names_itself_and_states_its_pass_condition():
+    gate_files = sorted((ROOT / "gates").glob("test_c*.py"))
+    assert gate_files, "no gate modules found"
+    for path in gate_files:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        number = path.name[6:8]
+        assert doc.startswith(f"Gate C{number}: "), f"{path.name}: docstring must start 'Gate C{number}: '"
+        assert "Passes when" in doc and "Negative control" in doc, f"{path.name}: state the pass condition and the negative control"

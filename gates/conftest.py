@@ -1,0 +1,84 @@
+"""The gates' pytest plugin: options naming what is under test, a `gate` fixture that records
+each pass condition with its measured figure, and one C<NN>.json per gate module written at
+the end of the session (status pass / fail / n/a, conditions, seeds, model, contract, commit,
+environment), so that reports and agents read data, not logs.
+
+  python -m pytest gates/test_c07_end_to_end.py --model qwen3 --contract consistent --gate-out RUN
+"""
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernels.contract.identity import deployment_fingerprint
+
+_RECORDS: dict = {}
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("gates")
+    group.addoption("--model", default="qwen3", help="model family under test")
+    group.addoption("--contract", default="consistent", help="contract name or YAML path")
+    group.addoption("--gate-out", default=None, help="run directory for C<NN>.json")
+
+
+class GateRecord:
+    """The conditions one gate test checked: `check` records each with its figures, `verdict`
+    fails the test if any did not hold (every condition is recorded before that)."""
+
+    def __init__(self, gate: str, model: str, contract: str):
+        self.gate, self.model, self.contract = gate, model, contract
+        self.conditions, self.inputs, self.not_applicable = [], {}, None
+        self.judged = False
+
+    def check(self, name: str, passed: bool, **figures) -> None:
+        self.conditions.append({"name": name, "status": "pass" if passed else "fail", **figures})
+
+    def verdict(self) -> None:
+        self.judged = True
+        failed = [c for c in self.conditions if c["status"] == "fail"]
+        assert self.conditions, f"{self.gate}: no condition was checked"
+        assert not failed, f"{self.gate}: {len(failed)} condition(s) failed: {failed}"
+
+    def n_a(self, reason: str) -> None:
+        self.not_applicable = reason
+        pytest.skip(f"n/a: {reason}")
+
+
+@pytest.fixture
+def gate(request):
+    match = re.match(r"test_c(\d\d)_", Path(request.node.fspath).name)
+    name = f"C{match.group(1)}" if match else "C??"
+    record = GateRecord(name, request.config.getoption("--model"), request.config.getoption("--contract"))
+    _RECORDS.setdefault(name, []).append(record)
+    yield record
+    if not record.judged and record.not_applicable is None:
+        pytest.fail(f"{name}: the test never called gate.verdict()")
+
+
+def _status(records) -> str:
+    conditions = [c for r in records for c in r.conditions]
+    if any(c["status"] == "fail" for c in conditions):
+        return "fail"
+    if any(r.not_applicable for r in records) and not conditions:
+        return "n/a"
+    return "pass" if conditions else "fail"  # a gate that checked nothing has not passed
+
+
+def pytest_sessionfinish(session, exitstatus):
+    out = session.config.getoption("--gate-out")
+    if not out or not _RECORDS:
+        return
+    Path(out).mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    for name, records in _RECORDS.items():
+        document = {
+            "gate": name, "status": _status(records), "model": records[0].model,
+            "contract": records[0].contract, "commit": commit, "environment": deployment_fingerprint(),
+            "conditions": [c for r in records for c in r.conditions],
+            "inputs": [r.inputs for r in records],
+            "not_applicable": [r.not_applicable for r in records if r.not_applicable],
+        }
+        (Path(out) / f"{name}.json").write_text(json.dumps(document, indent=2, sort_keys=True))

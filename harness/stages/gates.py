@@ -1,0 +1,87 @@
+"""`harness gates`: run the gate suites in a subprocess (the harness never imports a gate),
+show progress, print a table and leave C<NN>.json in the run directory.
+
+Gates are found as gates/test_cNN_*.py; each module's docstring names it ("Gate CNN: ...")
+and states its pass condition ("Passes when ..."), which `--list` prints.
+"""
+import ast
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gates
+
+GATES_DIR = Path(gates.__file__).resolve().parent
+DEVICES = ("cpu", "cuda")
+
+
+def discover() -> dict:
+    """{"C07": path} for every gate module present."""
+    found = {}
+    for path in sorted(GATES_DIR.glob("test_c[0-9][0-9]_*.py")):
+        found[f"C{path.name[6:8]}"] = path
+    return found
+
+
+def describe(path: Path) -> tuple:
+    """(title, pass condition) from a gate module's docstring."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    title = doc.splitlines()[0] if doc else path.stem
+    flat = " ".join(doc.split())
+    condition = re.search(r"Passes when\b.*?\.(?=\s|$)", flat)
+    return title, condition.group(0) if condition else "(no pass condition stated)"
+
+
+def select(only: str | None) -> dict:
+    """The gates to run; ValueError naming the unknown ones."""
+    available = discover()
+    if not only:
+        return available
+    wanted = {}
+    for name in only.split(","):
+        digits = re.fullmatch(r"[cC]?(\d{1,2})", name.strip())
+        key = f"C{int(digits.group(1)):02d}" if digits else name.strip()
+        if key not in available:
+            raise ValueError(f"unknown gate {name.strip()!r}; available: {sorted(available)}")
+        wanted[key] = available[key]
+    return wanted
+
+
+def check_device(device: str) -> None:
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose from {DEVICES}")
+    if device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError("device cuda: no CUDA device is visible on this machine")
+        raise ValueError("device cuda: the consistent path has no CUDA kernels yet (Triton, issue 7)")
+
+
+def run(selected: dict, *, model: str, contract: str, out: Path) -> dict:
+    """Run each gate in turn; {gate: status} read back from the JSON it wrote."""
+    statuses = {}
+    for name, path in selected.items():
+        print(f"[{name}] {describe(path)[0]} ...", flush=True)
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider",
+                        "--rootdir", str(GATES_DIR.parent), "--model", model, "--contract", contract,
+                        "--gate-out", str(out)], cwd=GATES_DIR.parent, capture_output=True, text=True)
+        result = out / f"{name}.json"
+        statuses[name] = json.loads(result.read_text())["status"] if result.exists() else "fail"
+        print(f"[{name}] {statuses[name]} in {time.perf_counter() - started:.1f} s", flush=True)
+    return statuses
+
+
+def format_table(statuses: dict, out: Path) -> str:
+    lines = [f"{'gate':<6}{'status':<8}failed conditions"]
+    for name, status in statuses.items():
+        result = out / f"{name}.json"
+        failed = []
+        if result.exists():
+            failed = [c["name"] for c in json.loads(result.read_text())["conditions"] if c["status"] == "fail"]
+        lines.append(f"{name:<6}{status:<8}{', '.join(failed) or ('(no result written)' if not result.exists() else '')}")
+    lines.append(f"results: {out}")
+    return "\n".join(lines)

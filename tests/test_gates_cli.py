@@ -1,0 +1,34 @@
+"""`harness gates`: runs gate suites in a subprocess, writes C<NN>.json, prints a table, and
+fails when a gate fails; C07 passes under the consistent contract and fails under the fast
+one (its negative control); bad input is a clear error."""
+import json
+
+from harness.cli import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_OK, main
+
+
+def test_list_prints_each_gate_and_its_pass_condition(capsys):
+    assert main(["gates", "--list"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "C07  Gate C07: small-model end to end." in out and "Passes when" in out
+
+
+def test_c07_passes_consistent_and_fails_fast(tmp_path, capsys):
+    assert main(["gates", "--model", "qwen3", "--only", "C7", "--out", str(tmp_path / "ok")]) == EXIT_OK
+    result = json.loads((tmp_path / "ok" / "C07.json").read_text())
+    assert result["status"] == "pass" and result["contract"] == "consistent"
+    assert len(result["conditions"]) == 5 and result["environment"]["torch"] and result["inputs"][0]["seed"] >= 0
+    code = main(["gates", "--model", "qwen3", "--only", "C07", "--contract", "fast", "--out", str(tmp_path / "bad")])
+    assert code == EXIT_DIFFERENT
+    failed = json.loads((tmp_path / "bad" / "C07.json").read_text())
+    assert failed["status"] == "fail"
+    assert {c["name"] for c in failed["conditions"] if c["status"] == "fail"} >= {"max_abs_dp == 0", "k3_kl == 0"}
+    assert "C07   fail" in capsys.readouterr().out
+
+
+def test_bad_input_is_a_clear_error(capsys):
+    for argv, message in ((["gates", "--only", "C42"], "unknown gate 'C42'"),
+                          (["gates", "--model", "llama"], "unknown model 'llama'"),
+                          (["gates", "--device", "tpu"], "unknown device 'tpu'"),
+                          (["gates", "--contract", "turbo"], "unknown contract 'turbo'")):
+        assert main(argv) == EXIT_BAD_INPUT, argv
+        assert message in capsys.readouterr().err
