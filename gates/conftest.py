@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gates.faults import register_all
 from kernels.contract.identity import deployment_fingerprint
 
+register_all()  # contracts may name planted faults (gates/faults.py)
 _RECORDS: dict = {}
 
 

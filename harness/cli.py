@@ -39,8 +39,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _gates(args) -> int:
+    from gates.faults import register_all
     from harness.stages import gates
     from kernels.contract import load_contract
+
+    register_all()  # so a contract naming a planted fault validates here as in the gate process
     from kernels.models.registry import config_name
 
     selected = gates.select(args.only)

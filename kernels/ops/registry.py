@@ -56,7 +56,16 @@ def implementation(name: str):
         known = sorted(f"{f}.{v}" for f, (_, vs) in FAMILY_VARIANTS.items() for v in vs)
         raise ValueError(f"unknown implementation {name!r}; known: {', '.join(known)}")
     module, variants = FAMILY_VARIANTS[family]
-    return getattr(module, variants[variant])
+    target = variants[variant]
+    return target if callable(target) else getattr(module, target)
+
+
+def register_variant(family: str, variant: str, function) -> None:
+    """Add an implementation at run time. Nothing in kernels does; the gates register their
+    planted faults (gates/faults.py) this way, so a contract can name them."""
+    if family not in FAMILY_VARIANTS:
+        raise ValueError(f"unknown family {family!r}")
+    FAMILY_VARIANTS[family][1][variant] = function
 
 
 def constant_types(name: str) -> dict:

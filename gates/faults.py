@@ -1,0 +1,50 @@
+"""Planted faults: implementations with one deliberate bug each, registered under names a
+contract can use (`<family>.planted_<bug>`), so tests can show every gate catching a fault
+of its own kind. Other faults need no code: a contract that maps one case of a region to a
+fast variant (split-K in decode only, the one-step recurrence in decode, two roundings in
+one phase) is the planted fault."""
+import torch
+
+from kernels.ops import activation, moe
+from kernels.ops.registry import register_variant
+
+
+def combine_reverse_order(slot_outputs, ids, weights, shared_out):
+    """The consistent combine, but slots summed k-1 .. 0 (a combine in the wrong order)."""
+    return moe.combine_consistent(slot_outputs.flip(1), ids, weights.flip(1), shared_out)
+
+
+def topk_highest_id_wins(scores, bias, *, top_k, scaling):
+    """Unique-key top-k with ties going to the HIGHEST expert id (an unstable tie-break)."""
+    flipped = moe.topk_consistent(scores.flip(-1), bias.flip(-1), top_k=top_k, scaling=scaling)
+    return scores.shape[-1] - 1 - flipped[0], flipped[1]
+
+
+class _SiluMulNoGateGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(gate, up)
+        return activation.consistent(gate, up)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up = ctx.saved_tensors
+        silu = gate.float() * torch.sigmoid(gate.float())
+        return torch.zeros_like(gate), (grad.float() * silu).to(up.dtype)  # d/dgate dropped
+
+
+def silu_mul_wrong_gradient(gate, up):
+    """Consistent forward bits, but the backward drops the gate's term (a wrong gradient)."""
+    return _SiluMulNoGateGradient.apply(gate, up)
+
+
+PLANTED = {
+    ("moe_combine", "planted_reverse_order"): combine_reverse_order,
+    ("topk", "planted_highest_id_wins"): topk_highest_id_wins,
+    ("activation", "planted_wrong_gradient"): silu_mul_wrong_gradient,
+}
+
+
+def register_all() -> None:
+    for (family, variant), function in PLANTED.items():
+        register_variant(family, variant, function)
