@@ -38,10 +38,15 @@ class GateRecord:
     def check(self, name: str, passed: bool, **figures) -> None:
         self.conditions.append({"name": name, "status": "pass" if passed else "fail", **figures})
 
+    def check_n_a(self, name: str, reason: str) -> None:
+        """A condition that cannot be checked here: reported as n/a with its reason, never
+        as a pass (the gate's other conditions still decide pass or fail)."""
+        self.conditions.append({"name": name, "status": "n/a", "reason": reason})
+
     def verdict(self) -> None:
         self.judged = True
         failed = [c for c in self.conditions if c["status"] == "fail"]
-        assert self.conditions, f"{self.gate}: no condition was checked"
+        assert any(c["status"] == "pass" for c in self.conditions), f"{self.gate}: no condition was checked"
         assert not failed, f"{self.gate}: {len(failed)} condition(s) failed: {failed}"
 
     def n_a(self, reason: str) -> None:
@@ -66,7 +71,22 @@ def _status(records) -> str:
         return "fail"
     if any(r.not_applicable for r in records) and not conditions:
         return "n/a"
-    return "pass" if conditions else "fail"  # a gate that checked nothing has not passed
+    checked = any(c["status"] == "pass" for c in conditions)
+    return "pass" if checked else "fail"  # a gate that checked nothing has not passed
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A gate test that raised counts as a failed condition, even if every condition it
+    recorded before the error held."""
+    outcome = yield
+    report = outcome.get_result()
+    record = getattr(item, "funcargs", {}).get("gate")
+    if report.failed and isinstance(record, GateRecord) and call.when == "call":
+        failed = any(c["status"] == "fail" for c in record.conditions)
+        if not failed:
+            record.conditions.append({"name": "the gate test completed", "status": "fail",
+                                      "error": str(report.longrepr)[-2000:]})
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -3,7 +3,10 @@ contract can use (`<family>.planted_<bug>`), so tests can show every gate catchi
 of its own kind. Other faults need no code: a contract that maps one case of a region to a
 fast variant (split-K in decode only, the one-step recurrence in decode, two roundings in
 one phase) is the planted fault."""
+import random
+
 import torch
+import torch.nn.functional as F
 
 from kernels.ops import activation, moe
 from kernels.ops.registry import register_variant
@@ -38,7 +41,21 @@ def silu_mul_wrong_gradient(gate, up):
     return _SiluMulNoGateGradient.apply(gate, up)
 
 
+def linear_atomic_split_k(x, w, *, num_splits: int):
+    """y = x @ w^T with K cut into `num_splits` slices whose partials, each rounded to x's
+    dtype, are added in the order the OS entropy draws, as atomics land in scheduling order
+    (run-to-run nondeterminism: C01's negative control; the CPU paths are deterministic)."""
+    bounds = torch.linspace(0, x.shape[-1], num_splits + 1).round().long().tolist()
+    slices = list(zip(bounds[:-1], bounds[1:]))
+    random.SystemRandom().shuffle(slices)
+    total = torch.zeros(x.shape[:-1] + (w.shape[0],), dtype=x.dtype)
+    for lo, hi in slices:
+        total = total + F.linear(x[..., lo:hi].float(), w[:, lo:hi].float()).to(x.dtype)
+    return total
+
+
 PLANTED = {
+    ("linear", "planted_atomic_split_k"): linear_atomic_split_k,
     ("moe_combine", "planted_reverse_order"): combine_reverse_order,
     ("topk", "planted_highest_id_wins"): topk_highest_id_wins,
     ("activation", "planted_wrong_gradient"): silu_mul_wrong_gradient,

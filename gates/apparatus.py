@@ -1,0 +1,26 @@
+"""Checks of the apparatus itself (gate C00): both runtimes' identities and fingerprints,
+and that the judging code (gates/, harness/) is unmodified since the run's base commit."""
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JUDGING_PATHS = ("gates", "harness")
+
+
+def identity_mismatches(engine_identities: dict, trainer_identities: dict) -> list:
+    """Names of the identities that differ between the two sides (empty when all agree)."""
+    names = sorted(set(engine_identities) | set(trainer_identities))
+    return [n for n in names if engine_identities.get(n) != trainer_identities.get(n)]
+
+
+def modified_judging_files(base: str = "HEAD", root: Path = ROOT) -> list:
+    """Files under gates/ or harness/ that differ from `base` (committed or not), or a
+    one-element list explaining why git could not tell (which counts as modified)."""
+    try:
+        changed = subprocess.run(["git", "diff", "--name-only", base, "--", *JUDGING_PATHS],
+                                 cwd=root, capture_output=True, text=True, check=True).stdout.split()
+        untracked = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--", *JUDGING_PATHS],
+                                   cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError) as error:
+        return [f"(git could not compare with {base}: {error})"]
+    return sorted(set(changed) | set(untracked))

@@ -1,0 +1,38 @@
+"""Gate C00: apparatus & fairness.
+
+Passes when the engine and the trainer, built from the same weights and contract, report
+equal semantic, numerical_policy and deployment identities (which cover the weights hash,
+the resolved contract with its sources, and the environment fingerprint with the comm
+transport), and no file under gates/ or harness/ differs from the run's base commit
+(BITWISE_BASE, default HEAD). The frozen-baseline condition is n/a until
+`harness freeze-baseline` exists. Negative control: a trainer with other weights, another
+contract or another transport fails the identity condition (tests/test_gate_c00_c10.py).
+"""
+import os
+
+from gates.apparatus import identity_mismatches, modified_judging_files
+from gates.inputs import fresh_seed
+from gates.workload import seeded_weights
+from kernels.contract import load_contract
+from kernels.engine.engine import Engine
+from kernels.models.config import load_model_config
+from kernels.models.registry import config_name
+from kernels.trainer.trainer import Trainer
+
+
+def test_apparatus(gate):
+    config = load_model_config(config_name(gate.model, "cut"))
+    contract = load_contract(gate.contract)
+    seed = fresh_seed()
+    gate.inputs = {"seed": seed, "config": config_name(gate.model, "cut")}
+    trainer = Trainer(config, contract, seed=seed)
+    engine = Engine(config, contract, trainer.weights())
+    engine_ids, trainer_ids = engine.identities(), trainer.identities()
+    mismatches = identity_mismatches(engine_ids, trainer_ids)
+    gate.check("identities equal (semantic, numerical_policy, deployment)", not mismatches,
+               mismatches=mismatches, engine=engine_ids, trainer=trainer_ids)
+    base = os.environ.get("BITWISE_BASE", "HEAD")
+    modified = modified_judging_files(base)
+    gate.check("gates/ and harness/ unmodified since the base commit", not modified, base=base, modified=modified)
+    gate.check_n_a("baseline frozen and its hash verified", "no frozen baseline yet (harness freeze-baseline)")
+    gate.verdict()

@@ -1,0 +1,181 @@
+"""Gate C08: gradients.
+
+Passes when, for a loss sum_t c_t * logp_t (random c_t) over the completion tokens of a few
+sequences on the model's cut run in float32, the loss and every parameter's gradient from the
+contract's trainer_bwd forward and autograd have relative error |a - ref| / |ref| (L2 norms) at
+most TOLERANCE (1e-4) against a float64 reference. The float32 run (the config's bf16
+overridden) makes the figure measure the gradient formulas, not bf16 rounding, which C01-C04
+and C07 judge bit for bit. The reference is independent where the arithmetic is: the same model
+definition (its wiring of splits, reshapes and residual adds is plain tensor plumbing) runs on
+a float64 copy of the weights with every region replaced by its float64 formula from
+gates/reference, differentiated by torch autograd; MoE routing reuses the tested side's expert
+choice, a discrete decision with no gradient, and inputs that put a Mamba dt within 1e-4
+(relative) of time_step_min, where the clamp's gradient jumps, are redrawn (at most 4 draws,
+each recorded). Negative control: the consistent contract with mlp_act bound to
+activation.planted_wrong_gradient fails it on qwen3.
+"""
+import copy
+import dataclasses
+
+import torch
+
+from gates.inputs import fresh_seed, generator
+from gates.reference import activation as ref_activation
+from gates.reference import attention as ref_attention
+from gates.reference import linear as ref_linear
+from gates.reference import logprob as ref_logprob
+from gates.reference import moe as ref_moe
+from gates.reference import norm as ref_norm
+from gates.reference import rope as ref_rope
+from gates.reference import ssm as ref_ssm
+from kernels.contract import load_contract
+from kernels.models.config import load_model_config
+from kernels.models.dispatch import RegionDispatch
+from kernels.models.registry import build_model, config_name
+from kernels.trainer.logprobs import ScoredSequence, sequence_logprobs
+
+TOLERANCE = 1e-4
+KINK_BAND, MAX_DRAWS = 1e-4, 4  # dt = clamp(softplus(.), min=time_step_min) has a kink: draws near it are redrawn
+LINEAR_REGIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "ssm_in_proj", "ssm_out_proj")
+
+
+class ReferenceDispatch:
+    """Called by the model like RegionDispatch; every region is its float64 reference formula.
+    `routed_ids` maps an MoE layer to the expert ids the tested forward chose."""
+
+    def __init__(self, routed_ids: dict):
+        self.routed_ids = routed_ids
+        self.near_kinks = 0
+
+    def __call__(self, region, case, layer, *args, **kwargs):
+        if region in LINEAR_REGIONS:
+            return ref_linear.linear(*args)
+        return getattr(self, region)(layer, *args, **kwargs)
+
+    def embed(self, layer, tokens, table):
+        return table[tokens]
+
+    def norm(self, layer, x, w, *, eps, residual=None):
+        return ref_norm.rmsnorm(x, w, eps=eps, residual=residual)
+
+    qk_norm = norm
+
+    def rope(self, layer, q, k, positions, *, theta, max_position):
+        return ref_rope.rope(q, positions, theta=theta), ref_rope.rope(k, positions, theta=theta)
+
+    def attention(self, layer, q, k, v, segment, kv, *, scale):
+        if segment.start != 0:
+            raise ValueError("the reference attends over a whole sequence (packed trainer layout)")
+        return ref_attention.causal_gqa(q, k, v, 0, scale=scale)
+
+    def mlp_act(self, layer, gate, up):
+        return ref_activation.silu_mul(gate, up)
+
+    def logprob(self, layer, logits, targets, temperatures, *, full=False):
+        return ref_logprob.logprob(logits, targets, temperatures, full=full)
+
+    def ssm_conv(self, layer, xbc, state, weight, bias):
+        if state.position != 0:
+            raise ValueError("the reference convolves a whole sequence from position 0")
+        return ref_ssm.conv_silu(xbc, weight, bias)
+
+    def ssm_scan(self, layer, x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min):
+        dt = torch.nn.functional.softplus(dt_raw.double() + dt_bias.double())
+        self.near_kinks += int(((dt - dt_min).abs() <= KINK_BAND * dt_min).sum())
+        return ref_ssm.scan(x, B, C, dt_raw, dt_bias, A_log, D, dt_min)
+
+    def ssm_norm(self, layer, y, z, w, *, eps, group_size):
+        return ref_ssm.gated_norm(y, z, w, eps, group_size)
+
+    def router(self, layer, x, w):
+        return ref_moe.router(x, w)
+
+    def topk(self, layer, scores, bias, *, top_k, scaling):
+        ids = self.routed_ids[layer]
+        return ids, ref_moe.routing_weights(scores, ids, scaling)
+
+    def expert_gemm(self, layer, x, ids, weights, up, down):
+        every = torch.stack([ref_moe.expert(x, up[e], down[e]) for e in range(up.shape[0])])  # [E, M, H]
+        return every[ids, torch.arange(x.shape[0])[:, None]]  # [M, k, H], unweighted
+
+    def shared_expert(self, layer, x, up, down):
+        return ref_moe.expert(x, up, down)
+
+    mlp = shared_expert
+
+    def moe_combine(self, layer, slots, ids, weights, shared):
+        return (slots * weights.unsqueeze(-1)).sum(dim=1) + shared
+
+    def weight_quant(self, layer, w, *, fmt):
+        if fmt != "none":
+            raise ValueError(f"no float64 reference gradient for {fmt} weights (straight-through)")
+        return w
+
+    act_quant = weight_quant
+
+
+def _sequences(gen, vocab_size):
+    """Three sequences; prompt + completion lengths cross the SSM chunk (16) and a KV block."""
+    shapes = ((5, 9, 1.0), (12, 7, 0.7), (8, 10, 1.0))
+    draw = lambda n: tuple(int(t) for t in torch.randint(1, vocab_size, (n,), generator=gen))
+    return [ScoredSequence(draw(p), draw(c), temperature) for p, c, temperature in shapes]
+
+
+def _loss_and_grads(model, dispatch, sequences, coefficients):
+    model.zero_grad(set_to_none=True)
+    logprobs = torch.cat(sequence_logprobs(model, dispatch, sequences, "trainer_bwd"))
+    loss = (coefficients.to(logprobs.dtype) * logprobs).sum()
+    loss.backward()
+    return loss.detach(), {name: p.grad for name, p in model.named_parameters()}
+
+
+def _both_sides(model, reference_model, contract, gen):
+    """Fresh sequences and coefficients; (loss, grads) of the tested side and the reference's,
+    and how many dt the reference found within the kink band of time_step_min."""
+    sequences = _sequences(gen, model.config.vocab_size)
+    coefficients = torch.randn(sum(len(s.completion) for s in sequences), generator=gen, dtype=torch.float64)
+    routed_ids = {}
+
+    def keep_routing(region, case, layer, output):
+        if region == "topk":
+            routed_ids[layer] = output[0].detach().clone()
+
+    tested = _loss_and_grads(model, RegionDispatch(contract, [keep_routing]), sequences, coefficients)
+    reference_dispatch = ReferenceDispatch(routed_ids)
+    reference = _loss_and_grads(reference_model, reference_dispatch, sequences, coefficients)
+    return sequences, tested, reference, reference_dispatch.near_kinks
+
+
+def _relative_error(value, reference) -> float:
+    scale = float(reference.double().norm())
+    return float((value.double() - reference.double()).norm()) / scale if scale > 0 else float("inf")
+
+
+def test_gradients_match_float64_reference(gate):
+    config = dataclasses.replace(load_model_config(config_name(gate.model, "cut")), dtype="float32")
+    seed, contract = fresh_seed(), load_contract(gate.contract)
+    gen = generator(seed)
+    model = build_model(config, seed % 1000)
+    reference_model = copy.deepcopy(model).double()
+    near_kinks = []
+    while len(near_kinks) < MAX_DRAWS and (not near_kinks or near_kinks[-1]):
+        sequences, (loss, grads), (ref_loss, ref_grads), count = _both_sides(model, reference_model, contract, gen)
+        near_kinks.append(count)
+    gate.inputs = {"seed": seed, "config": config_name(gate.model, "cut"), "dtype": "float32",
+                   "sequences": [[len(s.prompt), len(s.completion), s.temperature] for s in sequences]}
+    if "ssm_scan" in config.REGIONS:
+        gate.check(f"every Mamba dt lies {KINK_BAND:g} (relative) or more from time_step_min, where its gradient "
+                   "jumps", near_kinks[-1] == 0, near_kink_dt_per_draw=near_kinks, max_draws=MAX_DRAWS)
+    error = _relative_error(loss, ref_loss)
+    gate.check(f"loss: relative error <= {TOLERANCE:g}", error <= TOLERANCE, relative_error=error,
+               tolerance=TOLERANCE, loss=float(loss), reference_loss=float(ref_loss))
+    for name, grad in grads.items():
+        reference = ref_grads[name]
+        if grad is None or reference is None:
+            gate.check(f"d loss / d {name}: relative error <= {TOLERANCE:g}", False, tested=grad is not None,
+                       reference=reference is not None, note="no gradient reached the parameter")
+            continue
+        error = _relative_error(grad, reference)
+        gate.check(f"d loss / d {name}: relative error <= {TOLERANCE:g}", error <= TOLERANCE,
+                   relative_error=error, tolerance=TOLERANCE, reference_norm=float(reference.norm()))
+    gate.verdict()

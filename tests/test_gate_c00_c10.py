@@ -1,0 +1,57 @@
+"""Gates C00 (apparatus) and C10 (performance): C00's identity check fails on other weights,
+another contract or another transport, its judging-code check sees modified and untracked
+files; C10 fails when the floor is out of reach (its negative control)."""
+import json
+import subprocess
+
+from gates.apparatus import identity_mismatches, modified_judging_files
+from gates.workload import seeded_weights
+from harness.cli import EXIT_DIFFERENT, main
+from kernels.contract import load_contract
+from kernels.contract.identity import identities
+from kernels.models.config import load_model_config
+
+
+def test_identity_check_names_what_differs():
+    config = load_model_config("qwen3-cut")
+    consistent, weights = load_contract("consistent"), seeded_weights(config, 0)
+    reference = identities(config, weights, consistent)
+    assert identity_mismatches(reference, identities(config, weights, consistent)) == []
+    assert identity_mismatches(reference, identities(config, seeded_weights(config, 1), consistent)) == ["semantic"]
+    assert identity_mismatches(reference, identities(config, weights, load_contract("fast"))) == ["numerical_policy"]
+    assert identity_mismatches(reference, identities(config, weights, consistent, comm_backend="gloo")) == ["deployment"]
+
+
+def test_judging_code_check_sees_edits_and_new_files(tmp_path):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "gates").mkdir()
+    (tmp_path / "gates" / "gate.py").write_text("PASS = True\n")
+    git("init", "-q")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base")
+    assert modified_judging_files(root=tmp_path) == []
+    (tmp_path / "gates" / "gate.py").write_text("PASS = 'always'\n")
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "bypass.py").write_text("")
+    assert modified_judging_files(root=tmp_path) == ["gates/gate.py", "harness/bypass.py"]
+    assert modified_judging_files(base="no-such-commit", root=tmp_path)[0].startswith("(git could not compare")
+
+
+def test_c00_through_the_harness(tmp_path):
+    main(["gates", "--model", "qwen3", "--only", "C0", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "C00.json").read_text())
+    status = {c["name"]: c["status"] for c in result["conditions"]}
+    assert status["identities equal (semantic, numerical_policy, deployment)"] == "pass"
+    expected = "pass" if not modified_judging_files() else "fail"
+    assert status["gates/ and harness/ unmodified since the base commit"] == expected
+    assert status["baseline frozen and its hash verified"] == "n/a"
+
+
+def test_c10_fails_when_the_floor_is_out_of_reach(tmp_path, monkeypatch):
+    monkeypatch.setenv("BITWISE_C10_FLOOR", "1000000")
+    assert main(["gates", "--model", "qwen3", "--only", "C10", "--out", str(tmp_path)]) == EXIT_DIFFERENT
+    result = json.loads((tmp_path / "C10.json").read_text())
+    measured = result["conditions"][0]
+    assert result["status"] == "fail" and measured["ratio"] > 0 and len(measured["samples_tokens_per_s"]["baseline"]) == 3

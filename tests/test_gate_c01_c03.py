@@ -1,0 +1,111 @@
+"""Gates C01-C03 run through `harness gates`: all three pass under the consistent contract on
+both model cuts; under the fast contract C02 and C03 fail while C01 passes (the fast CPU
+kernels are deterministic); and each catches a fault planted in the consistent contract:
+split-K whose partials land in a random order (C01), split-K below 64 rows (C02), a decode
+kernel that does not re-play prefill's arithmetic (C03)."""
+import json
+
+import pytest
+import yaml
+
+from harness.cli import EXIT_DIFFERENT, EXIT_OK, main
+from kernels.contract.contract import CONTRACT_DIR
+from kernels.contract.regions import CASES, REGION_FAMILY
+
+LINEAR_REGIONS = sorted(region for region, family in REGION_FAMILY.items() if family == "linear")
+
+
+def _gates(tmp_path, model, only, contract="consistent"):
+    """(exit code, {gate: its JSON}) of one `harness gates` run."""
+    out = tmp_path / f"{model}-{only.replace(',', '')}"
+    code = main(["gates", "--model", model, "--only", only, "--contract", str(contract), "--out", str(out)])
+    return code, {path.stem: json.loads(path.read_text()) for path in out.glob("C*.json")}
+
+
+def _failed(result) -> dict:
+    return {c["name"]: c for c in result["conditions"] if c["status"] == "fail"}
+
+
+def _planted(tmp_path, remap) -> str:
+    """The consistent contract with some region x case bindings replaced, as a YAML file."""
+    document = yaml.safe_load((CONTRACT_DIR / "consistent.yaml").read_text())
+    document["name"] = "consistent-planted"
+    for (region, case), binding in remap.items():
+        document["regions"][region][case] = binding
+    path = tmp_path / "planted.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def test_list_names_the_new_gates(capsys):
+    assert main(["gates", "--list", "--only", "C1,C2,C3"]) == EXIT_OK
+    out = capsys.readouterr().out
+    for title in ("Gate C01: run-to-run determinism.", "Gate C02: batch invariance.",
+                  "Gate C03: phase consistency."):
+        assert title in out
+    assert out.count("Passes when") == 3
+
+
+@pytest.mark.parametrize("model", ["qwen3", "nemotron"])
+def test_consistent_contract_passes(tmp_path, model):
+    code, results = _gates(tmp_path, model, "C1,C2,C3")
+    assert {name: r["status"] for name, r in results.items()} == {"C01": "pass", "C02": "pass", "C03": "pass"}
+    assert code == EXIT_OK
+    c01 = results["C01"]
+    assert c01["inputs"][0]["num_outputs_compared"] > 500 and len(c01["conditions"]) == 3 * len(CASES)
+    c02 = {c["name"].split(":")[0]: c for c in results["C02"]["conditions"]}
+    assert set(c02) == set(CASES) and c02["engine_decode"]["batch_rows"][-1] == 64
+    assert c02["trainer_fwd"]["batch_rows"] == [2, 3, 5, 7, 8, 13, 16, 31, 64, 127, 128]
+    c03 = [c["name"] for c in results["C03"]["conditions"]]
+    assert any("chunks of 16" in name for name in c03) and any("decode" in name for name in c03)
+    if model == "nemotron":
+        assert "[cut-quant] engine (paged KV, fp8) == trainer_fwd" in c03
+
+
+def test_fast_contract_fails_batch_invariance_and_phase_but_not_determinism(tmp_path):
+    code, results = _gates(tmp_path, "qwen3", "C1,C2,C3", "fast")
+    assert code == EXIT_DIFFERENT
+    assert [results[g]["status"] for g in ("C01", "C02", "C03")] == ["pass", "fail", "fail"]
+    for condition in _failed(results["C02"]).values():
+        first = condition["first_difference"]
+        assert {"region", "layer", "probe", "batch_rows"} <= set(first)
+    assert "[cut] token-by-token decode == full prefill" in _failed(results["C03"])
+
+
+def test_c01_catches_nondeterministic_split_k(tmp_path):
+    planted = {"impl": "linear.planted_atomic_split_k", "constants": {"num_splits": 4}}
+    contract = _planted(tmp_path, {("o_proj", case): planted for case in CASES})
+    code, results = _gates(tmp_path, "qwen3", "C1", contract)
+    assert code == EXIT_DIFFERENT and results["C01"]["status"] == "fail"
+    failed = _failed(results["C01"])
+    assert set(failed) == {f"{case}: every region output repeats bit for bit" for case in CASES}, (
+        "is gates.faults.register_all() called in gates/conftest.py?", results["C01"]["conditions"])
+    assert {c["first_difference"]["region"] for c in failed.values()} == {"o_proj"}
+
+
+def test_c02_catches_split_k_below_64_rows(tmp_path):
+    split_k = {"impl": "linear.fast_split_k", "constants": {"split_k_below_rows": 64, "num_splits": 4}}
+    contract = _planted(tmp_path, {(region, case): split_k for region in LINEAR_REGIONS for case in CASES})
+    code, results = _gates(tmp_path, "qwen3", "C2", contract)
+    assert code == EXIT_DIFFERENT and results["C02"]["status"] == "fail"
+    failed = _failed(results["C02"])
+    assert len(failed) == len(CASES)
+    for condition in failed.values():
+        assert condition["first_difference"]["region"] in LINEAR_REGIONS, condition["first_difference"]
+
+
+@pytest.mark.parametrize("model, region, binding", [
+    ("qwen3", "attention", {"impl": "attention.fast_split_kv",
+                            "constants": {"tokens_per_split": 32, "max_splits": 8}}),
+    ("nemotron", "ssm_scan", {"impl": "ssm_scan.fast_recurrent"}),
+])
+def test_c03_catches_decode_that_does_not_replay_prefill(tmp_path, model, region, binding):
+    code, results = _gates(tmp_path, model, "C3", _planted(tmp_path, {(region, "engine_decode"): binding}))
+    assert code == EXIT_DIFFERENT and results["C03"]["status"] == "fail"
+    failed = _failed(results["C03"])
+    sizes = ["cut", "cut-quant"] if model == "nemotron" else ["cut"]
+    assert set(failed) == {name for size in sizes for name in (
+        f"[{size}] token-by-token decode == full prefill", f"[{size}] engine (paged KV, "
+        f"{'fp8' if size == 'cut-quant' else 'auto'}) == trainer_fwd")}
+    for condition in failed.values():
+        assert condition["first_difference"]["quantity"].startswith(f"{region}@layer"), condition

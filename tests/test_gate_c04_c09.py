@@ -1,0 +1,115 @@
+"""Gates C04-C09 run through `harness gates`: under the consistent contract C04, C08 and C09
+pass on both model cuts and C05, C06 are n/a with their reasons; the fast contract fails C04
+(Top-K ties, batch-seeded sampler) and C09 (engine != trainer); planted faults fail their own
+conditions: C04 the tie-break and the combine order, C08 the wrong SiLU gradient. Also: the
+tie check fails as vacuous on inputs without ties, and C05's compile scan finds torch.compile.
+"""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from gates.conftest import GateRecord
+from gates.hazards import VacuousGate
+from gates.test_c04_discrete import check_topk
+from gates.test_c05_graph import compile_uses
+from harness.cli import EXIT_DIFFERENT, EXIT_OK, main
+from kernels.contract import load_contract
+from kernels.contract.contract import CONTRACT_DIR
+
+TIE_RULE = "topk ids and slot order follow the unique key (lowest id wins ties)"
+COMBINE_ORDER = "moe_combine sums the slots in slot order (fp32, one rounding)"
+SAMPLER_BATCH = "sampler: each request draws the same tokens alone and in any batch and case"
+ENGINE_DIFFS = {"engine == trainer_fwd (scores) log-probs, bitwise, every step",
+                "engine == trainer_bwd (the update's forward) log-probs, bitwise, every step"}
+
+
+def _gates(tmp_path, model, only, contract="consistent"):
+    """(exit code, {gate: its JSON}) of one `harness gates` run."""
+    out = tmp_path / f"{model}-{only.replace(',', '')}-{Path(str(contract)).stem}"
+    code = main(["gates", "--model", model, "--only", only, "--contract", str(contract), "--out", str(out)])
+    return code, {path.stem: json.loads(path.read_text()) for path in out.glob("C*.json")}
+
+
+def _failed(result) -> set:
+    return {c["name"] for c in result["conditions"] if c["status"] == "fail"}
+
+
+def _planted(tmp_path, region, impl) -> str:
+    """consistent.yaml with every case of one region bound to a planted fault, as a YAML file."""
+    document = yaml.safe_load((CONTRACT_DIR / "consistent.yaml").read_text())
+    document["name"] = f"consistent-planted-{region}"
+    document["regions"][region] = {case: {"impl": impl} for case in document["regions"][region]}
+    path = tmp_path / f"planted-{region}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+@pytest.mark.parametrize("model", ["qwen3", "nemotron"])
+def test_consistent_contract_passes(tmp_path, model):
+    only = "C4,C5,C6,C8,C9" if model == "qwen3" else "C4,C8,C9"  # C05, C06 do not depend on the model
+    code, results = _gates(tmp_path, model, only)
+    expected = {"C04": "pass", "C08": "pass", "C09": "pass"}
+    if model == "qwen3":
+        expected.update({"C05": "n/a", "C06": "n/a"})
+    assert {name: r["status"] for name, r in results.items()} == expected
+    assert code == EXIT_OK
+    statuses = {c["name"]: c["status"] for c in results["C04"]["conditions"]}
+    not_applicable = {"qwen3": {"topk", "moe_combine", "weight_quant"}, "nemotron": {"mlp_act"}}[model]
+    assert {name for name, status in statuses.items() if status == "n/a"} == not_applicable
+    assert statuses[SAMPLER_BATCH] == "pass" and (model == "qwen3" or statuses[TIE_RULE] == "pass")
+    grads = [c for c in results["C08"]["conditions"] if c["name"].startswith("d loss / d ")]
+    assert len(grads) > 30 and all(c["relative_error"] <= c["tolerance"] == 1e-4 for c in grads)
+    c09 = results["C09"]
+    assert c09["inputs"][0]["num_steps"] == 20 and len(c09["conditions"]) == 8
+    if model == "qwen3":
+        assert results["C05"]["not_applicable"] == ["no CUDA device: CUDA graphs need a GPU"]
+        assert results["C05"]["inputs"][0]["torch_compile_uses"] == []
+        assert results["C06"]["not_applicable"] == ["the layout issue (TP/EP/DP on torch.distributed) has not landed"]
+
+
+def test_fast_contract_fails_c04_and_c09(tmp_path):
+    code, results = _gates(tmp_path, "nemotron", "C4", "fast")
+    assert code == EXIT_DIFFERENT and results["C04"]["status"] == "fail"
+    assert {TIE_RULE, SAMPLER_BATCH} <= _failed(results["C04"])
+    code, results = _gates(tmp_path, "qwen3", "C9", "fast")
+    assert code == EXIT_DIFFERENT and results["C09"]["status"] == "fail"
+    assert ENGINE_DIFFS <= _failed(results["C09"])
+
+
+@pytest.mark.parametrize("region, impl, condition", [
+    ("topk", "topk.planted_highest_id_wins", TIE_RULE),
+    ("moe_combine", "moe_combine.planted_reverse_order", COMBINE_ORDER),
+])
+def test_c04_catches_planted_discrete_faults(tmp_path, region, impl, condition):
+    code, results = _gates(tmp_path, "nemotron", "C4", _planted(tmp_path, region, impl))
+    assert code == EXIT_DIFFERENT
+    assert _failed(results["C04"]) == {condition}  # both sides agree: only the rule catches it
+
+
+def test_c08_catches_a_wrong_gradient(tmp_path):
+    contract = _planted(tmp_path, "mlp_act", "activation.planted_wrong_gradient")
+    code, results = _gates(tmp_path, "qwen3", "C8", contract)
+    assert code == EXIT_DIFFERENT and results["C08"]["status"] == "fail"
+    failed = _failed(results["C08"])
+    assert "d loss / d layers.0.gate_up_proj: relative error <= 0.0001" in failed
+    assert "loss: relative error <= 0.0001" not in failed  # the forward bits are right
+
+
+def test_tie_check_without_ties_is_vacuous():
+    record = GateRecord("C04", "nemotron", "consistent")
+    scores = torch.rand(64, 16, generator=torch.Generator().manual_seed(0))  # continuous: no exact ties
+    with pytest.raises(VacuousGate, match="exact ties across the k-th place"):
+        check_topk(record, load_contract("consistent"), scores, torch.zeros(16), 4, 2.5)
+    assert [c["status"] for c in record.conditions] == ["fail"]  # recorded before it raised
+
+
+def test_compile_scan_finds_torch_compile(tmp_path):
+    clean, compiled = tmp_path / "clean.py", tmp_path / "compiled.py"
+    clean.write_text('"""Not torch.compile, only its name in a docstring."""\nimport re\nre.compile("x")\n')
+    compiled.write_text("import torch\nfrom torch import compile\nimport torch._dynamo\n\n"
+                        "def f(x):\n    return x\n\n\ng = torch.compile(f)\n")
+    assert compile_uses([clean]) == []
+    assert compile_uses([compiled]) == [f"{compiled}:{line}" for line in (2, 3, 9)]
