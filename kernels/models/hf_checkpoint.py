@@ -29,6 +29,14 @@ _LAYER_SOURCES = {
 }
 
 
+def checkpoint_dtype(hf_config: dict, override: str | None):
+    """The override, else the dtype config.json names (transformers 5: dtype; 4.x: torch_dtype)."""
+    dtype = override or hf_config.get("dtype") or hf_config.get("torch_dtype")
+    if dtype is None:
+        raise ValueError("dtype: config.json names no dtype/torch_dtype; pass dtype=")
+    return dtype
+
+
 def qwen3_config_from_hf(hf_config: dict, dtype: str | None = None) -> Qwen3Config:
     """Our config from a Qwen3 config.json mapping; dtype overrides the checkpoint's."""
     if hf_config.get("model_type") != "qwen3":
@@ -47,9 +55,7 @@ def qwen3_config_from_hf(hf_config: dict, dtype: str | None = None) -> Qwen3Conf
     rope_theta = rope.get("rope_theta", hf_config.get("rope_theta"))
     if rope_theta is None:
         raise ValueError("rope_theta: not in config.json (top level or rope_parameters)")
-    dtype = dtype or hf_config.get("dtype") or hf_config.get("torch_dtype")
-    if dtype is None:
-        raise ValueError("dtype: config.json names no dtype/torch_dtype; pass dtype=")
+    dtype = checkpoint_dtype(hf_config, dtype)
     try:
         num_heads = hf_config["num_attention_heads"]
         mapping = {

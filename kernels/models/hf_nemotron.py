@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from kernels.models.config import config_from_mapping
-from kernels.models.hf_checkpoint import read_config_json, read_safetensors, require_exact_names
+from kernels.models.hf_checkpoint import (checkpoint_dtype, read_config_json, read_safetensors,
+                                         require_exact_names)
 from kernels.models.nemotron_config import NemotronConfig
 from kernels.models.registry import build_model
 
@@ -90,9 +91,7 @@ def nemotron_config_from_hf(hf_config: dict, dtype: str | None = None) -> Nemotr
         if hf_config.get(name, default) != supported:
             raise ValueError(f"{name}: {hf_config[name]!r} is not supported by our NemotronModel "
                              f"(it implements only {supported!r})")
-    dtype = dtype or hf_config.get("dtype") or hf_config.get("torch_dtype")
-    if dtype is None:
-        raise ValueError("dtype: config.json names no dtype/torch_dtype; pass dtype=")
+    dtype = checkpoint_dtype(hf_config, dtype)
     try:
         num_heads = hf_config["num_attention_heads"]
         mapping = {
