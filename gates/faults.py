@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from kernels.ops import activation, moe
 from kernels.ops.registry import register_variant
+from kernels.trainer.rl_loop import GRPORun
 
 
 def combine_reverse_order(slot_outputs, ids, weights, shared_out):
@@ -52,6 +53,19 @@ def linear_atomic_split_k(x, w, *, num_splits: int):
     for lo, hi in slices:
         total = total + F.linear(x[..., lo:hi].float(), w[:, lo:hi].float()).to(x.dtype)
     return total
+
+
+_TRUE_RESUME = GRPORun.resume  # bound before a test replaces GRPORun.resume with the fault below
+
+
+def resume_losing_rng_state(directory, config, contract, settings):
+    """GRPORun.resume, but the resumed run restarts its random stream: every request's sampling
+    seed and arrival derive from (run seed, step), and this resume restores the weights, the
+    optimizer and the data position but not the step the stream is at (a resume that loses
+    RNG state: C09's resume conditions must catch it). Planted by replacing GRPORun.resume."""
+    run = _TRUE_RESUME(directory, config, contract, settings)
+    run.step_index = 0
+    return run
 
 
 PLANTED = {

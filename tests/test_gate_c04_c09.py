@@ -1,8 +1,9 @@
 """Gates C04-C09 run through `harness gates`: under the consistent contract C04, C08 and C09
 pass on both model cuts and C05, C06 are n/a with their reasons; the fast contract fails C04
 (Top-K ties, batch-seeded sampler) and C09 (engine != trainer); planted faults fail their own
-conditions: C04 the tie-break and the combine order, C08 the wrong SiLU gradient. Also: the
-tie check fails as vacuous on inputs without ties, and C05's compile scan finds torch.compile.
+conditions: C04 the tie-break, the combine order and a rounding done twice in decode, C08 the
+wrong SiLU gradient, C09 a resume that loses the RNG state. Also: the tie check fails as
+vacuous on inputs without ties, and C05's compile scan finds torch.compile.
 """
 import json
 from pathlib import Path
@@ -11,17 +12,24 @@ import pytest
 import torch
 import yaml
 
+from gates import test_c09_rl_steps as c09
 from gates.conftest import GateRecord
+from gates.faults import resume_losing_rng_state
 from gates.hazards import VacuousGate
 from gates.test_c04_discrete import check_topk
 from gates.test_c05_graph import compile_uses
 from harness.cli import EXIT_DIFFERENT, EXIT_OK, main
 from kernels.contract import load_contract
 from kernels.contract.contract import CONTRACT_DIR
+from kernels.contract.regions import CASES
+from kernels.trainer.rl_loop import GRPORun
 
 TIE_RULE = "topk ids and slot order follow the unique key (lowest id wins ties)"
 COMBINE_ORDER = "moe_combine sums the slots in slot order (fp32, one rounding)"
 SAMPLER_BATCH = "sampler: each request draws the same tokens alone and in any batch and case"
+SILU_CASES = "mlp_act SiLU(gate)*up: every case gives the same bits"
+RESUMED_STEP = "the first step after resume equals the uninterrupted step 2 bitwise"
+RESUMED_WEIGHTS = "model and fp32 master weights after the resumed step equal the uninterrupted run's"
 ENGINE_DIFFS = {"engine == trainer_fwd (scores) log-probs, bitwise, every step",
                 "engine == trainer_bwd (the update's forward) log-probs, bitwise, every step"}
 
@@ -113,3 +121,29 @@ def test_compile_scan_finds_torch_compile(tmp_path):
                         "def f(x):\n    return x\n\n\ng = torch.compile(f)\n")
     assert compile_uses([clean]) == []
     assert compile_uses([compiled]) == [f"{compiled}:{line}" for line in (2, 3, 9)]
+
+
+def test_c04_catches_a_rounding_done_twice(tmp_path):
+    """Decode computes SiLU(gate)*up with a bf16 rounding between the two (activation.fast)."""
+    document = yaml.safe_load((CONTRACT_DIR / "consistent.yaml").read_text())
+    document["name"] = "consistent-planted-two-roundings"
+    document["regions"]["mlp_act"]["engine_decode"] = {"impl": "activation.fast"}
+    path = tmp_path / "two-roundings.yaml"
+    path.write_text(yaml.safe_dump(document))
+    code, results = _gates(tmp_path, "qwen3", "C4", path)
+    assert code == EXIT_DIFFERENT
+    failed = {c["name"]: c for c in results["C04"]["conditions"] if c["status"] == "fail"}
+    assert set(failed) == {SILU_CASES}
+    differing = {case for case, text in failed[SILU_CASES].items() if case in CASES and text != "identical"}
+    assert differing == {"engine_decode"}
+
+
+def test_c09_catches_a_resume_that_loses_rng_state(tmp_path, monkeypatch):
+    monkeypatch.setattr(c09, "NUM_STEPS", 4)  # the fault shows at the first resumed step
+    monkeypatch.setattr(GRPORun, "resume", resume_losing_rng_state)
+    record = GateRecord("C09", "qwen3", "consistent")
+    with pytest.raises(AssertionError, match="condition"):
+        c09.test_grpo_steps_and_resume(record, tmp_path)
+    failed = {c["name"]: c for c in record.conditions if c["status"] == "fail"}
+    assert set(failed) == {RESUMED_STEP, RESUMED_WEIGHTS}  # engine == trainer still holds
+    assert failed[RESUMED_STEP]["engine_logprobs"] > 0
