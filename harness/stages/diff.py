@@ -3,6 +3,7 @@ same tokens, and the per-token mismatch figures are reported (gates/mismatch.py)
 import json
 
 from gates.mismatch import mismatch_stats
+from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
 from gates.workload import EngineShape, Workload, rollout, score, seeded_weights
 from kernels.contract import load_contract
 from kernels.models.config import load_model_config
@@ -37,3 +38,24 @@ def format_table(result: dict) -> str:
 
 def print_result(result: dict, as_json: bool) -> None:
     print(json.dumps(result, sort_keys=True) if as_json else format_table(result))
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="model family, e.g. qwen3")
+    parser.add_argument("--size", default="cut", help="cut (CPU gates) or full")
+    parser.add_argument("--contract", default="consistent", help="fast, consistent, or a YAML path")
+    parser.add_argument("--num-sequences", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokens-per-step", type=int, default=48, help="engine token budget")
+    parser.add_argument("--micro-batch", type=int, default=8, help="trainer micro-batch size")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--strict", action="store_true", help="exit 2 when any token differs")
+
+
+def run(args) -> int:
+    workload = Workload(num_sequences=args.num_sequences, new_tokens=args.new_tokens, seed=args.seed)
+    result = run_diff(args.model, args.size, args.contract, workload,
+                      EngineShape(tokens_per_step=args.tokens_per_step), args.micro_batch)
+    print_result(result, args.json)
+    return EXIT_DIFFERENT if args.strict and result["frac_tokens_differing"] else EXIT_OK

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import gates
+from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
 
 GATES_DIR = Path(gates.__file__).resolve().parent
 DEVICES = ("cpu", "cuda")
@@ -60,7 +61,7 @@ def check_device(device: str) -> None:
         raise ValueError("device cuda: the consistent path has no CUDA kernels yet (Triton, issue 7)")
 
 
-def run(selected: dict, *, model: str, contract: str, out: Path) -> dict:
+def run_gates(selected: dict, *, model: str, contract: str, out: Path) -> dict:
     """Run each gate in turn; {gate: status} read back from the JSON it wrote."""
     statuses = {}
     for name, path in selected.items():
@@ -85,3 +86,38 @@ def format_table(statuses: dict, out: Path) -> str:
         lines.append(f"{name:<6}{status:<8}{', '.join(failed) or ('(no result written)' if not result.exists() else '')}")
     lines.append(f"results: {out}")
     return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default="nemotron", help="model family, e.g. nemotron or qwen3")
+    parser.add_argument("--only", help="comma-separated gates, e.g. C3,C7")
+    parser.add_argument("--contract", default="consistent", help="fast, consistent, or a YAML path")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--out", help="run directory (default runs/gates-<time>)")
+    parser.add_argument("--list", action="store_true", help="print each gate's pass condition")
+
+
+def validate(model: str, contract: str, device: str) -> None:
+    """ValueError naming what is wrong with the model, contract or device asked for."""
+    from gates.faults import register_all
+    from kernels.contract import load_contract
+    from kernels.models.registry import config_name
+
+    register_all()  # so a contract naming a planted fault validates here as in the gate process
+    config_name(model, "cut")
+    load_contract(contract)
+    check_device(device)
+
+
+def run(args) -> int:
+    selected = select(args.only)
+    if args.list:
+        for name, path in selected.items():
+            title, condition = describe(path)
+            print(f"{name}  {title}\n      {condition}")
+        return EXIT_OK
+    validate(args.model, args.contract, args.device)
+    out = Path(args.out or f"runs/gates-{time.strftime('%Y%m%dT%H%M%S')}")
+    statuses = run_gates(selected, model=args.model, contract=args.contract, out=out)
+    print(format_table(statuses, out))
+    return EXIT_DIFFERENT if "fail" in statuses.values() else EXIT_OK
