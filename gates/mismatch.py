@@ -9,12 +9,23 @@ import torch
 from gates.compare import bit_view
 
 
-def mismatch_stats(rollout_logprobs, trainer_logprobs) -> dict:
-    """Figures over the concatenated per-sequence fp32 log-prob tensors."""
+def _flat(rollout_logprobs, trainer_logprobs) -> tuple:
     rollout = torch.cat([t.reshape(-1) for t in rollout_logprobs]).float()
     trainer = torch.cat([t.reshape(-1) for t in trainer_logprobs]).float()
     if rollout.shape != trainer.shape:
         raise ValueError(f"{rollout.numel()} rollout tokens vs {trainer.numel()} trainer tokens")
+    return rollout, trainer
+
+
+def per_token_abs_dp(rollout_logprobs, trainer_logprobs) -> list:
+    """|dp| of every token, in sequence then token order (what the report plots)."""
+    rollout, trainer = _flat(rollout_logprobs, trainer_logprobs)
+    return (rollout.double().exp() - trainer.double().exp()).abs().tolist()
+
+
+def mismatch_stats(rollout_logprobs, trainer_logprobs) -> dict:
+    """Figures over the concatenated per-sequence fp32 log-prob tensors."""
+    rollout, trainer = _flat(rollout_logprobs, trainer_logprobs)
     abs_dp = (rollout.double().exp() - trainer.double().exp()).abs()
     log_ratio = trainer.double() - rollout.double()
     k3 = (log_ratio.exp() - 1) - log_ratio

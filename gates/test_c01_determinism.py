@@ -48,10 +48,10 @@ class Capture:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, region, case, layer, output):
-        items = output if isinstance(output, tuple) else (output,)
+    def __call__(self, call):
+        items = call.output if isinstance(call.output, tuple) else (call.output,)
         tensors = [t.detach().clone() for t in items if isinstance(t, torch.Tensor)]
-        self.calls.append(((region, case, layer), tensors))
+        self.calls.append(((call.region, call.case, call.layer), tensors))
 
 
 def _plan(case: str, seed: int, vocab_size: int) -> list:

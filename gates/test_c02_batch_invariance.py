@@ -52,8 +52,9 @@ class Capture:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, region, case, layer, output):
-        self.calls.append((region, layer, output if isinstance(output, tuple) else (output,)))
+    def __call__(self, call):
+        output = call.output
+        self.calls.append((call.region, call.layer, output if isinstance(output, tuple) else (output,)))
 
 
 def _forward(model, contract, case, pieces, cache, sampling_seeds):

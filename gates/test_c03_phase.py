@@ -55,10 +55,11 @@ class Recorder:
         self.batch, self.counts = batch, {}
         self.num_chunks += sum(s.start > 0 and s.case == "engine_prefill" for s in batch.segments)
 
-    def __call__(self, region, case, layer, output) -> None:
+    def __call__(self, call) -> None:
+        region, layer = call.region, call.layer
         if region in REGIONS:
             n = self.counts[(region, layer)] = self.counts.get((region, layer), -1) + 1
-            self._put(f"{region}@layer{layer}", self.batch.segments[n % len(self.batch.segments)], output)
+            self._put(f"{region}@layer{layer}", self.batch.segments[n % len(self.batch.segments)], call.output)
 
     def end(self, hidden, logits) -> None:
         for segment in self.batch.segments:

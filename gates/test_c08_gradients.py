@@ -14,6 +14,7 @@ choice, a discrete decision with no gradient, and inputs that put a Mamba dt wit
 each recorded). Negative control: the consistent contract with mlp_act bound to
 activation.planted_wrong_gradient fails it on qwen3.
 """
+import contextlib
 import copy
 import dataclasses
 
@@ -46,6 +47,9 @@ class ReferenceDispatch:
     def __init__(self, routed_ids: dict):
         self.routed_ids = routed_ids
         self.near_kinks = 0
+
+    def selecting_rows(self, rows):
+        return contextlib.nullcontext()  # row selections only matter to tracers
 
     def __call__(self, region, case, layer, *args, **kwargs):
         if region in LINEAR_REGIONS:
@@ -136,9 +140,9 @@ def _both_sides(model, reference_model, contract, gen):
     coefficients = torch.randn(sum(len(s.completion) for s in sequences), generator=gen, dtype=torch.float64)
     routed_ids = {}
 
-    def keep_routing(region, case, layer, output):
-        if region == "topk":
-            routed_ids[layer] = output[0].detach().clone()
+    def keep_routing(call):
+        if call.region == "topk":
+            routed_ids[call.layer] = call.output[0].detach().clone()
 
     tested = _loss_and_grads(model, RegionDispatch(contract, [keep_routing]), sequences, coefficients)
     reference_dispatch = ReferenceDispatch(routed_ids)

@@ -53,11 +53,13 @@ def _same_step(a, b) -> dict:
 
 
 def _diff_figures(records, side: str) -> dict:
-    """Engine vs one trainer side over all steps: the steps that differ and the mismatch figures."""
+    """Engine vs one trainer side over all steps: the steps that differ, the mismatch figures,
+    and max |dp| of each step (the report plots it over the steps)."""
     differing = [r.step for r in records if _differing_tokens(r.engine_logprobs, getattr(r, side))]
     stats = mismatch_stats([lp for r in records for lp in r.engine_logprobs],
                            [lp for r in records for lp in getattr(r, side)])
-    return {"steps_differing": differing, "num_steps": len(records), **stats}
+    per_step = [mismatch_stats(r.engine_logprobs, getattr(r, side))["max_abs_dp"] for r in records]
+    return {"steps_differing": differing, "num_steps": len(records), "per_step_max_abs_dp": per_step, **stats}
 
 
 def _run(config, contract, settings, model_seed, num_steps, half):

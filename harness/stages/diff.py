@@ -2,7 +2,7 @@
 same tokens, and the per-token mismatch figures are reported (gates/mismatch.py)."""
 import json
 
-from gates.mismatch import mismatch_stats
+from gates.mismatch import mismatch_stats, per_token_abs_dp
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
 from gates.workload import EngineShape, Workload, rollout, score, seeded_weights
 from kernels.contract import load_contract
@@ -13,14 +13,19 @@ FIGURES = ("max_abs_dp", "mean_abs_dp", "std_abs_dp", "k3_kl", "frac_tokens_diff
 
 
 def run_diff(model: str, size: str, contract_name: str, workload: Workload,
-             shape: EngineShape = EngineShape(), micro_batch_size: int = 8) -> dict:
+             shape: EngineShape = EngineShape(), micro_batch_size: int = 8, per_token: bool = False) -> dict:
+    """The mismatch figures; with per_token, also `abs_dp`, every token's |dp| (for plots)."""
     config = load_model_config(config_name(model, size))
     contract = load_contract(contract_name)
     weights = seeded_weights(config)
     completions, _ = rollout(config, contract, weights, workload, shape)
     trainer_logprobs = score(config, contract, weights, completions, micro_batch_size=micro_batch_size)
-    stats = mismatch_stats([c.logprob_tensor for c in completions], trainer_logprobs)
-    return {"model": model, "size": size, "contract": contract.name, "seed": workload.seed, **stats}
+    engine_logprobs = [c.logprob_tensor for c in completions]
+    result = {"model": model, "size": size, "contract": contract.name, "seed": workload.seed,
+              **mismatch_stats(engine_logprobs, trainer_logprobs)}
+    if per_token:
+        result["abs_dp"] = per_token_abs_dp(engine_logprobs, trainer_logprobs)
+    return result
 
 
 def format_table(result: dict) -> str:

@@ -39,6 +39,9 @@ class Engine:
         self.scheduler = Scheduler(self.cache, max_tokens_per_step=max_tokens_per_step,
                                    max_running=max_running)
         self.step_count = 0
+        self.replays_cuda_graphs = False
+        """True when decode steps replay captured CUDA graphs: the region doors' Python does
+        not run then, so a tracer must refuse (never on CPU; the GPU engine sets it)."""
         self.weight_version = 0
         self.step_phases = Counter()
         """How many steps held which phases: ("decode",), ("prefill",), ("decode", "prefill")."""
@@ -136,15 +139,16 @@ class Engine:
         if not chosen:
             return []
         rows = torch.tensor([segment.row + segment.length - 1 for _, segment in chosen])
-        logits = self.model.logits(hidden[rows], self.dispatch, batch.case)
         params = [item.sequence.request.params for item, _ in chosen]
         draws = [len(item.sequence.completion.tokens) for item, _ in chosen]
-        tokens = self.dispatch("sampler", batch.case, None, logits, params, draws)
         temperatures = torch.tensor([p.logprob_temperature for p in params], dtype=torch.float32)
-        logprobs = self.dispatch("logprob", batch.case, None, logits, tokens, temperatures)
         wants_full = any(item.sequence.request.return_full_logprobs for item, _ in chosen)
-        full = (self.dispatch("logprob", batch.case, None, logits, tokens, temperatures, full=True)
-                if wants_full else None)
+        with self.dispatch.selecting_rows(rows):
+            logits = self.model.logits(hidden[rows], self.dispatch, batch.case)
+            tokens = self.dispatch("sampler", batch.case, None, logits, params, draws)
+            logprobs = self.dispatch("logprob", batch.case, None, logits, tokens, temperatures)
+            full = (self.dispatch("logprob", batch.case, None, logits, tokens, temperatures, full=True)
+                    if wants_full else None)
         finished = []
         for index, (item, _) in enumerate(chosen):
             completion = item.sequence.completion

@@ -59,7 +59,9 @@ def _micro_batch(model, dispatch, sequences, case, layout):
         rows.extend(range(first, first + len(sequence.completion)))
         targets.extend(sequence.completion)
         temperatures.extend([sequence.temperature] * len(sequence.completion))
-    logits = model.logits(hidden[torch.tensor(rows, dtype=torch.long)], dispatch, case)
-    logprobs = dispatch("logprob", case, None, logits, torch.tensor(targets, dtype=torch.long),
-                        torch.tensor(temperatures, dtype=torch.float32))
+    rows = torch.tensor(rows, dtype=torch.long)
+    with dispatch.selecting_rows(rows):
+        logits = model.logits(hidden[rows], dispatch, case)
+        logprobs = dispatch("logprob", case, None, logits, torch.tensor(targets, dtype=torch.long),
+                            torch.tensor(temperatures, dtype=torch.float32))
     return list(logprobs.split([len(s.completion) for s in sequences]))

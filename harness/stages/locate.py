@@ -1,0 +1,151 @@
+"""`harness locate`: run the engine and the trainer on the same tokens with door tracing and
+name the causally first divergent op: layer, region, case pair, first token and row, and the
+magnitude (ULPs and agreeing mantissa bits of the first differing element).
+
+Two passes: the first traces digests of every door on both sides (locate/engine.jsonl,
+trainer.jsonl, a manifest each) and compares them (harness/trace_compare.py); the second
+re-runs both sides and captures the divergent door's inputs and outputs
+(locate/capture/), from which the magnitude is measured and `harness shrink` builds a repro.
+Both runtimes are deterministic (gate C01), so the second pass sees the first's bits.
+Exit codes: 0 clean, 2 divergence, 3 inconclusive (log-probs differ but no traced door
+does), 1 bad input.
+"""
+import json
+from pathlib import Path
+
+from gates.compare import first_bit_difference
+from gates.faults import register_all
+from gates.mismatch import mismatch_stats
+from gates.workload import EngineShape, Workload, make_engine, make_requests, seeded_weights
+from harness.door_capture import DoorCapture, save_capture
+from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
+from harness.trace import Tracer, tensors_of
+from harness.trace_compare import first_divergence
+from harness.workspace import current_commit, open_repo
+from kernels.contract import load_contract
+from kernels.contract.identity import deployment_fingerprint
+from kernels.models.config import load_model_config
+from kernels.models.registry import config_name
+from kernels.trainer.logprobs import scored_sequences
+from kernels.trainer.trainer import Trainer
+
+WORKLOAD = dict(num_sequences=6, new_tokens=8, min_prompt_len=6, max_prompt_len=24, arrival_spread=4)
+SHAPE = EngineShape(tokens_per_step=16, max_running=6)
+EXIT_BY_STATUS = {"clean": EXIT_OK, "divergent": EXIT_DIFFERENT, "inconclusive": EXIT_INCONCLUSIVE}
+
+
+def _run_sides(config, contract, weights, workload, out_dir, facts, captures=None):
+    """Engine generate + trainer score, each traced into out_dir; DoorCaptures attach if given."""
+    engine = make_engine(config, contract, weights, workload, SHAPE)
+    trainer = Trainer(config, contract, weights=weights, micro_batch_size=workload.num_sequences)
+    tracers = {"engine": Tracer(out_dir, "engine").attach(engine),
+               "trainer": Tracer(out_dir, "trainer", sequence_ids="running").attach(trainer)}
+    for side, runtime in (("engine", engine), ("trainer", trainer)):
+        if captures and side in captures:
+            captures[side].attach(runtime, tracers[side])
+    completions = engine.generate(make_requests(workload, config.vocab_size))
+    trainer_logprobs = trainer.score(scored_sequences(completions))
+    for tracer in tracers.values():
+        tracer.close(**facts)
+    return completions, trainer_logprobs
+
+
+def _leading_agreeing_bits(left_bits: int, right_bits: int, width: int) -> int:
+    return width - ((left_bits ^ right_bits) & ((1 << width) - 1)).bit_length()
+
+
+def _magnitude(captured: dict) -> dict:
+    """ULPs and exact agreeing leading bits of the first differing element of the token's row."""
+    engine, trainer = captured["engine"], captured["trainer"]
+    for index, (e, t) in enumerate(zip(tensors_of(engine["call"].output), tensors_of(trainer["call"].output))):
+        e_rows = e if engine["row"] is None else e[engine["row"]]
+        t_rows = t if trainer["row"] is None else t[trainer["row"]]
+        if e_rows.shape != t_rows.shape or e_rows.dtype != t_rows.dtype:
+            return {"output": index, "detail": f"shapes {list(e_rows.shape)} vs {list(t_rows.shape)}"}
+        difference = first_bit_difference(e_rows, t_rows)
+        if difference is not None:
+            agreeing = _leading_agreeing_bits(difference.left_bits, difference.right_bits, difference.width_bits)
+            return {"output": index, "element": list(difference.index), "engine_value": difference.left,
+                    "trainer_value": difference.right, "ulps": difference.ulps,
+                    "agreeing_leading_bits": agreeing, "width_bits": difference.width_bits,
+                    "elements_differing": difference.num_differing, "elements": difference.numel}
+    return {"detail": "the captured rows agree (the second pass did not reproduce the first)"}
+
+
+def _capture_pass(config, contract, weights, workload, out_dir, facts, found) -> dict:
+    door = (found["layer"], found["region"], found["ordinal"])
+    token = found["token"] and (found["token"]["sequence"], found["token"]["position"])
+    forwards = {side: found["rows"][side]["forward"] if token else 0 for side in ("engine", "trainer")}
+    captures = {side: DoorCapture(door, forward, token) for side, forward in forwards.items()}
+    _run_sides(config, contract, weights, workload, out_dir / "second_pass", facts, captures)
+    captured = {side: c.captured for side, c in captures.items()}
+    if any(c is None for c in captured.values()):
+        return {"detail": f"second pass did not meet the door on {[s for s, c in captured.items() if c is None]}"}
+    save_capture(out_dir / "capture", captured)
+    return _magnitude(captured)
+
+
+def locate(model: str, contract_name: str, out_dir: Path, *, size="cut", config_path=None, seed=0) -> dict:
+    """Trace both sides, find the first divergent door, measure it; writes locate.json."""
+    register_all()  # a contract may name a planted fault (gates/faults.py)
+    config = load_model_config(config_path or config_name(model, size))
+    if config.family != model:
+        raise ValueError(f"config {config_path} is a {config.family} config, not {model}")
+    contract = load_contract(contract_name)
+    workload = Workload(**WORKLOAD, seed=seed)
+    weights = seeded_weights(config)
+    out_dir = Path(out_dir)
+    facts = {"model": model, "config": str(config_path or config_name(model, size)),
+             "contract": str(contract_name), "contract_name": contract.name,
+             "commit": current_commit(open_repo(Path(__file__))), "seed": seed,
+             "workload": WORKLOAD, "environment": deployment_fingerprint()}
+    completions, trainer_logprobs = _run_sides(config, contract, weights, workload, out_dir, facts)
+    found, compared = first_divergence(out_dir / "engine.jsonl", out_dir / "trainer.jsonl")
+    figures = mismatch_stats([c.logprob_tensor for c in completions], trainer_logprobs)
+    result = {**facts, "doors_compared": compared, "logprob_figures": figures}
+    if found is None:
+        status = "inconclusive" if figures["frac_tokens_differing"] else "clean"
+        result.update(status=status, layer=None, region=None, cases=None, token=None)
+    else:
+        result.update(status="divergent", **found)
+        result["magnitude"] = _capture_pass(config, contract, weights, workload, out_dir, facts, found)
+    (out_dir / "locate.json").write_text(json.dumps(result, indent=2, sort_keys=True))
+    return result
+
+
+def format_result(result: dict) -> str:
+    if result["status"] != "divergent":
+        figures = result["logprob_figures"]
+        return (f"locate: {result['status']} ({result['doors_compared']} doors compared; "
+                f"{figures['frac_tokens_differing']:.1%} of {figures['num_tokens']} log-probs differ)")
+    token, magnitude = result["token"], result.get("magnitude", {})
+    lines = [f"first divergent op: layer {result['layer']}, region {result['region']} "
+             f"(call {result['ordinal']} of that region in the layer)",
+             f"  cases: {' vs '.join(result['cases'] or ['(whole tensor)'])}"]
+    if token:
+        lines.append(f"  first token: sequence {token['sequence']}, position {token['position']} "
+                     f"(engine forward {result['rows']['engine']['forward']} row {result['rows']['engine']['row']}, "
+                     f"trainer forward {result['rows']['trainer']['forward']} row {result['rows']['trainer']['row']}); "
+                     f"{result['num_tokens_differing']}/{result['num_tokens_compared']} tokens differ there")
+    if "ulps" in magnitude:
+        lines.append(f"  magnitude: {magnitude['engine_value']!r} vs {magnitude['trainer_value']!r} at element "
+                     f"{magnitude['element']}: {magnitude['ulps']} ulp, {magnitude['agreeing_leading_bits']} of "
+                     f"{magnitude['width_bits']} leading bits agree")
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="model family, e.g. nemotron")
+    parser.add_argument("--contract", default="consistent", help="fast, consistent, or a YAML path")
+    parser.add_argument("--size", default="cut", help="which shipped config (cut, cut-quant, ...)")
+    parser.add_argument("--config", help="a model config YAML instead of --size (e.g. a repro's cut)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/locate", help="directory for traces and locate.json")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def run(args) -> int:
+    result = locate(args.model, args.contract, Path(args.out), size=args.size, config_path=args.config,
+                    seed=args.seed)
+    print(json.dumps(result, sort_keys=True) if args.json else format_result(result))
+    return EXIT_BY_STATUS[result["status"]]

@@ -1,0 +1,175 @@
+"""Door tracing: a digest of every region door's output, per token row, for either runtime.
+
+A Tracer observes a runtime's RegionDispatch (engine or trainer) and writes one JSONL line per
+door call: forward (the runtime's step), layer, region, case, ordinal (the n-th call of that
+region in that layer, e.g. the two norms of a layer), the token (sequence, position) of every
+row, and per-row digests: the full bits and, optionally, the bits with the low mantissa bits
+cleared (keeping 16, 10, 7, 4, 0 of them), which tell how many leading bits still agree.
+Lines are written as calls happen (raw data first); `close()` writes the manifest: what was
+hooked and sampled. A door whose rows are not tokens (weight_quant) gets a whole-tensor digest.
+
+Rows map to tokens through the forward's TokenBatch (a forward pre-hook on the model):
+token-parallel doors cover every row, per-segment doors (attention, ssm_conv, ssm_scan: a
+Segment or a sequence's state among their inputs) one segment each, in segment order, and
+head doors (lm_head, sampler, logprob) the rows the runtime names with `selecting_rows`.
+Tracing an engine that replays CUDA graphs is refused: the doors' Python would not run.
+"""
+import hashlib
+import json
+from pathlib import Path
+
+import numpy
+import torch
+
+from kernels.models.batch import Segment
+from kernels.models.state import MambaSequenceState
+
+MANTISSA_BITS = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7, torch.float64: 52,
+                 torch.float8_e4m3fn: 3, torch.float8_e5m2: 2}
+TRUNCATION_KEEP = (16, 10, 7, 4, 0)  # leading mantissa bits kept, clipped to the dtype's
+WHOLE_TENSOR_REGIONS = {"weight_quant"}  # outputs are weights, not token rows
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+class TraceRefused(RuntimeError):
+    """The traced path would not be the one that runs."""
+
+
+def tensors_of(output) -> list:
+    items = output if isinstance(output, (tuple, list)) else (output,)
+    return [t for t in items if isinstance(t, torch.Tensor)]
+
+
+def truncation_levels(tensors) -> tuple:
+    """The keep levels that exist for the narrowest float among `tensors`."""
+    widths = [MANTISSA_BITS[t.dtype] for t in tensors if t.dtype in MANTISSA_BITS]
+    if not widths:
+        return ()
+    return tuple(sorted({min(keep, min(widths)) for keep in TRUNCATION_KEEP}, reverse=True))
+
+
+def _row_bits(tensor: torch.Tensor, num_rows: int, keep: int | None) -> numpy.ndarray:
+    """[num_rows, bytes] uint8 of each row's bits, low mantissa bits cleared to `keep`."""
+    flat = tensor.detach().contiguous().reshape(num_rows, -1)
+    if flat.dtype.is_floating_point:
+        flat = flat.view(_INT_VIEW[flat.element_size()])
+        if keep is not None and tensor.dtype in MANTISSA_BITS:
+            drop = MANTISSA_BITS[tensor.dtype] - min(keep, MANTISSA_BITS[tensor.dtype])
+            flat = flat & ~((1 << drop) - 1)
+    return flat.numpy().view(numpy.uint8).reshape(num_rows, -1)
+
+
+def row_digests(tensors, num_rows: int, keep: int | None = None) -> list:
+    """One hex digest per row over all `tensors` (each [num_rows, ...])."""
+    rows = numpy.concatenate([_row_bits(t, num_rows, keep) for t in tensors], axis=1)
+    return [hashlib.blake2b(row.tobytes(), digest_size=8).hexdigest() for row in rows]
+
+
+def whole_digest(tensors) -> str:
+    digest = hashlib.blake2b(digest_size=8)
+    for tensor in tensors:
+        digest.update(str((tuple(tensor.shape), str(tensor.dtype))).encode())
+        digest.update(_row_bits(tensor.reshape(1, -1), 1, None).tobytes())
+    return digest.hexdigest()
+
+
+def _per_sequence(call) -> bool:
+    return any(isinstance(a, (Segment, MambaSequenceState)) for a in call.args)
+
+
+class Tracer:
+    """Observer writing `<out>/<side>.jsonl`; attach() to an Engine or a Trainer.
+
+    sequence_ids: "request" (a segment's seq_id is the request id: the engine) or "running"
+    (seq ids restart at 0 every forward and count on: the trainer's micro-batches in order).
+    """
+
+    def __init__(self, out_dir, side: str, *, sequence_ids="request", truncated=True,
+                 regions=None, layers=None, on_call=None):
+        self.out_dir, self.side = Path(out_dir), side
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.out_dir / f"{side}.jsonl"
+        self._file = self.path.open("w")
+        self.sequence_ids, self.truncated = sequence_ids, truncated
+        self.regions, self.layers = regions, layers
+        self.on_call = on_call  # optional: called with (door key, call, token keys) of every call
+        self.forward, self.num_lines, self.hooked = -1, 0, set()
+        self._keys, self._segments, self._counts, self._next_base = [], (), {}, 0
+        self._hooks, self._dispatches = [], []
+
+    def attach(self, runtime) -> "Tracer":
+        if getattr(runtime, "replays_cuda_graphs", False):
+            raise TraceRefused(f"{self.side}: the engine replays CUDA graphs; their doors do not "
+                               "run Python, so a trace would describe a path that is not executed")
+        runtime.dispatch.observers.append(self)
+        self._dispatches.append(runtime.dispatch)
+        self._hooks.append(runtime.model.register_forward_pre_hook(self._begin_forward))
+        return self
+
+    def _begin_forward(self, module, args) -> None:
+        batch = args[0]
+        self.forward, self._counts = self.forward + 1, {}
+        base = self._next_base if self.sequence_ids == "running" else 0
+        self._segments = tuple(batch.segments)
+        self._keys = [(base + s.seq_id, s.start + i) for s in batch.segments for i in range(s.length)]
+        self._next_base = base + len(batch.segments)
+
+    def _count(self, key) -> int:
+        self._counts[key] = self._counts.get(key, -1) + 1
+        return self._counts[key]
+
+    def _token_keys(self, call, first):
+        """(ordinal, token keys of the rows or None for a whole-tensor door)."""
+        if call.rows is not None:
+            return self._count(("head", call.region)), [self._keys[r] for r in call.rows.tolist()]
+        if call.region in WHOLE_TENSOR_REGIONS:
+            return self._count((call.region, call.layer)), None
+        if _per_sequence(call) and len(self._segments) > 1:
+            n = self._count(("segment", call.region, call.layer))
+            segment = self._segments[n % len(self._segments)]
+            if first.shape[0] != segment.length:
+                return n // len(self._segments), None
+            return n // len(self._segments), self._keys[segment.row:segment.row + segment.length]
+        ordinal = self._count((call.region, call.layer))
+        return ordinal, (self._keys if first.dim() and first.shape[0] == len(self._keys) else None)
+
+    def __call__(self, call) -> None:
+        if call.case == "engine_graph":
+            raise TraceRefused("engine_graph doors are replayed from a CUDA graph, not executed")
+        tensors = tensors_of(call.output)
+        if not tensors:
+            return
+        ordinal, tokens = self._token_keys(call, tensors[0])
+        if self.on_call is not None:
+            self.on_call((call.layer, call.region, ordinal), call, tokens)
+        if (self.regions and call.region not in self.regions) or (
+                self.layers is not None and call.layer not in self.layers):
+            return
+        self.hooked.add(call.region)
+        line = {"forward": self.forward, "layer": call.layer, "region": call.region, "case": call.case,
+                "ordinal": ordinal, "shapes": [list(t.shape) for t in tensors],
+                "dtypes": [str(t.dtype) for t in tensors], "digest": whole_digest(tensors), "tokens": None}
+        if tokens is not None:
+            line["tokens"] = [list(k) for k in tokens]
+            line["rows"] = row_digests(tensors, len(tokens))
+            if self.truncated:
+                line["truncated"] = {str(keep): row_digests(tensors, len(tokens), keep)
+                                     for keep in truncation_levels(tensors)}
+        self._file.write(json.dumps(line) + "\n")
+        self.num_lines += 1
+
+    def close(self, **facts) -> dict:
+        """Detach, flush, and write `<side>.manifest.json`: what was hooked and sampled."""
+        for hook in self._hooks:
+            hook.remove()
+        for dispatch in self._dispatches:
+            dispatch.observers.remove(self)
+        self._file.close()
+        manifest = {"side": self.side, "trace": self.path.name, "num_lines": self.num_lines,
+                    "num_forwards": self.forward + 1, "regions_hooked": sorted(self.hooked),
+                    "sampled": {"regions": sorted(self.regions) if self.regions else "all",
+                                "layers": sorted(self.layers) if self.layers is not None else "all"},
+                    "row_digests": True, "truncation_keep_bits": list(TRUNCATION_KEEP) if self.truncated else [],
+                    "sequence_ids": self.sequence_ids, **facts}
+        (self.out_dir / f"{self.side}.manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        return manifest
