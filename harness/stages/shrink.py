@@ -18,7 +18,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from harness.exit_codes import EXIT_INCONCLUSIVE, EXIT_OK
-from harness.stages.locate import locate
+from harness.stages import locate as locate_stage
 from harness.workspace import current_commit, open_repo
 from kernels.models.config import CONFIG_DIR
 
@@ -93,7 +93,7 @@ def shrink(locate_dir: Path, out_root: Path) -> dict:
     test_path = _write_repro_test(result, repro_dir)
     config_path, cut_layer = cut_config(result, repro_dir / "config.yaml")
     process = run_repro(test_path)
-    cut = locate(result["model"], result["contract"], repro_dir / "cut_locate", config_path=config_path,
+    cut = locate_stage.locate(result["model"], result["contract"], repro_dir / "cut_locate", config_path=config_path,
                  seed=result["seed"])
     summary = {"id": repro_id, "locate": str(Path(locate_dir) / "locate.json"), "test": str(test_path),
                "config": str(config_path), "contract": result["contract"], "region": result["region"],

@@ -1,0 +1,113 @@
+"""`harness locate` and `harness shrink`: divergences planted at known regions (hence known
+first layers) are named with their layer, region, case pair and token; the consistent
+contract is clean; shrink's repro fails on its own and passes once the planted binding is
+removed from the contract file; bad input is a clear error (exit 1)."""
+import json
+
+import pytest
+import yaml
+
+from harness.cli import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK, main
+from harness.stages import locate as locate_stage
+from harness.stages.shrink import run_repro, shrink
+from kernels.contract.contract import CONTRACT_DIR
+from kernels.models.config import load_model_config
+
+SPLIT_K = {"impl": "linear.fast_split_k", "constants": {"split_k_below_rows": 64, "num_splits": 4}}
+ENGINE_CASES = ("engine_prefill", "engine_decode")
+PLANTS = {  # name: (model, region, cases bound to the fault, binding, block type the region lives in)
+    "ssm_scan-decode": ("nemotron", "ssm_scan", ("engine_decode",), {"impl": "ssm_scan.fast_recurrent"}, "M"),
+    "moe_combine-order": ("nemotron", "moe_combine", ENGINE_CASES,
+                          {"impl": "moe_combine.planted_reverse_order"}, "E"),
+    "o_proj-split_k": ("nemotron", "o_proj", ENGINE_CASES, SPLIT_K, "*"),
+    "mlp_act-two_roundings": ("qwen3", "mlp_act", ("engine_decode",), {"impl": "activation.fast"}, None),
+}
+
+
+def _contract_file(path, region=None, cases=(), binding=None):
+    """consistent.yaml, with `cases` of `region` bound to `binding` when given."""
+    document = yaml.safe_load((CONTRACT_DIR / "consistent.yaml").read_text())
+    document["name"] = "consistent-planted" if binding else "consistent-copy"
+    for case in cases if binding else ():
+        document["regions"][region][case] = binding
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _expected_layer(model, block):
+    """The first layer holding the region: where a contract-wide plant shows first."""
+    config = load_model_config(f"{model}-cut")
+    return 0 if block is None else config.hybrid_override_pattern.index(block)
+
+
+def _locate_json(capsys, argv):
+    code = main(["locate", "--json", *argv])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("plant", sorted(PLANTS))
+def test_locate_names_each_planted_divergence(tmp_path, capsys, plant):
+    model, region, cases, binding, block = PLANTS[plant]
+    contract = _contract_file(tmp_path / "planted.yaml", region, cases, binding)
+    code, result = _locate_json(capsys, ["--model", model, "--contract", str(contract), "--out", str(tmp_path / "loc")])
+    assert code == EXIT_DIFFERENT and result["status"] == "divergent"
+    assert (result["region"], result["layer"]) == (region, _expected_layer(model, block)), result
+    assert result["cases"][0] in cases and result["cases"][1] == "trainer_fwd"
+    assert {"sequence", "position"} <= set(result["token"])
+    magnitude = result["magnitude"]
+    assert magnitude["ulps"] >= 1 and 0 < magnitude["agreeing_leading_bits"] < magnitude["width_bits"]
+    for side in ("engine", "trainer"):
+        manifest = json.loads((tmp_path / "loc" / f"{side}.manifest.json").read_text())
+        assert manifest["model"] == model and region in manifest["regions_hooked"] and manifest["num_lines"] > 0
+
+
+def test_consistent_contract_is_clean(tmp_path, capsys):
+    code, result = _locate_json(capsys, ["--model", "nemotron", "--out", str(tmp_path / "loc")])
+    assert code == EXIT_OK and result["status"] == "clean", result
+    assert result["doors_compared"] > 40 and result["logprob_figures"]["frac_tokens_differing"] == 0
+
+
+def test_fast_contract_diverges_in_the_first_layer(tmp_path, capsys):
+    code, result = _locate_json(capsys, ["--model", "qwen3", "--contract", "fast", "--out", str(tmp_path / "loc")])
+    assert code == EXIT_DIFFERENT and result["layer"] in (None, 0), result
+
+
+def test_shrink_repro_fails_then_passes_once_the_plant_is_removed(tmp_path):
+    model, region, cases, binding, block = PLANTS["o_proj-split_k"]
+    contract = _contract_file(tmp_path / "planted.yaml", region, cases, binding)
+    locate_stage.locate(model, str(contract), tmp_path / "run" / "locate")
+    assert main(["shrink", str(tmp_path / "run" / "locate")]) == EXIT_OK
+    repro_dir = next((tmp_path / "run" / "repros").iterdir())
+    summary = json.loads((repro_dir / "repro.json").read_text())
+    assert summary["repro_fails"] and summary["cut"]["confirmed"], summary
+    assert {p.name for p in repro_dir.iterdir()} >= {"inputs.safetensors", "door_call.json", "test_repro.py",
+                                                    "config.yaml", "repro.json"}
+    assert len(load_model_config(repro_dir / "config.yaml").hybrid_override_pattern) == 3
+    assert run_repro(repro_dir / "test_repro.py").returncode == 1  # fails on its own
+    _contract_file(contract)  # the fix: the planted binding is gone from the same file
+    fixed = run_repro(repro_dir / "test_repro.py")
+    assert fixed.returncode == 0, fixed.stdout[-2000:]
+
+
+def test_inconclusive_when_no_traced_door_differs(tmp_path, monkeypatch):
+    monkeypatch.setattr(locate_stage, "first_divergence", lambda *paths: (None, 0))
+    result = locate_stage.locate("qwen3", "fast", tmp_path / "loc")
+    assert result["status"] == "inconclusive" and locate_stage.EXIT_BY_STATUS["inconclusive"] == EXIT_INCONCLUSIVE
+
+
+def test_bad_input_is_a_clear_error(tmp_path, capsys):
+    assert main(["locate", "--model", "llama", "--out", str(tmp_path / "x")]) == EXIT_BAD_INPUT
+    assert "unknown model 'llama'" in capsys.readouterr().err
+    assert main(["locate", "--model", "qwen3", "--config", "kernels/models/configs/nemotron-cut.yaml",
+                 "--out", str(tmp_path / "x")]) == EXIT_BAD_INPUT
+    assert "not qwen3" in capsys.readouterr().err
+    assert main(["shrink", str(tmp_path / "missing")]) == EXIT_BAD_INPUT
+    assert "no locate.json" in capsys.readouterr().err
+    clean = tmp_path / "clean"
+    locate_stage.locate("qwen3", "consistent", clean)
+    assert main(["shrink", str(clean)]) == EXIT_BAD_INPUT
+    assert "nothing to shrink" in capsys.readouterr().err
+    stale = json.loads((clean / "locate.json").read_text())
+    (clean / "locate.json").write_text(json.dumps({**stale, "status": "divergent", "commit": "0" * 40}))
+    with pytest.raises(ValueError, match="traced at commit 000000000000"):
+        shrink(clean, tmp_path / "repros")
