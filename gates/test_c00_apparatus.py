@@ -3,14 +3,18 @@
 Passes when the engine and the trainer, built from the same weights and contract, report
 equal semantic, numerical_policy and deployment identities (which cover the weights hash,
 the resolved contract with its sources, and the environment fingerprint with the comm
-transport), and no file under gates/ or harness/ differs from the run's base commit
-(BITWISE_BASE, default HEAD). The frozen-baseline condition is n/a until
-`harness freeze-baseline` exists. Negative control: a trainer with other weights, another
-contract or another transport fails the identity condition (tests/test_gate_c00_c10.py).
+transport), no file under gates/ or harness/ differs from the run's base commit
+(BITWISE_BASE, default HEAD), and the baseline is frozen (baseline/frozen.json, written by
+`harness freeze-baseline`) with its recorded commit present, the fast path's content hash
+recomputed from that commit's files equal to the recorded one, and the tag, where it exists
+here, pointing at that commit. Negative control: a trainer with other weights, another
+contract or another transport fails the identity condition (tests/test_gate_c00_c10.py); a
+missing or altered frozen record fails the baseline condition (tests/test_freeze_profile.py).
 """
 import os
 
 from gates.apparatus import identity_mismatches, modified_judging_files
+from gates.baseline import verify_frozen
 from gates.inputs import fresh_seed
 from gates.workload import seeded_weights
 from kernels.contract import load_contract
@@ -34,5 +38,6 @@ def test_apparatus(gate):
     base = os.environ.get("BITWISE_BASE", "HEAD")
     modified = modified_judging_files(base)
     gate.check("gates/ and harness/ unmodified since the base commit", not modified, base=base, modified=modified)
-    gate.check_n_a("baseline frozen and its hash verified", "no frozen baseline yet (harness freeze-baseline)")
+    problems, figures = verify_frozen()
+    gate.check("baseline frozen and its hash verified", not problems, problems=problems, **figures)
     gate.verdict()

@@ -3,15 +3,18 @@
 Passes when the consistent contract's rollout throughput (generated tokens per second of the
 engine on the model's cut, continuous batching) is at least FLOOR (0.70) times the fast
 contract's on the same workload, measured interleaved (fast, consistent, fast, ...) in one
-process and compared by medians, with every raw sample in the result. On CPU this is a
-smoke figure: the GPU figure against the frozen baseline is the one that counts; the
-frozen-baseline condition is n/a until `harness freeze-baseline` exists. Negative control: a
-planted slow path (tests/test_gate_c00_c10.py) fails it.
+process and compared by medians, with every raw sample in the result, and the in-tree fast
+contract it timed is the frozen baseline (its content hash equals baseline/frozen.json's;
+when the fast path has changed since the freeze, `harness profile` measures against the
+frozen worktree instead). On CPU this is a smoke figure: the GPU figure is the one that
+counts. Negative control: a planted slow path (tests/test_gate_c00_c10.py) fails it, and so
+does a fast path edited after the freeze (tests/test_freeze_profile.py).
 """
 import os
 import statistics
 import time
 
+from gates.baseline import NO_BASELINE, fast_content_hash, read_frozen
 from gates.inputs import fresh_seed
 from gates.workload import Workload, rollout, seeded_weights
 from kernels.contract import load_contract
@@ -44,5 +47,15 @@ def test_consistent_throughput_against_baseline(gate):
     gate.check(f"rollout throughput ratio >= {FLOOR}", ratio >= FLOOR, ratio=ratio, floor=FLOOR,
                goal=0.95, samples_tokens_per_s=samples, device="cpu",
                note="CPU smoke figure; the GPU figure against the frozen baseline is the one that counts")
-    gate.check_n_a("measured against the frozen baseline", "no frozen baseline yet (harness freeze-baseline)")
+    _check_baseline_is_frozen(gate)
     gate.verdict()
+
+
+def _check_baseline_is_frozen(gate):
+    frozen, in_tree = read_frozen() or {}, fast_content_hash()
+    same = frozen.get("content_hash") == in_tree
+    problem = None if same else NO_BASELINE if not frozen else (
+        "the in-tree fast path is not the frozen baseline: use harness profile, which measures "
+        "the frozen commit in its own worktree")
+    gate.check("measured against the frozen baseline", same, problem=problem,
+               in_tree_content_hash=in_tree, frozen=frozen or None)

@@ -5,6 +5,7 @@ import json
 import subprocess
 
 from gates.apparatus import identity_mismatches, modified_judging_files
+from gates.baseline import read_frozen
 from gates.workload import seeded_weights
 from harness.cli import EXIT_DIFFERENT, main
 from kernels.contract import load_contract
@@ -46,7 +47,7 @@ def test_c00_through_the_harness(tmp_path):
     assert status["identities equal (semantic, numerical_policy, deployment)"] == "pass"
     expected = "pass" if not modified_judging_files() else "fail"
     assert status["gates/ and harness/ unmodified since the base commit"] == expected
-    assert status["baseline frozen and its hash verified"] == "n/a"
+    assert status["baseline frozen and its hash verified"] == ("pass" if read_frozen() else "fail")
 
 
 def test_c10_fails_when_the_floor_is_out_of_reach(tmp_path, monkeypatch):

@@ -1,0 +1,99 @@
+"""The frozen baseline as the gates check it (C00, C10): baseline/frozen.json names a commit
+and the content hash of what the fast path runs there (the fast contract's numerical_policy
+identity: resolved contract + every bit-deciding source).
+
+The hash of another commit is recomputed, never trusted: `git archive` exports that commit's
+kernels/ into a temporary folder and a subprocess whose cwd is that folder imports *those*
+kernels and prints the identity, so the gate process's own kernels cannot leak in.
+"""
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from kernels.contract import load_contract
+from kernels.contract.identity import numerical_policy_identity
+
+ROOT = Path(__file__).resolve().parent.parent
+FROZEN_PATH = "baseline/frozen.json"
+NO_BASELINE = "no frozen baseline: run harness freeze-baseline"
+HASH_OF = "numerical_policy of the fast contract"
+
+# Run with cwd = the tree: sys.path[0] is '' so `kernels` is that tree's; it says where it
+# imported kernels from, so a caller can refuse a hash taken from the wrong tree.
+_HASH_PROGRAM = (
+    "import json, kernels\n"
+    "from kernels.contract import load_contract\n"
+    "from kernels.contract.identity import numerical_policy_identity\n"
+    "print(json.dumps({'content_hash': numerical_policy_identity(load_contract('fast')),"
+    " 'kernels': kernels.__file__}))\n"
+)
+
+
+def fast_content_hash() -> str:
+    """The content hash of the fast path this process imported (the in-tree one)."""
+    return numerical_policy_identity(load_contract("fast"))
+
+
+def tree_content_hash(tree) -> str:
+    """The content hash of the fast path in the source tree at `tree` (its kernels/)."""
+    tree = Path(tree).resolve()
+    result = subprocess.run([sys.executable, "-c", _HASH_PROGRAM], cwd=tree, capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"hashing the fast path in {tree} failed: {result.stderr[-2000:]}")
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    if not Path(answer["kernels"]).resolve().is_relative_to(tree):
+        raise RuntimeError(f"hashing {tree} imported kernels from {answer['kernels']}")
+    return answer["content_hash"]
+
+
+def commit_content_hash(commit: str, root: Path = ROOT) -> str:
+    """The content hash of the fast path at `commit`, from that commit's files alone."""
+    archive = subprocess.run(["git", "archive", "--format=tar", commit, "kernels"], cwd=root,
+                             capture_output=True, check=True).stdout
+    with tempfile.TemporaryDirectory(prefix="frozen-") as folder:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(folder, filter="data")
+        return tree_content_hash(folder)
+
+
+def read_frozen(root: Path = ROOT):
+    """The frozen record ({tag, commit, content_hash, frozen_at, hash_of}) or None."""
+    path = Path(root) / FROZEN_PATH
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _git(root: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+
+def verify_frozen(root: Path = ROOT) -> tuple:
+    """(problems, figures): problems is empty when the record's commit exists, the fast path
+    at that commit hashes to the recorded content hash, and the tag, if present here, points
+    at that commit. figures are what was read and recomputed."""
+    record = read_frozen(root)
+    if record is None:
+        return [NO_BASELINE], {"frozen_path": FROZEN_PATH}
+    figures = {"frozen": record}
+    missing = [k for k in ("tag", "commit", "content_hash") if not record.get(k)]
+    if missing:
+        return [f"{FROZEN_PATH} lacks {missing}"], figures
+    commit = record["commit"]
+    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        return [f"frozen commit {commit} does not exist in this repository"], figures
+    figures["recomputed_content_hash"] = commit_content_hash(commit, root)
+    problems = []
+    if figures["recomputed_content_hash"] != record["content_hash"]:
+        problems.append(f"the fast path at {commit[:12]} hashes to "
+                        f"{figures['recomputed_content_hash'][:16]}..., not the recorded "
+                        f"{record['content_hash'][:16]}...")
+    tag = _git(root, "rev-parse", "--verify", "--quiet", f"refs/tags/{record['tag']}^{{commit}}")
+    figures["tag_commit"] = tag.stdout.strip() or None  # tags need not travel with a clone
+    if figures["tag_commit"] and figures["tag_commit"] != commit:
+        problems.append(f"tag {record['tag']} points at {figures['tag_commit'][:12]}, "
+                        f"not the frozen commit {commit[:12]}")
+    return problems, figures

@@ -1,0 +1,50 @@
+"""`harness freeze-baseline [--tag NAME]`: freeze the fast path as the performance baseline.
+
+Refuses a dirty tree (what is frozen must be a commit). Tags HEAD, then commits only
+baseline/frozen.json = {tag, commit, content_hash, frozen_at, hash_of}: the content hash is
+the fast contract's numerical_policy identity computed in this tree (gates/baseline.py, the
+same computation C00 repeats at the recorded commit). The record is committed, not just
+tagged, because tags need not travel with a clone while the commit sha does.
+"""
+import json
+import time
+from pathlib import Path
+
+from gates.baseline import FROZEN_PATH, HASH_OF, tree_content_hash
+from harness import workspace
+from harness.exit_codes import EXIT_OK
+
+
+def freeze(repo_path=".", tag: str | None = None) -> dict:
+    """Tag HEAD as the frozen baseline and commit its record; the record."""
+    repo = workspace.open_repo(repo_path)
+    root = workspace.repo_root(repo)
+    workspace.require_clean(repo)
+    tag = tag or time.strftime("baseline-%Y%m%d-%H%M%S")
+    if workspace.tag_exists(repo, tag):
+        raise ValueError(f"tag {tag!r} already exists: choose another --tag")
+    commit = workspace.current_commit(repo)
+    record = {"tag": tag, "commit": commit, "content_hash": tree_content_hash(root),
+              "frozen_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hash_of": HASH_OF}
+    workspace.create_tag(repo, tag, commit)
+    try:
+        path = root / FROZEN_PATH
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        workspace.commit_paths(repo, [Path(FROZEN_PATH)], f"Freeze baseline {tag}")
+    except Exception:
+        workspace.delete_tag(repo, tag)  # no tag without the record that explains it
+        raise
+    return record
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--tag", help="tag name (default baseline-<YYYYMMDD-HHMMSS>)")
+
+
+def run(args) -> int:
+    record = freeze(".", args.tag)
+    print(f"froze {record['tag']} at {record['commit'][:12]}\n"
+          f"content hash ({record['hash_of']}): {record['content_hash']}\n"
+          f"recorded in {FROZEN_PATH} (committed)")
+    return EXIT_OK

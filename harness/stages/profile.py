@@ -1,0 +1,160 @@
+"""`harness profile --model nemotron [--pairs N] [--out DIR]`: the consistent path against
+the frozen baseline, interleaved, with raw samples and a per-region breakdown.
+
+Two long-lived workers (harness/profile_worker.py): A runs the fast contract in a worktree
+of the frozen commit (baseline/frozen.json), B the consistent contract in the current tree,
+uncommitted edits included. Both are warmed up once (not recorded), then sampled A B A B ...
+on the same seeded workload; every sample is appended to DIR/samples.jsonl as it is taken,
+and DIR/profile.json (schema: harness/run_directory.md) is written last. Before measuring,
+the sides must agree on weights, workload and environment, and A's fast path must hash to
+the frozen content hash. `harness run` calls profile(model, RUN/profile).
+"""
+import json
+import statistics
+import time
+from pathlib import Path
+
+from gates.baseline import NO_BASELINE, read_frozen
+from gates.workload import Workload
+from harness import workspace
+from harness.exit_codes import EXIT_OK
+from harness.profile_worker import WorkerProcess
+from kernels.models.registry import config_name
+
+DEFAULT_PAIRS = 5
+# C10's workload with shorter completions: still mixed prefill/decode steps, and the whole
+# profile (warm-up, pairs, one profiled rollout per side) stays near a minute on 2 CPU cores.
+DEFAULT_WORKLOAD = {"num_sequences": 16, "new_tokens": 16, "arrival_spread": 4, "seed": 0}
+SIDES = ("baseline", "consistent")
+MAX_REGIONS_SHOWN = 12
+
+
+def profile(model: str, out_dir, pairs: int = DEFAULT_PAIRS, workload: dict | None = None,
+            repo_path=".") -> dict:
+    """Measure, write samples.jsonl and profile.json under out_dir; the profile.json document."""
+    workload = {**DEFAULT_WORKLOAD, **(workload or {})}
+    config_name(model, "cut")  # ValueError for a bad model or workload before anything starts
+    Workload(**workload)
+    if pairs <= 0:
+        raise ValueError(f"pairs: must be positive, got {pairs}")
+    repo = workspace.open_repo(repo_path)
+    root = workspace.repo_root(repo)
+    frozen, worktree = frozen_worktree(repo)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    trees = {"baseline": (worktree, "fast"), "consistent": (root, "consistent")}
+    workers = {side: WorkerProcess(side, tree, {"model": model, "contract": contract, "workload": workload})
+               for side, (tree, contract) in trees.items()}
+    try:
+        hellos = {side: worker.ask("hello") for side, worker in workers.items()}
+        check_sides(hellos, frozen, trees)
+        for worker in workers.values():
+            worker.ask("sample")  # warm-up: first-call allocations and caches, not recorded
+        samples = interleave(workers, pairs, out / "samples.jsonl")
+        regions = {side: worker.ask("regions") for side, worker in workers.items()}
+    finally:
+        for worker in workers.values():
+            worker.close()
+    document = summarize(samples, regions, hellos, model=model, workload=workload)
+    document.update(commit=workspace.current_commit(repo), tree_dirty=workspace.dirty_paths(repo),
+                    baseline={"ref": frozen["tag"], "commit": frozen["commit"],
+                              "content_hash": frozen["content_hash"], "worktree": str(worktree)})
+    (out / "profile.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    return document
+
+
+def frozen_worktree(repo) -> tuple:
+    """(the frozen record, a clean worktree of its commit under .worktrees/)."""
+    root = workspace.repo_root(repo)
+    frozen = read_frozen(root)
+    if frozen is None:
+        raise ValueError(NO_BASELINE)
+    path = root / workspace.WORKTREES_DIR / f"baseline-{frozen['commit'][:12]}"
+    return frozen, workspace.worktree_at(repo, frozen["commit"], path)
+
+
+def check_sides(hellos: dict, frozen: dict, trees: dict) -> None:
+    """ValueError unless each side imported its own tree, both run the same weights, workload
+    and environment, and the baseline's fast path is the frozen one."""
+    for side, (tree, _) in trees.items():
+        if not Path(hellos[side]["kernels"]).resolve().is_relative_to(Path(tree).resolve()):
+            raise ValueError(f"{side} worker imported kernels from {hellos[side]['kernels']}, not {tree}")
+    for what in ("semantic", "workload", "environment"):
+        if hellos["baseline"][what] != hellos["consistent"][what]:
+            raise ValueError(f"baseline and consistent sides differ in {what}: not a fair comparison")
+    if hellos["baseline"]["fast_content_hash"] != frozen["content_hash"]:
+        raise ValueError(f"the fast path at {frozen['commit'][:12]} hashes to "
+                         f"{hellos['baseline']['fast_content_hash']}, not the frozen "
+                         f"{frozen['content_hash']}")
+
+
+def interleave(workers: dict, pairs: int, samples_path: Path) -> list:
+    """A B A B ... for `pairs` pairs; each sample is on disk before the next one starts."""
+    samples = []
+    with samples_path.open("w") as sink:
+        for pair in range(pairs):
+            for side in SIDES:
+                sample = {"pair": pair, "side": side, **workers[side].ask("sample"),
+                          "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                sink.write(json.dumps(sample, sort_keys=True) + "\n")
+                sink.flush()
+                samples.append(sample)
+    return samples
+
+
+def _series(samples: list, key: str, higher_is_better: bool) -> dict:
+    values = {side: [s[key] for s in samples if s["side"] == side] for side in SIDES}
+    base, cons = (statistics.median(values[side]) for side in SIDES)
+    return {**values, "median_baseline": base, "median_consistent": cons,
+            "ratio": cons / base if higher_is_better else base / cons}
+
+
+def summarize(samples: list, regions: dict, hellos: dict, *, model: str, workload: dict) -> dict:
+    """profile.json's figures; ratio > 1 always means the consistent path is faster."""
+    names = sorted(set(regions["baseline"]) | set(regions["consistent"]))
+    rows = [{"region": name, "baseline_ms": regions["baseline"].get(name, 0.0),
+             "consistent_ms": regions["consistent"].get(name, 0.0)} for name in names]
+    for row in rows:
+        row["extra_ms"] = row["consistent_ms"] - row["baseline_ms"]
+    return {"model": model, "pairs": len(samples) // len(SIDES),
+            "environment": hellos["consistent"]["environment"],
+            "workload": {**workload, "size": "cut", "requests_digest": hellos["consistent"]["workload"]},
+            "consistent": {"content_hash": hellos["consistent"]["content_hash"]},
+            "rollout_tokens_per_s": _series(samples, "rollout_tokens_per_s", higher_is_better=True),
+            "train_step_s": _series(samples, "train_step_s", higher_is_better=False),
+            "regions": sorted(rows, key=lambda row: row["extra_ms"], reverse=True)}
+
+
+def format_table(document: dict, out: Path) -> str:
+    base = document["baseline"]
+    lines = [f"profile: {document['model']} cut, {document['pairs']} pairs (A B A B ...), "
+             f"baseline {base['ref']} @ {base['commit'][:12]} vs consistent @ {document['commit'][:12]}"
+             + (" + uncommitted edits" if document["tree_dirty"] else ""),
+             f"{'figure':<22}{'baseline':>12}{'consistent':>12}{'ratio':>8}"]
+    for key, label in (("rollout_tokens_per_s", "rollout tokens/s"), ("train_step_s", "train step s")):
+        series = document[key]
+        lines.append(f"{label:<22}{series['median_baseline']:>12.4g}{series['median_consistent']:>12.4g}"
+                     f"{series['ratio']:>8.3f}")
+    lines.append(f"{'region (1 rollout)':<22}{'base ms':>12}{'cons ms':>12}{'extra ms':>10}")
+    for row in document["regions"][:MAX_REGIONS_SHOWN]:
+        lines.append(f"{row['region']:<22}{row['baseline_ms']:>12.1f}{row['consistent_ms']:>12.1f}"
+                     f"{row['extra_ms']:>10.1f}")
+    lines.append(f"ratio > 1: consistent faster. results: {out}")
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="model family, e.g. nemotron or qwen3")
+    parser.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help="A B sample pairs")
+    parser.add_argument("--num-sequences", type=int, default=DEFAULT_WORKLOAD["num_sequences"])
+    parser.add_argument("--new-tokens", type=int, default=DEFAULT_WORKLOAD["new_tokens"])
+    parser.add_argument("--seed", type=int, default=DEFAULT_WORKLOAD["seed"])
+    parser.add_argument("--out", help="output folder (default runs/profile-<time>)")
+
+
+def run(args) -> int:
+    out = Path(args.out or f"runs/profile-{time.strftime('%Y%m%dT%H%M%S')}")
+    workload = {"num_sequences": args.num_sequences, "new_tokens": args.new_tokens, "seed": args.seed}
+    document = profile(args.model, out, pairs=args.pairs, workload=workload)
+    print(format_table(document, out))
+    return EXIT_OK

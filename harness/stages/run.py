@@ -1,0 +1,160 @@
+"""`harness run`: the whole workflow minus the edit, resumable from its run directory.
+
+gates -> diff (consistent and fast, for the report's plot) -> (if a gate failed) locate ->
+shrink -> profile -> report, each stage's raw output written into RUN_DIR before anything
+summarises it (harness/run_directory.md). run.json records every stage's status after it
+ends, so `harness run --out RUN_DIR` on an interrupted run skips what is done (gates one by
+one) and re-runs the stage that was cut off. With `--agent none` (the only backend without
+credentials) nobody edits `kernels/`: the report tells the person what to fix.
+"""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from gates.workload import Workload
+from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
+from harness.stages import gates as gates_stage
+from harness.stages import locate as locate_stage
+from harness.stages import profile as profile_stage
+from harness.stages import report as report_stage
+from harness.stages import shrink as shrink_stage
+from harness.stages.diff import run_diff
+from harness.workspace import current_commit, open_repo
+
+AGENTS = ("none",)
+DIFF_WORKLOAD = Workload(num_sequences=16, new_tokens=16)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class RunState:
+    """run.json: what was asked and each stage's status; written atomically after each change."""
+
+    def __init__(self, out: Path, asked: dict):
+        self.out, self.path = out, out / "run.json"
+        if self.path.exists():
+            self.data = json.loads(self.path.read_text())
+            recorded = {k: self.data.get(k) for k in asked}
+            if recorded != asked:
+                raise ValueError(f"{self.path}: this run was started with {recorded}, not {asked}; "
+                                 "resume it with the same options or choose another --out")
+        else:
+            self.data = {**asked, "commit": current_commit(open_repo(ROOT)), "argv": sys.argv[1:],
+                         "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "stages": {}}
+        self.save()
+
+    def status(self, stage: str):
+        return self.data["stages"].get(stage, {}).get("status")
+
+    def mark(self, stage: str, status: str, detail: str = "") -> None:
+        self.data["stages"][stage] = {"status": status, "detail": detail,
+                                      "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        self.save()
+
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(self.data, indent=2, sort_keys=True))
+        os.replace(partial, self.path)
+
+
+def _stage(state: RunState, name: str, body) -> None:
+    """Run one stage unless run.json says it finished; a ValueError marks it failed with why."""
+    if state.status(name) in ("done", "failed", "skipped"):
+        print(f"[{name}] {state.status(name)} already (resumed)", flush=True)
+        return
+    print(f"[{name}] ...", flush=True)
+    state.mark(name, "running")
+    try:
+        status, detail = body()
+    except ValueError as error:
+        status, detail = "failed", str(error)
+    state.mark(name, status, detail)
+    print(f"[{name}] {status}{': ' + detail if detail else ''}", flush=True)
+
+
+def _gates(state, args, selected):
+    out = state.out / "gates"
+    missing = {name: path for name, path in selected.items() if not (out / f"{name}.json").exists()}
+    gates_stage.run_gates(missing, model=args.model, contract=args.contract, out=out)
+    statuses = {name: json.loads((out / f"{name}.json").read_text())["status"]
+                if (out / f"{name}.json").exists() else "fail" for name in selected}
+    failed = [name for name, status in statuses.items() if status == "fail"]
+    return "done", f"failed: {', '.join(failed)}" if failed else "all pass or n/a"
+
+
+def _diff(state, args):
+    out = state.out / "diff"
+    out.mkdir(parents=True, exist_ok=True)
+    under_test = "consistent" if args.contract == "fast" else args.contract  # the plot's contrast to fast
+    for name, contract in (("consistent", under_test), ("fast", "fast")):
+        result = run_diff(args.model, "cut", contract, DIFF_WORKLOAD, per_token=True)
+        (out / f"{name}.json").write_text(json.dumps(result, sort_keys=True))
+    return "done", ""
+
+
+def _failed_gates(state) -> list:
+    return sorted(p.stem for p in (state.out / "gates").glob("C*.json")
+                  if json.loads(p.read_text())["status"] == "fail")
+
+
+def _locate(state, args):
+    if not _failed_gates(state):
+        return "skipped", "every gate passed"
+    result = locate_stage.locate(args.model, args.contract, state.out / "locate")
+    return "done", locate_stage.format_result(result).splitlines()[0]
+
+
+def _shrink(state, args):
+    located = state.out / "locate" / "locate.json"
+    if not located.exists() or json.loads(located.read_text())["status"] != "divergent":
+        return "skipped", "no divergence located"
+    summary = shrink_stage.shrink(state.out / "locate", state.out / "repros")
+    return "done", shrink_stage.format_summary(summary).splitlines()[0]
+
+
+def _profile(state, args):
+    result = profile_stage.profile(args.model, state.out / "profile", pairs=args.pairs)
+    ratio = result["rollout_tokens_per_s"]["ratio"]
+    return "done", f"rollout throughput consistent / baseline = {ratio:.3f}"
+
+
+def _summary(state) -> str:
+    lines = [f"harness run: model {state.data['model']}, contract {state.data['contract']}, "
+             f"commit {state.data['commit'][:12]}"]
+    for name, stage in state.data["stages"].items():
+        lines.append(f"  {name:<8}{stage['status']:<9}{stage['detail'].splitlines()[0] if stage['detail'] else ''}")
+    lines.append(f"report: {state.out / 'report.html'}  (and report.md)")
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default="nemotron", help="model family, e.g. nemotron or qwen3")
+    parser.add_argument("--contract", default="consistent", help="the contract under test (fast, consistent, PATH)")
+    parser.add_argument("--agent", default="none", help=f"agent backend: {', '.join(AGENTS)}")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--gates", help="only these gates, e.g. C0,C7 (default: all)")
+    parser.add_argument("--pairs", type=int, default=3, help="profile: A B pairs")
+    parser.add_argument("--out", help="run directory; an existing one is resumed (default runs/<model>-<time>)")
+
+
+def run(args) -> int:
+    if args.agent not in AGENTS:
+        raise ValueError(f"unknown agent backend {args.agent!r}; available here: {AGENTS}")
+    gates_stage.validate(args.model, args.contract, args.device)
+    selected = gates_stage.select(args.gates)
+    out = Path(args.out or f"runs/{args.model}-{time.strftime('%Y%m%dT%H%M%S')}")
+    asked = {"model": args.model, "contract": args.contract, "device": args.device, "agent": args.agent,
+             "gates": sorted(selected)}
+    state = RunState(out, asked)
+    _stage(state, "gates", lambda: _gates(state, args, selected))
+    _stage(state, "diff", lambda: _diff(state, args))
+    _stage(state, "locate", lambda: _locate(state, args))
+    _stage(state, "shrink", lambda: _shrink(state, args))
+    _stage(state, "profile", lambda: _profile(state, args))
+    state.mark("report", "running")
+    report_stage.render(out)
+    state.mark("report", "done")
+    print(_summary(state))
+    return EXIT_DIFFERENT if _failed_gates(state) else EXIT_OK

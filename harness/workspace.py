@@ -1,0 +1,104 @@
+"""Git workspaces: the one harness module that runs git (through GitPython).
+
+Repo root and current commit, a clean-tree guard, tags, ref resolution, committing named
+paths only, and detached worktrees at a commit (the frozen baseline is measured from one,
+under `.worktrees/`, which .gitignore hides so it never makes the main tree dirty). Every
+git failure a person can cause (unknown ref, existing tag, dirty tree) is a ValueError.
+"""
+from pathlib import Path
+
+import git
+
+WORKTREES_DIR = ".worktrees"
+
+
+def open_repo(path=".") -> git.Repo:
+    """The repository containing `path` (searching upwards); ValueError outside one."""
+    try:
+        return git.Repo(Path(path).resolve(), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as error:
+        raise ValueError(f"{path}: not inside a git repository") from error
+
+
+def repo_root(repo: git.Repo) -> Path:
+    return Path(repo.working_tree_dir)
+
+
+def current_commit(repo: git.Repo) -> str:
+    """HEAD's full sha."""
+    return repo.head.commit.hexsha
+
+
+def dirty_paths(repo: git.Repo) -> list:
+    """Modified, staged, deleted and untracked (not ignored) paths, as `git status` names them."""
+    status = repo.git.status("--porcelain", "--untracked-files=all")
+    return sorted(line[3:] for line in status.splitlines() if line.strip())
+
+
+def require_clean(repo: git.Repo) -> None:
+    """ValueError listing the dirty paths: what is frozen or measured must be a commit."""
+    dirty = dirty_paths(repo)
+    if dirty:
+        listed = ", ".join(dirty[:20]) + (f" (and {len(dirty) - 20} more)" if len(dirty) > 20 else "")
+        raise ValueError(f"{repo_root(repo)} has uncommitted changes: {listed}")
+
+
+def resolve(repo: git.Repo, ref: str) -> str:
+    """The full sha a ref (tag, branch, sha) names; ValueError if it names no commit."""
+    try:
+        return repo.commit(ref).hexsha
+    except (git.BadName, ValueError, git.GitCommandError) as error:
+        raise ValueError(f"{ref!r} names no commit in {repo_root(repo)}") from error
+
+
+def tag_exists(repo: git.Repo, name: str) -> bool:
+    return name in {tag.name for tag in repo.tags}
+
+
+def create_tag(repo: git.Repo, name: str, commit: str) -> None:
+    """A lightweight tag on `commit`; ValueError if it exists or git rejects the name."""
+    if tag_exists(repo, name):
+        raise ValueError(f"tag {name!r} already exists (at {repo.tags[name].commit.hexsha[:12]})")
+    try:
+        repo.git.check_ref_format(f"refs/tags/{name}")
+    except git.GitCommandError as error:
+        raise ValueError(f"{name!r} is not a valid tag name") from error
+    repo.create_tag(name, ref=commit)
+
+
+def delete_tag(repo: git.Repo, name: str) -> None:
+    repo.delete_tag(repo.tags[name])
+
+
+def commit_paths(repo: git.Repo, paths, message: str) -> str:
+    """Commit exactly `paths` (whatever else is staged stays out); the new sha."""
+    paths = [str(p) for p in paths]
+    repo.git.add("--", *paths)
+    repo.git.commit("-m", message, "--only", "--", *paths)
+    return current_commit(repo)
+
+
+def worktree_at(repo: git.Repo, commit: str, path) -> Path:
+    """A detached worktree of `commit` at `path`: added, or reused when it already is one of
+    this repository's worktrees (moved to `commit` if elsewhere). A reused worktree must be
+    clean, since what it measures must be exactly the commit."""
+    path = Path(path).resolve()
+    commit = resolve(repo, commit)
+    repo.git.worktree("prune")  # forget worktrees whose folder was deleted by hand
+    if path.exists() and path in _worktree_paths(repo):
+        tree = git.Repo(path)
+        require_clean(tree)
+        if current_commit(tree) != commit:
+            tree.git.checkout("--detach", commit)
+        return path
+    if path.exists() and any(path.iterdir()):
+        raise ValueError(f"{path} exists and is not a worktree of {repo_root(repo)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    repo.git.worktree("add", "--detach", str(path), commit)
+    return path
+
+
+def _worktree_paths(repo: git.Repo) -> set:
+    listing = repo.git.worktree("list", "--porcelain")
+    return {Path(line[len("worktree "):]).resolve() for line in listing.splitlines()
+            if line.startswith("worktree ")}

@@ -1,0 +1,175 @@
+"""`harness freeze-baseline`, the frozen-baseline checks of gates C00 and C10, and `harness
+profile`, each in a throwaway clone of this repository (they tag, commit and add worktrees).
+
+The clone holds the last commit plus this work's gate-side files, committed there; the
+harness under test is this tree's, run in-process with the clone as the working directory.
+"""
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gates import test_c10_performance as c10
+from gates.baseline import NO_BASELINE, read_frozen, verify_frozen
+from harness import workspace
+from harness.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from harness.profile_worker import OUTSIDE, RANGE_PREFIX, self_cpu_ms_by_region
+
+ROOT = Path(__file__).resolve().parent.parent
+# What the clone's own subprocesses (hashing, gates, workers) import from the clone.
+GATE_SIDE_FILES = ("gates/baseline.py", "gates/test_c00_apparatus.py",
+                   "gates/test_c10_performance.py", ".gitignore")
+FAST_SOURCE = "kernels/ops/norm.py"
+
+
+def git(repo, *args) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def clone(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    git(tmp_path, "clone", "-q", str(ROOT), str(repo))
+    for name in GATE_SIDE_FILES:
+        shutil.copy(ROOT / name, repo / name)
+    git(repo, "config", "user.email", "test@example.com")
+    git(repo, "config", "user.name", "test")
+    git(repo, "add", "--", *GATE_SIDE_FILES)
+    git(repo, "commit", "-q", "--allow-empty", "-m", "the gate-side files under test")
+    monkeypatch.chdir(repo)
+    return repo
+
+
+def edit_fast_source(repo) -> None:
+    with open(repo / FAST_SOURCE, "a") as source:
+        source.write("# an edit after the freeze\n")
+
+
+def test_freeze_refuses_a_dirty_tree(clone, capsys):
+    edit_fast_source(clone)
+    (clone / "kernels" / "scratch.py").write_text("")
+    assert main(["freeze-baseline", "--tag", "b1"]) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert "uncommitted changes" in error and FAST_SOURCE in error and "kernels/scratch.py" in error
+    assert git(clone, "tag") == "" and read_frozen(clone) is None
+
+
+def test_freeze_tags_head_commits_the_record_and_c00_verifies_it(clone, capsys):
+    head = git(clone, "rev-parse", "HEAD")
+    assert main(["freeze-baseline", "--tag", "b1"]) == EXIT_OK
+    record = read_frozen(clone)
+    assert record["tag"] == "b1" and record["commit"] == head and git(clone, "rev-parse", "b1") == head
+    assert record["hash_of"] == "numerical_policy of the fast contract" and len(record["content_hash"]) == 64
+    assert git(clone, "log", "-1", "--format=%s") == "Freeze baseline b1"
+    assert git(clone, "show", "--name-only", "--format=", "HEAD") == "baseline/frozen.json"
+    assert git(clone, "status", "--porcelain") == ""
+    assert "froze b1" in capsys.readouterr().out
+    assert main(["freeze-baseline", "--tag", "b1"]) == EXIT_BAD_INPUT  # a tag is frozen once
+    assert "already exists" in capsys.readouterr().err
+
+    out = clone / "gate-out"
+    subprocess.run([sys.executable, "-m", "pytest", "gates/test_c00_apparatus.py", "-q", "-p",
+                    "no:cacheprovider", "--rootdir", str(clone), "--model", "qwen3", "--gate-out",
+                    str(out)], cwd=clone, capture_output=True)
+    conditions = {c["name"]: c for c in json.loads((out / "C00.json").read_text())["conditions"]}
+    frozen = conditions["baseline frozen and its hash verified"]
+    assert frozen["status"] == "pass" and frozen["recomputed_content_hash"] == record["content_hash"]
+
+
+def test_verification_fails_when_the_record_does_not_match_its_commit(clone):
+    assert verify_frozen(clone)[0] == [NO_BASELINE]
+    assert main(["freeze-baseline", "--tag", "b1"]) == EXIT_OK
+    record = read_frozen(clone)
+    path = clone / "baseline" / "frozen.json"
+
+    path.write_text(json.dumps({**record, "content_hash": "0" * 64}))
+    problems, figures = verify_frozen(clone)
+    assert len(problems) == 1 and "not the recorded" in problems[0]
+    assert figures["recomputed_content_hash"] == record["content_hash"]
+
+    git(clone, "checkout", "--", "baseline/frozen.json")
+    edit_fast_source(clone)
+    git(clone, "commit", "-qam", "the fast path changes after the freeze")
+    path.write_text(json.dumps({**record, "commit": git(clone, "rev-parse", "HEAD")}))
+    problems, _ = verify_frozen(clone)
+    assert any("not the recorded" in p for p in problems) and any("tag b1 points at" in p for p in problems)
+
+    path.write_text(json.dumps({**record, "commit": "f" * 40}))
+    assert "does not exist" in verify_frozen(clone)[0][0]
+
+
+class Conditions:
+    """Stands in for the gate fixture: keeps what was checked."""
+
+    def __init__(self):
+        self.checked = {}
+
+    def check(self, name, passed, **figures):
+        self.checked[name] = (passed, figures)
+
+
+@pytest.mark.parametrize("frozen_hash, passes, says", [("in-tree", True, None), ("0" * 64, False, "harness profile"),
+                                                       (None, False, NO_BASELINE)])
+def test_c10_requires_the_timed_fast_path_to_be_the_frozen_one(monkeypatch, frozen_hash, passes, says):
+    record = None if frozen_hash is None else {"tag": "b1", "commit": "c" * 40,
+                                               "content_hash": c10.fast_content_hash() if frozen_hash == "in-tree" else frozen_hash}
+    monkeypatch.setattr(c10, "read_frozen", lambda: record)
+    conditions = Conditions()
+    c10._check_baseline_is_frozen(conditions)
+    passed, figures = conditions.checked["measured against the frozen baseline"]
+    assert passed is passes and (says is None or says in figures["problem"])
+
+
+def test_profile_without_a_frozen_baseline_is_a_clear_error(clone, capsys):
+    assert main(["profile", "--model", "qwen3", "--out", str(clone / "runs" / "p")]) == EXIT_BAD_INPUT
+    assert "no frozen baseline: run harness freeze-baseline" in capsys.readouterr().err
+    assert not (clone / ".worktrees").exists()
+
+
+def test_profile_interleaves_the_frozen_baseline_with_the_current_tree(clone, capsys):
+    assert main(["freeze-baseline", "--tag", "b1"]) == EXIT_OK
+    frozen = read_frozen(clone)
+    edit_fast_source(clone)  # the fast path moves on: profile must still time the frozen one
+    git(clone, "commit", "-qam", "the fast path changes after the freeze")
+    out = clone / "runs" / "p"
+    assert main(["profile", "--model", "qwen3", "--pairs", "2", "--num-sequences", "4",
+                 "--new-tokens", "3", "--out", str(out)]) == EXIT_OK
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [(s["pair"], s["side"]) for s in samples] == [(0, "baseline"), (0, "consistent"),
+                                                         (1, "baseline"), (1, "consistent")]
+    assert all(s["num_tokens"] == 12 and s["rollout_tokens_per_s"] > 0 and s["train_step_s"] > 0 for s in samples)
+    document = json.loads((out / "profile.json").read_text())
+    throughput = document["rollout_tokens_per_s"]
+    assert throughput["median_baseline"] == statistics.median(s["rollout_tokens_per_s"] for s in samples[::2])
+    assert throughput["ratio"] == throughput["median_consistent"] / throughput["median_baseline"]
+    steps = document["train_step_s"]
+    assert steps["ratio"] == steps["median_baseline"] / steps["median_consistent"]
+    assert document["baseline"]["ref"] == "b1" and document["baseline"]["content_hash"] == frozen["content_hash"]
+    assert document["commit"] == git(clone, "rev-parse", "HEAD") and document["environment"]["torch"]
+    regions = document["regions"]
+    assert {"attention", "lm_head", "sampler"} <= {r["region"] for r in regions}
+    assert [r["extra_ms"] for r in regions] == sorted((r["extra_ms"] for r in regions), reverse=True)
+    assert "rollout tokens/s" in capsys.readouterr().out
+    assert git(clone, "status", "--porcelain") == ""  # the worktree is git-ignored
+
+
+def test_worktree_is_reused_and_must_stay_clean(clone):
+    repo = workspace.open_repo(clone)
+    first = git(clone, "rev-parse", "HEAD~1")
+    path = workspace.worktree_at(repo, first, clone / ".worktrees" / "w")
+    assert git(path, "rev-parse", "HEAD") == first
+    assert workspace.worktree_at(repo, "HEAD", path) == path and git(path, "rev-parse", "HEAD") == git(clone, "rev-parse", "HEAD")
+    (path / FAST_SOURCE).write_text("")
+    with pytest.raises(ValueError, match="uncommitted changes"):
+        workspace.worktree_at(repo, first, path)
+
+
+def test_region_time_is_each_op_s_self_time_charged_to_its_innermost_region():
+    spans = [(1, 0, 100, RANGE_PREFIX + "mlp"), (1, 10, 40, "aten::mm"),
+             (1, 50, 80, RANGE_PREFIX + "mlp_act"), (1, 55, 65, "aten::silu"),
+             (1, 120, 130, "aten::copy_"), (2, 0, 1000, "profiler thread")]
+    assert self_cpu_ms_by_region(spans) == {"mlp": 70 / 1e6, "mlp_act": 30 / 1e6, OUTSIDE: 10 / 1e6}

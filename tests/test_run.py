@@ -1,0 +1,68 @@
+"""`harness run`: under a contract that fails a gate it goes gates -> diff -> locate -> shrink
+-> profile -> report, writing each stage's raw files into the run directory; an interrupted
+run keeps what it recorded and resumes (finished gates are not re-run); bad input is a clear
+error."""
+import json
+
+import pytest
+
+from harness.cli import EXIT_BAD_INPUT, EXIT_DIFFERENT, main
+from harness.stages import gates as gates_stage
+from harness.stages import locate as locate_stage
+
+class Interrupted(BaseException):
+    """Stands for Ctrl-C or a killed process: not an error the run may catch."""
+
+
+ARGS = ["run", "--model", "qwen3", "--contract", "fast", "--gates", "C0,C7", "--pairs", "1"]
+
+
+def test_interrupted_run_resumes_and_reports(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    real_locate = locate_stage.locate
+
+    def interrupted(*args, **kwargs):
+        raise Interrupted  # as if the person pressed Ctrl-C during locate
+
+    monkeypatch.setattr(locate_stage, "locate", interrupted)
+    with pytest.raises(Interrupted):
+        main([*ARGS, "--out", str(out)])
+    state = json.loads((out / "run.json").read_text())
+    assert {k: v["status"] for k, v in state["stages"].items()} == {"gates": "done", "diff": "done",
+                                                                    "locate": "running"}
+    assert json.loads((out / "gates" / "C07.json").read_text())["status"] == "fail"
+    gate_files = {p.name: p.stat().st_mtime_ns for p in (out / "gates").iterdir()}
+
+    monkeypatch.setattr(locate_stage, "locate", real_locate)
+    monkeypatch.setattr(gates_stage, "run_gates", lambda selected, **kw: pytest.fail(f"re-ran {list(selected)}")
+                        if selected else {})
+    capsys.readouterr()
+    assert main([*ARGS, "--out", str(out)]) == EXIT_DIFFERENT
+    printed = capsys.readouterr().out
+    assert "[gates] done already (resumed)" in printed and "report:" in printed
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "gates").iterdir()} == gate_files
+    stages = json.loads((out / "run.json").read_text())["stages"]
+    assert [stages[s]["status"] for s in ("locate", "shrink", "report")] == ["done", "done", "done"]
+    assert stages["profile"]["status"] in ("done", "failed") and stages["profile"]["detail"]
+    located = json.loads((out / "locate" / "locate.json").read_text())
+    assert located["status"] == "divergent" and located["layer"] in (None, 0)
+    repro = json.loads(next((out / "repros").glob("*/repro.json")).read_text())
+    assert repro["repro_fails"] and repro["cut"]["confirmed"]
+    for name in ("diff/consistent.json", "diff/fast.json", "report.md", "report.html"):
+        assert (out / name).exists(), name
+    assert len(json.loads((out / "diff" / "fast.json").read_text())["abs_dp"]) == 16 * 16
+
+
+def test_bad_input_is_a_clear_error(tmp_path, capsys):
+    assert main(["run", "--model", "qwen3", "--agent", "gpt", "--out", str(tmp_path / "a")]) == EXIT_BAD_INPUT
+    assert "unknown agent backend 'gpt'" in capsys.readouterr().err
+    assert main(["run", "--model", "llama", "--out", str(tmp_path / "b")]) == EXIT_BAD_INPUT
+    assert "unknown model 'llama'" in capsys.readouterr().err
+    assert main(["run", "--model", "qwen3", "--gates", "C42", "--out", str(tmp_path / "c")]) == EXIT_BAD_INPUT
+    assert "unknown gate 'C42'" in capsys.readouterr().err
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "run.json").write_text(json.dumps({"model": "nemotron", "contract": "consistent",
+                                                         "device": "cpu", "agent": "none", "gates": ["C00"],
+                                                         "stages": {}}))
+    assert main(["run", "--model", "qwen3", "--gates", "C0", "--out", str(tmp_path / "d")]) == EXIT_BAD_INPUT
+    assert "this run was started with" in capsys.readouterr().err
