@@ -51,14 +51,19 @@ def tree_content_hash(tree) -> str:
     return answer["content_hash"]
 
 
+def export_commit(commit: str, folder, root: Path = ROOT, paths=("kernels",)) -> Path:
+    """`paths` of `commit` written into `folder` (git archive: that commit's files alone)."""
+    archive = subprocess.run(["git", "archive", "--format=tar", commit, *paths], cwd=root,
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    return Path(folder)
+
+
 def commit_content_hash(commit: str, root: Path = ROOT) -> str:
     """The content hash of the fast path at `commit`, from that commit's files alone."""
-    archive = subprocess.run(["git", "archive", "--format=tar", commit, "kernels"], cwd=root,
-                             capture_output=True, check=True).stdout
     with tempfile.TemporaryDirectory(prefix="frozen-") as folder:
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(folder, filter="data")
-        return tree_content_hash(folder)
+        return tree_content_hash(export_commit(commit, folder, root))
 
 
 def read_frozen(root: Path = ROOT):

@@ -9,12 +9,14 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from gates import test_c10_performance as c10
-from gates.baseline import NO_BASELINE, read_frozen, verify_frozen
+from gates.baseline import NO_BASELINE, export_commit, read_frozen, verify_frozen
+from gates.conftest import GateRecord
 from harness import workspace
 from harness.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from harness.profile_worker import OUTSIDE, RANGE_PREFIX, self_cpu_ms_by_region
@@ -102,26 +104,28 @@ def test_verification_fails_when_the_record_does_not_match_its_commit(clone):
     assert "does not exist" in verify_frozen(clone)[0][0]
 
 
-class Conditions:
-    """Stands in for the gate fixture: keeps what was checked."""
-
-    def __init__(self):
-        self.checked = {}
-
-    def check(self, name, passed, **figures):
-        self.checked[name] = (passed, figures)
+def test_c10_fails_without_a_frozen_baseline(monkeypatch):
+    monkeypatch.setattr(c10, "read_frozen", lambda: None)
+    record = GateRecord("C10", "qwen3", "consistent")
+    with pytest.raises(AssertionError, match="condition"):
+        c10.test_throughput_against_the_frozen_baseline(record)
+    assert [(c["status"], c.get("problem")) for c in record.conditions] == [("fail", NO_BASELINE)]
 
 
-@pytest.mark.parametrize("frozen_hash, passes, says", [("in-tree", True, None), ("0" * 64, False, "harness profile"),
-                                                       (None, False, NO_BASELINE)])
-def test_c10_requires_the_timed_fast_path_to_be_the_frozen_one(monkeypatch, frozen_hash, passes, says):
-    record = None if frozen_hash is None else {"tag": "b1", "commit": "c" * 40,
-                                               "content_hash": c10.fast_content_hash() if frozen_hash == "in-tree" else frozen_hash}
-    monkeypatch.setattr(c10, "read_frozen", lambda: record)
-    conditions = Conditions()
-    c10._check_baseline_is_frozen(conditions)
-    passed, figures = conditions.checked["measured against the frozen baseline"]
-    assert passed is passes and (says is None or says in figures["problem"])
+def test_c10_times_the_frozen_commit_not_the_working_tree(clone):
+    """The baseline sample runs in the exported frozen tree: its kernels, not the caller's."""
+    with tempfile.TemporaryDirectory() as folder:
+        tree = export_commit(git_head(clone), folder, clone, paths=("kernels", "gates"))
+        asked = {"config": "qwen3-cut", "contract": "fast",
+                 "workload": {"num_sequences": 2, "new_tokens": 3, "arrival_spread": 1, "seed": 1}}
+        assert c10.tokens_per_second(tree, asked) > 0
+        shutil.rmtree(tree / "kernels")  # a tree without its own kernels is refused
+        with pytest.raises(RuntimeError):
+            c10.tokens_per_second(tree, asked)
+
+
+def git_head(repo) -> str:
+    return git(repo, "rev-parse", "HEAD")
 
 
 def test_profile_without_a_frozen_baseline_is_a_clear_error(clone, capsys):

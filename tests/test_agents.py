@@ -1,0 +1,217 @@
+"""Agent backends: the real `anthropic` client against a scripted fake Messages server on
+loopback (tests/fake_messages_server.py), the worktree confinement of the tools, limits,
+retries, and the clear errors when credentials, SDK or CLI are missing."""
+import json
+import sys
+
+import pytest
+
+from harness.agents import claude_code
+from harness.agents.base import AgentLimits, AgentTask, Tool, make_backend
+from harness.agents.worktree_tools import worktree_tools
+from tests.fake_messages_server import FakeMessagesServer, overloaded, text, tool_results, tool_use
+
+REPRO = "import sys\nsys.path.insert(0, '.')\nfrom kernels.op import SCALE\nassert SCALE == 1.0, SCALE\nprint('repro passes')\n"
+
+
+@pytest.fixture
+def worktree(tmp_path):
+    root = tmp_path / "worktree"
+    (root / "repros" / "x").mkdir(parents=True)
+    (root / "kernels").mkdir()
+    (root / "repros" / "x" / "test_repro.py").write_text(REPRO)
+    (root / "kernels" / "op.py").write_text("SCALE = 1.0 + 2**-20  # planted fault\n")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    monkeypatch.delenv("BITWISE_AGENT_MODEL", raising=False)
+
+
+def _task(worktree, limits=None, extra_tools=None):
+    return AgentTask(role="consistent", worktree=worktree, instructions="Fix the repro.",
+                     limits=limits or AgentLimits(command_timeout_s=60), extra_tools=extra_tools or {},
+                     transcript_path=worktree.parent / "transcripts" / "consistent.jsonl")
+
+
+def _backend(server, **settings):
+    return make_backend("anthropic", api_key="test-key", base_url=server.base_url,
+                        max_retries=0, backoff_s=0.01, **settings)
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_scripted_agent_reads_edits_runs_and_finishes(worktree):
+    gates_run = []
+    run_gates = Tool("run_gates", "Run the gates.", {"type": "object", "properties": {}},
+                     lambda tool_input: gates_run.append(tool_input) or "all gates pass")
+    script = [
+        [text("Reading the repro."), tool_use("read_file", path="repros/x/test_repro.py")],
+        [tool_use("edit_file", path="kernels/op.py", old_string="1.0 + 2**-20", new_string="1.0")],
+        [tool_use("run_command", command=f"{sys.executable} repros/x/test_repro.py")],
+        [tool_use("run_gates")],
+        [text("done: removed the planted fault")],
+    ]
+    with FakeMessagesServer(script) as server:
+        result = _backend(server, model="claude-test-model", prompt_cache=True).run(_task(worktree, extra_tools={"run_gates": run_gates}))
+    assert (result.status, result.turns, result.final_text) == ("finished", 5, "done: removed the planted fault")
+    assert (result.input_tokens, result.output_tokens) == (5000, 500)
+    assert (worktree / "kernels" / "op.py").read_text() == "SCALE = 1.0  # planted fault\n"
+    assert gates_run == [{}]
+    first = server.requests[0]
+    assert first["model"] == "claude-test-model" and first["system"] == "Fix the repro."
+    assert first["cache_control"] == {"type": "ephemeral"}
+    assert {t["name"] for t in first["tools"]} == {"read_file", "list_dir", "write_file", "edit_file",
+                                                  "run_command", "run_gates"}
+    results = [tool_results(request)[0] for request in server.requests[1:]]
+    assert results[0]["content"] == REPRO
+    assert results[1]["content"] == "edited kernels/op.py"
+    assert results[2]["content"].startswith("exit code: 0\n") and "repro passes" in results[2]["content"]
+    assert results[3]["content"] == "all gates pass" and not any(r["is_error"] for r in results)
+    records = _records(result.transcript_path)
+    kinds = [r["kind"] for r in records]
+    assert kinds.count("request") == kinds.count("response") == 5
+    assert kinds.count("tool_call") == kinds.count("tool_result") == 4
+    assert kinds[0] == "start" and records[-1]["kind"] == "end" and records[-1]["status"] == "finished"
+
+
+def test_paths_outside_the_worktree_are_refused(worktree, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret")
+    (worktree / "link_dir").symlink_to(outside)
+    (worktree / "link_file").symlink_to(outside / "secret.txt")
+    attempts = [
+        tool_use("read_file", path="../outside/secret.txt"),
+        tool_use("read_file", path=str(outside / "secret.txt")),
+        tool_use("read_file", path="link_dir/secret.txt"),
+        tool_use("list_dir", path=".."),
+        tool_use("write_file", path="../outside/new.txt", content="x"),
+        tool_use("write_file", path=str(outside / "secret.txt"), content="x"),
+        tool_use("write_file", path="link_dir/new.txt", content="x"),
+        tool_use("edit_file", path="link_file", old_string="secret", new_string="x"),
+    ]
+    with FakeMessagesServer([attempts, [text("gave up")]]) as server:
+        result = _backend(server).run(_task(worktree))
+    assert result.status == "finished"
+    results = tool_results(server.requests[1])
+    assert len(results) == len(attempts)
+    for block, attempt in zip(results, attempts):
+        assert block["is_error"] and "outside the worktree" in block["content"], (attempt, block)
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "secret"
+
+
+def test_worktree_tools_errors_and_command_timeout(worktree, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "must-not-leak")
+    tools = worktree_tools(worktree, command_timeout_s=0.5)
+    lines = tools["read_file"].handler({"path": "kernels/../repros/x/test_repro.py", "start_line": 3, "end_line": 4})
+    assert lines == "from kernels.op import SCALE\nassert SCALE == 1.0, SCALE\n"
+    assert "matches 0 times" in tools["edit_file"].handler({"path": "kernels/op.py", "old_string": "nope",
+                                                           "new_string": ""})
+    (worktree / "twice.txt").write_text("a a")
+    assert "matches 2 times" in tools["edit_file"].handler({"path": "twice.txt", "old_string": "a", "new_string": "b"})
+    assert tools["read_file"].handler({}).startswith("error: TypeError")
+    assert tools["write_file"].handler({"path": "new/dir/f.txt", "content": "hi"}) == "wrote 2 chars to new/dir/f.txt"
+    assert tools["list_dir"].handler({"path": "new"}) == "dir/"
+    # A child of the shell holding the pipe open must not stall the timeout; the cap wins over 60 s.
+    out = tools["run_command"].handler({"command": "sleep 30 & sleep 30; echo never", "timeout_s": 60})
+    assert out.startswith("error: timed out after 0.5 s") and "never" not in out
+    assert tools["run_command"].handler({"command": "echo key=${ANTHROPIC_API_KEY:-unset}"}) == "exit code: 0\nkey=unset\n"
+
+
+@pytest.mark.parametrize("limits, usage, status, num_requests", [
+    (AgentLimits(max_turns=2), None, "limit:turns", 2),
+    (AgentLimits(max_cost_usd=0.01), {"input_tokens": 1000, "output_tokens": 100}, "limit:cost", 2),
+    (AgentLimits(max_total_tokens=3000), {"input_tokens": 1000, "output_tokens": 100}, "limit:tokens", 3),
+])
+def test_limits_stop_the_loop(worktree, limits, usage, status, num_requests):
+    script = [[tool_use("list_dir")]] * 10
+    with FakeMessagesServer(script, usage=usage) as server:
+        # claude-opus-5-5 costs $4 / $20 per MTok: $0.006 a turn here, so $0.01 is hit after 2.
+        result = _backend(server, model="claude-opus-5-5").run(_task(worktree, limits))
+    assert (result.status, result.turns, len(server.requests)) == (status, num_requests, num_requests)
+    assert _records(result.transcript_path)[-1]["status"] == status
+
+
+@pytest.mark.parametrize("failure, settings, retry_records", [
+    (overloaded(), {"max_retries": 0}, 1),                       # our backoff retries the 529
+    (overloaded(retry_after_ms=10), {"max_retries": 2}, 0),     # the client's own retry does
+    ({"status": 500}, {"max_retries": 0}, 1),
+])
+def test_overload_is_retried_and_the_run_finishes(worktree, failure, settings, retry_records):
+    with FakeMessagesServer([failure, [text("done")]]) as server:
+        backend = make_backend("anthropic", api_key="k", base_url=server.base_url, backoff_s=0.01, **settings)
+        result = backend.run(_task(worktree))
+    assert (result.status, result.turns, len(server.requests)) == ("finished", 1, 2)
+    assert [r["kind"] for r in _records(result.transcript_path)].count("retry") == retry_records
+
+
+def test_base_url_and_model_come_from_the_environment(worktree, monkeypatch):
+    with FakeMessagesServer([[text("done")]]) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "from-env")
+        monkeypatch.setenv("BITWISE_AGENT_MODEL", "self-hosted-model")
+        result = make_backend("anthropic").run(_task(worktree))
+    assert result.status == "finished" and server.requests[0]["model"] == "self-hosted-model"
+    assert "cache_control" not in server.requests[0]  # off by default for a non-Anthropic endpoint
+
+
+def test_non_retryable_api_error_ends_the_run_with_error(worktree):
+    with FakeMessagesServer([{"status": 400, "message": "bad tool schema"}]) as server:
+        result = _backend(server).run(_task(worktree))
+    assert result.status == "error" and "bad tool schema" in result.final_text
+
+
+def test_missing_api_key_names_what_to_set(monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(ValueError, match=r"set ANTHROPIC_API_KEY \(or pass --agent none\)"):
+        make_backend("anthropic")
+
+
+def test_claude_code_without_cli_or_sdk_names_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setattr(claude_code, "_bundled_cli", lambda sdk: None)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ValueError, match="npm install -g @anthropic-ai/claude-code"):
+        make_backend("claude-code")
+    with pytest.raises(ValueError, match="cli_path="):
+        make_backend("claude-code", cli_path=str(tmp_path / "missing" / "claude"))
+    monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)
+    with pytest.raises(ValueError, match="pip install claude-agent-sdk"):
+        make_backend("claude-code")
+
+
+def test_claude_code_options(worktree, tmp_path):
+    pytest.importorskip("claude_agent_sdk")
+    cli = tmp_path / "claude"
+    cli.write_text("#!/bin/sh\n")
+    cli.chmod(0o755)
+    run_gates = Tool("run_gates", "Run the gates.", {"type": "object", "properties": {}}, lambda _: "ok")
+    limits = AgentLimits(max_turns=7, max_cost_usd=3.0, command_timeout_s=120)
+    options = make_backend("claude-code", cli_path=str(cli), model="claude-sonnet-5").options(
+        _task(worktree, limits, {"run_gates": run_gates}))
+    assert options.cwd == str(worktree) and options.cli_path == str(cli) and options.model == "claude-sonnet-5"
+    assert options.setting_sources == ["project"] and options.skills == "all"
+    assert (options.max_turns, options.max_budget_usd, options.permission_mode) == (7, 3.0, "dontAsk")
+    assert "mcp__harness__run_gates" in options.allowed_tools and "Bash" in options.allowed_tools
+    assert "WebFetch" not in options.tools and list(options.mcp_servers) == ["harness"]
+    assert options.env["BASH_MAX_TIMEOUT_MS"] == "120000"
+
+
+def test_none_backend_and_unknown_names(worktree):
+    result = make_backend("none", model="ignored").run(_task(worktree))
+    assert result.status == "finished" and "no edit was made" in result.final_text
+    assert result.transcript_path.is_file()
+    with pytest.raises(ValueError, match="anthropic, claude-code, none"):
+        make_backend("codex")
+
+
+@pytest.mark.parametrize("field, value", [("max_turns", 0), ("max_cost_usd", -1.0), ("max_total_tokens", 1.5),
+                                          ("command_timeout_s", "60")])
+def test_limits_validation_names_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        AgentLimits(**{field: value})
