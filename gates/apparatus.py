@@ -1,9 +1,13 @@
 """Checks of the apparatus itself (gate C00): both runtimes' identities and fingerprints,
 and that the judging code (gates/, harness/) is unmodified since the run's base commit."""
+import json
+import os
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+# The tree under judgement: this checkout, or the agent worktree the harness names when it
+# runs the gates from its pristine copy (harness/pristine.py).
+ROOT = Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parent.parent)
 JUDGING_PATHS = ("gates", "harness")
 
 
@@ -24,3 +28,14 @@ def modified_judging_files(base: str = "HEAD", root: Path = ROOT) -> list:
     except (OSError, subprocess.CalledProcessError) as error:
         return [f"(git could not compare with {base}: {error})"]
     return sorted(set(changed) | set(untracked))
+
+
+def tamper_violations() -> list | None:
+    """The harness's tamper scan of the tree under judgement (None when it made none)."""
+    path = os.environ.get("BITWISE_TAMPER")
+    if not path:
+        return None
+    try:
+        return json.loads(Path(path).read_text())["violations"]
+    except (OSError, ValueError, KeyError) as error:
+        return [f"the tamper report {path} is unreadable: {error}"]

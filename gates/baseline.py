@@ -8,6 +8,7 @@ kernels and prints the identity, so the gate process's own kernels cannot leak i
 """
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -17,7 +18,7 @@ from pathlib import Path
 from kernels.contract import load_contract
 from kernels.contract.identity import numerical_policy_identity
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parent.parent)  # see gates/apparatus.py
 FROZEN_PATH = "baseline/frozen.json"
 NO_BASELINE = "no frozen baseline: run harness freeze-baseline"
 HASH_OF = "numerical_policy of the fast contract"

@@ -7,13 +7,14 @@ transport), no file under gates/ or harness/ differs from the run's base commit
 (BITWISE_BASE, default HEAD), and the baseline is frozen (baseline/frozen.json, written by
 `harness freeze-baseline`) with its recorded commit present, the fast path's content hash
 recomputed from that commit's files equal to the recorded one, and the tag, where it exists
-here, pointing at that commit. Negative control: a trainer with other weights, another
+here, pointing at that commit; and, when the harness judges an agent's worktree (BITWISE_TAMPER),
+its tamper scan found nothing (harness/tamper.py). Negative control: a trainer with other weights, another
 contract or another transport fails the identity condition (tests/test_gate_c00_c10.py); a
 missing or altered frozen record fails the baseline condition (tests/test_freeze_profile.py).
 """
 import os
 
-from gates.apparatus import identity_mismatches, modified_judging_files
+from gates.apparatus import ROOT, identity_mismatches, modified_judging_files, tamper_violations
 from gates.baseline import verify_frozen
 from gates.inputs import fresh_seed
 from gates.workload import seeded_weights
@@ -40,4 +41,8 @@ def test_apparatus(gate):
     gate.check("gates/ and harness/ unmodified since the base commit", not modified, base=base, modified=modified)
     problems, figures = verify_frozen()
     gate.check("baseline frozen and its hash verified", not problems, problems=problems, **figures)
+    violations = tamper_violations()
+    if violations is not None:
+        gate.check("the harness's tamper scan of the tree under judgement found nothing", not violations,
+                   violations=violations, tree=str(ROOT))
     gate.verdict()

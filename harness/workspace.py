@@ -5,6 +5,9 @@ paths only, and detached worktrees at a commit (the frozen baseline is measured 
 under `.worktrees/`, which .gitignore hides so it never makes the main tree dirty). Every
 git failure a person can cause (unknown ref, existing tag, dirty tree) is a ValueError.
 """
+import io
+import os
+import tarfile
 from pathlib import Path
 
 import git
@@ -12,12 +15,25 @@ import git
 WORKTREES_DIR = ".worktrees"
 
 
+# Every harness-side git command runs with hooks off: a hook planted in a worktree by an
+# agent must not run with the harness's rights (or rewrite what the harness commits).
+NO_HOOKS = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/dev/null"}
+
+
+def judged_tree() -> Path:
+    """The tree whose kernels/ run: an agent's worktree when the harness judges it from its
+    pristine copy (BITWISE_TREE, harness/pristine.py), else this checkout."""
+    return Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parents[1])
+
+
 def open_repo(path=".") -> git.Repo:
     """The repository containing `path` (searching upwards); ValueError outside one."""
     try:
-        return git.Repo(Path(path).resolve(), search_parent_directories=True)
+        repo = git.Repo(Path(path).resolve(), search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as error:
         raise ValueError(f"{path}: not inside a git repository") from error
+    repo.git.update_environment(**NO_HOOKS)
+    return repo
 
 
 def repo_root(repo: git.Repo) -> Path:
@@ -102,3 +118,51 @@ def _worktree_paths(repo: git.Repo) -> set:
     listing = repo.git.worktree("list", "--porcelain")
     return {Path(line[len("worktree "):]).resolve() for line in listing.splitlines()
             if line.startswith("worktree ")}
+
+
+def branch_worktree(repo: git.Repo, branch: str, path, start: str) -> Path:
+    """A worktree at `path` on `branch` (created at `start` if new); an existing one is reused
+    as it is (a resumed run keeps the agent's commits and edits)."""
+    path = Path(path).resolve()
+    repo.git.worktree("prune")
+    if path.exists() and path in _worktree_paths(repo):
+        return path
+    if path.exists() and any(path.iterdir()):
+        raise ValueError(f"{path} exists and is not a worktree of {repo_root(repo)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if branch in {head.name for head in repo.heads}:
+        repo.git.worktree("add", str(path), branch)
+    else:
+        repo.git.worktree("add", "-b", branch, str(path), resolve(repo, start))
+    return path
+
+
+def commits_since(tree, base: str) -> list:
+    """[{sha, subject, body}] of the commits on `tree`'s HEAD after `base`, oldest first."""
+    repo = open_repo(tree)
+    return [{"sha": c.hexsha, "subject": c.summary, "body": c.message}
+            for c in reversed(list(repo.iter_commits(f"{base}..HEAD")))]
+
+
+def changed_paths(tree, base: str) -> list:
+    """Paths that differ from `base` in `tree`: committed, staged, unstaged or untracked."""
+    repo = open_repo(tree)
+    changed = repo.git.diff("--name-only", base).split()
+    untracked = repo.git.ls_files("--others", "--exclude-standard").split()
+    return sorted(set(changed) | set(untracked))
+
+
+def export_paths(repo: git.Repo, commit: str, paths, folder) -> Path:
+    """`paths` as they are at `commit`, written under `folder` (git archive: no working tree)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = io.BytesIO()
+    repo.archive(archive, treeish=commit, path=list(paths), format="tar")
+    archive.seek(0)
+    with tarfile.open(fileobj=archive) as tar:
+        tar.extractall(folder, filter="data")
+    return folder
+
+def files_at(tree, commit: str) -> set:
+    """Every file path in `commit`."""
+    return set(open_repo(tree).git.ls_tree("-r", "--name-only", commit).split("\n"))

@@ -186,7 +186,7 @@ def test_claude_code_without_cli_or_sdk_names_what_to_install(monkeypatch, tmp_p
 
 
 def test_claude_code_options(worktree, tmp_path):
-    pytest.importorskip("claude_agent_sdk")
+    import claude_agent_sdk  # noqa: F401  (the test extra installs it: this test must run, not skip)
     cli = tmp_path / "claude"
     cli.write_text("#!/bin/sh\n")
     cli.chmod(0o755)

@@ -118,10 +118,10 @@ def test_c10_times_the_frozen_commit_not_the_working_tree(clone):
         tree = export_commit(git_head(clone), folder, clone, paths=("kernels", "gates"))
         asked = {"config": "qwen3-cut", "contract": "fast",
                  "workload": {"num_sequences": 2, "new_tokens": 3, "arrival_spread": 1, "seed": 1}}
-        assert c10.tokens_per_second(tree, asked) > 0
+        assert c10.timed_rollout(tree, asked)["tokens_per_s"] > 0
         shutil.rmtree(tree / "kernels")  # a tree without its own kernels is refused
         with pytest.raises(RuntimeError):
-            c10.tokens_per_second(tree, asked)
+            c10.timed_rollout(tree, asked)
 
 
 def git_head(repo) -> str:

@@ -61,15 +61,20 @@ def check_device(device: str) -> None:
         raise ValueError("device cuda: the consistent path has no CUDA kernels yet (Triton, issue 7)")
 
 
-def run_gates(selected: dict, *, model: str, contract: str, out: Path) -> dict:
-    """Run each gate in turn; {gate: status} read back from the JSON it wrote."""
+def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation=None) -> dict:
+    """Run each gate in turn; {gate: status} read back from the JSON it wrote. With an
+    Isolation (harness/pristine.py) the gates judge another tree from a pristine copy."""
     statuses = {}
+    out = Path(out).resolve()
     for name, path in selected.items():
         print(f"[{name}] {describe(path)[0]} ...", flush=True)
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider",
-                        "--rootdir", str(GATES_DIR.parent), "--model", model, "--contract", contract,
-                        "--gate-out", str(out)], cwd=GATES_DIR.parent, capture_output=True, text=True)
+        where = ["--rootdir", str(GATES_DIR.parent)] if isolation is None else isolation.pytest_args()
+        subprocess.run([sys.executable, "-m", "pytest", str(path if isolation is None else isolation.gate_path(path)),
+                        "-q", "-p", "no:cacheprovider", *where, "--model", model, "--contract", contract,
+                        "--gate-out", str(out)],
+                       cwd=GATES_DIR.parent if isolation is None else isolation.apparatus,
+                       env=None if isolation is None else isolation.env(), capture_output=True, text=True)
         result = out / f"{name}.json"
         statuses[name] = json.loads(result.read_text())["status"] if result.exists() else "fail"
         print(f"[{name}] {statuses[name]} in {time.perf_counter() - started:.1f} s", flush=True)

@@ -21,7 +21,7 @@ from harness.door_capture import DoorCapture, save_capture
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
 from harness.trace import Tracer, tensors_of
 from harness.trace_compare import first_divergence
-from harness.workspace import current_commit, open_repo
+from harness.workspace import current_commit, judged_tree, open_repo
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
 from kernels.models.config import load_model_config
@@ -97,7 +97,7 @@ def locate(model: str, contract_name: str, out_dir: Path, *, size="cut", config_
     out_dir = Path(out_dir)
     facts = {"model": model, "config": str(config_path or config_name(model, size)),
              "contract": str(contract_name), "contract_name": contract.name,
-             "commit": current_commit(open_repo(Path(__file__))), "seed": seed,
+             "commit": current_commit(open_repo(judged_tree())), "seed": seed,
              "workload": WORKLOAD, "environment": deployment_fingerprint()}
     completions, trainer_logprobs = _run_sides(config, contract, weights, workload, out_dir, facts)
     found, compared = first_divergence(out_dir / "engine.jsonl", out_dir / "trainer.jsonl")

@@ -16,6 +16,7 @@ from markupsafe import Markup
 from harness.exit_codes import EXIT_OK
 from harness.stages.gates import describe, discover
 from harness.stages.plots import PLOTS
+from harness.stages.report_agents import agent_sections
 
 REPORTS = ("report.md", "report.html")
 KNOWN_ENTRIES = ("run.json", "gates", "diff", "locate", "repros", "profile")
@@ -241,7 +242,8 @@ def render(run_dir: Path) -> dict:
     context = {"header": header(files), "gates": gate_rows(files), "diff": diff_section(files),
                "locate": locate_section(files), "repros": repro_sections(files), "plots": plots,
                "profile": profile_section(files), "environments": environment_sections(files),
-               "files": files.files(), "run_dir": run_dir.name, "shrink_absent": files.absence("shrink")}
+               "files": files.files(), "run_dir": run_dir.name, "shrink_absent": files.absence("shrink"),
+               "agents": agent_sections(run_dir)}
     context["problems"] = files.problems
     templates, written = _templates(), {}
     for report in REPORTS:

@@ -4,17 +4,20 @@ gates -> diff (consistent and fast, for the report's plot) -> (if a gate failed)
 shrink -> profile -> report, each stage's raw output written into RUN_DIR before anything
 summarises it (harness/run_directory.md). run.json records every stage's status after it
 ends, so `harness run --out RUN_DIR` on an interrupted run skips what is done (gates one by
-one) and re-runs the stage that was cut off. With `--agent none` (the only backend without
-credentials) nobody edits `kernels/`: the report tells the person what to fix.
+one) and re-runs the stage that was cut off. With `--agent none` (the default, no credentials)
+nobody edits `kernels/`: the report tells the person what to fix; with `--agent anthropic` or
+`claude-code` two agents work in their own worktrees (harness/stages/agents.py).
 """
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 from gates.workload import Workload
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
+from harness.stages import agents as agents_stage
 from harness.stages import gates as gates_stage
 from harness.stages import locate as locate_stage
 from harness.stages import profile as profile_stage
@@ -23,7 +26,7 @@ from harness.stages import shrink as shrink_stage
 from harness.stages.diff import run_diff
 from harness.workspace import current_commit, open_repo
 
-AGENTS = ("none",)
+AGENTS = ("none", "anthropic", "claude-code")
 DIFF_WORKLOAD = Workload(num_sequences=16, new_tokens=16)
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,6 +36,7 @@ class RunState:
 
     def __init__(self, out: Path, asked: dict):
         self.out, self.path = out, out / "run.json"
+        self._lock = threading.RLock()
         if self.path.exists():
             self.data = json.loads(self.path.read_text())
             recorded = {k: self.data.get(k) for k in asked}
@@ -48,30 +52,30 @@ class RunState:
         return self.data["stages"].get(stage, {}).get("status")
 
     def mark(self, stage: str, status: str, detail: str = "") -> None:
-        self.data["stages"][stage] = {"status": status, "detail": detail,
-                                      "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        self.save()
+        with self._lock:  # the two agents' threads mark their stages concurrently
+            self.data["stages"][stage] = {"status": status, "detail": detail,
+                                          "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            self.save()
+
+    def run_stage(self, name: str, body) -> None:
+        """Run one stage unless run.json says it finished; a ValueError marks it failed with why."""
+        if self.status(name) in ("done", "failed", "skipped"):
+            print(f"[{name}] {self.status(name)} already (resumed)", flush=True)
+            return
+        print(f"[{name}] ...", flush=True)
+        self.mark(name, "running")
+        try:
+            status, detail = body()
+        except ValueError as error:
+            status, detail = "failed", str(error)
+        self.mark(name, status, detail)
+        print(f"[{name}] {status}{': ' + detail if detail else ''}", flush=True)
 
     def save(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_suffix(".json.partial")
         partial.write_text(json.dumps(self.data, indent=2, sort_keys=True))
         os.replace(partial, self.path)
-
-
-def _stage(state: RunState, name: str, body) -> None:
-    """Run one stage unless run.json says it finished; a ValueError marks it failed with why."""
-    if state.status(name) in ("done", "failed", "skipped"):
-        print(f"[{name}] {state.status(name)} already (resumed)", flush=True)
-        return
-    print(f"[{name}] ...", flush=True)
-    state.mark(name, "running")
-    try:
-        status, detail = body()
-    except ValueError as error:
-        status, detail = "failed", str(error)
-    state.mark(name, status, detail)
-    print(f"[{name}] {status}{': ' + detail if detail else ''}", flush=True)
 
 
 def _gates(state, args, selected):
@@ -136,10 +140,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--gates", help="only these gates, e.g. C0,C7 (default: all)")
     parser.add_argument("--pairs", type=int, default=3, help="profile: A B pairs")
+    parser.add_argument("--skip", type=lambda text: set(text.split(",")), default=set(),
+                        help="stages not to run, e.g. profile (recorded as skipped in run.json)")
+    parser.add_argument("--agent-model", default="", help="agent model (default: the backend's, or BITWISE_AGENT_MODEL)")
+    parser.add_argument("--max-turns", type=int, default=150, help="per agent")
+    parser.add_argument("--max-cost-usd", type=float, default=25.0, help="per agent")
     parser.add_argument("--out", help="run directory; an existing one is resumed (default runs/<model>-<time>)")
 
 
 def run(args) -> int:
+    if args.skip - {"profile"}:
+        raise ValueError(f"--skip: only 'profile' can be skipped, not {sorted(args.skip - {'profile'})}")
     if args.agent not in AGENTS:
         raise ValueError(f"unknown agent backend {args.agent!r}; available here: {AGENTS}")
     gates_stage.validate(args.model, args.contract, args.device)
@@ -148,13 +159,21 @@ def run(args) -> int:
     asked = {"model": args.model, "contract": args.contract, "device": args.device, "agent": args.agent,
              "gates": sorted(selected)}
     state = RunState(out, asked)
-    _stage(state, "gates", lambda: _gates(state, args, selected))
-    _stage(state, "diff", lambda: _diff(state, args))
-    _stage(state, "locate", lambda: _locate(state, args))
-    _stage(state, "shrink", lambda: _shrink(state, args))
-    _stage(state, "profile", lambda: _profile(state, args))
+    state.run_stage("gates", lambda: _gates(state, args, selected))
+    state.run_stage("diff", lambda: _diff(state, args))
+    state.run_stage("locate", lambda: _locate(state, args))
+    state.run_stage("shrink", lambda: _shrink(state, args))
+    if args.agent != "none":
+        state.run_stage("agents", lambda: agents_stage.run_agents(state, args))
+    if "profile" in args.skip:
+        state.mark("profile", "skipped", "asked to skip (--skip profile)")
+    state.run_stage("profile", lambda: _profile(state, args))
     state.mark("report", "running")
     report_stage.render(out)
     state.mark("report", "done")
     print(_summary(state))
+    if args.agent != "none":
+        result = agents_stage.consistent_result(out)
+        clean = result and result["after"].startswith("revalidated: all gates pass") and "TAMPERING" not in result["after"]
+        return EXIT_OK if clean else EXIT_DIFFERENT
     return EXIT_DIFFERENT if _failed_gates(state) else EXIT_OK

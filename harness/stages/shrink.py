@@ -19,7 +19,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from harness.exit_codes import EXIT_INCONCLUSIVE, EXIT_OK
 from harness.stages import locate as locate_stage
-from harness.workspace import current_commit, open_repo
+from harness.workspace import current_commit, judged_tree, open_repo
 from kernels.models.config import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def read_locate(locate_dir: Path) -> dict:
     result = json.loads(path.read_text())
     if result.get("status") != "divergent":
         raise ValueError(f"{path}: locate found no divergence (status {result.get('status')!r}): nothing to shrink")
-    commit = current_commit(open_repo(ROOT))
+    commit = current_commit(open_repo(judged_tree()))
     if result.get("commit") != commit:
         raise ValueError(f"{path}: traced at commit {str(result.get('commit'))[:12]}, this tree is at "
                          f"{commit[:12]}: locate again, the capture may not match the code")

@@ -1,0 +1,51 @@
+"""Gate runs against an agent's worktree from the harness's own pristine copy of the judge.
+
+The run's base commit's gates/ and harness/ are exported (git archive) into RUN/apparatus
+once; each gate then runs as `python -m pytest` with cwd = that copy (first on sys.path), the
+agent's worktree after it on PYTHONPATH (so `kernels` is the agent's and nothing else is),
+pytest's plugin autoload off, conftest files ignored (--noconftest) and the gates' own plugin
+loaded explicitly. The environment tells the gates which tree they judge (BITWISE_TREE), the
+base commit (BITWISE_BASE) and where the harness's tamper scan is (BITWISE_TAMPER, C00).
+"""
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.workspace import export_paths, open_repo
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """How to run the gates against a tree that is not the harness's own."""
+
+    tree: Path
+    """The worktree under judgement (its kernels/ is what runs)."""
+    apparatus: Path
+    """The pristine gates/ and harness/ exported from the base commit."""
+    base: str
+    """The run's base commit."""
+    tamper_report: Path
+    """The harness's scan of `tree`, written before the gate run (C00 reads it)."""
+
+    def gate_path(self, gate_path: Path) -> Path:
+        return self.apparatus / "gates" / Path(gate_path).name
+
+    def pytest_args(self) -> list:
+        # -c: the copy's own empty ini, so pytest never picks up the repository's pyproject
+        # (its `pythonpath = ["."]` would put the judged tree's gates/ first)
+        return ["--noconftest", "-p", "gates.conftest", "-c", str(self.apparatus / "pytest.ini"),
+                "--rootdir", str(self.apparatus)]
+
+    def env(self) -> dict:
+        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.apparatus), str(self.tree)]),
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "BITWISE_TREE": str(self.tree),
+                "BITWISE_APPARATUS": str(self.apparatus), "BITWISE_BASE": self.base,
+                "BITWISE_TAMPER": str(self.tamper_report)}
+
+
+def export_apparatus(base: str, folder: Path) -> Path:
+    """gates/ and harness/ at `base`, once per run (kept: the copy the run is judged by)."""
+    if not (folder / "gates" / "conftest.py").exists():
+        export_paths(open_repo(Path(__file__)), base, ["gates", "harness"], folder)
+        (folder / "pytest.ini").write_text("[pytest]\n")
+    return folder

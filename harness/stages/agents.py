@@ -1,0 +1,128 @@
+"""`harness run --agent anthropic|claude-code`: two agents at once, each in its own worktree.
+
+The baseline agent and the consistent agent each get a git worktree on their own branch
+(bitwise/<run>/<role>, under .worktrees/), their own budget and transcript, and the harness
+tools (harness/agent_roles.py). The main checkout is never touched. The frozen baseline's
+record is copied outside the repository when the run starts and re-checked before every gate
+run. When an agent stops: the baseline agent's last commit is frozen on its branch and put
+up for human review (agents/baseline/review.md); the consistent agent's branch is revalidated
+by every gate from the pristine copy, after a tamper scan. run.json marks each agent's stage,
+so a killed run restarted with the same --out resumes: finished agents are not re-run, an
+interrupted one continues in its worktree (with its commits) in a new conversation.
+"""
+import json
+import shutil
+import threading
+from pathlib import Path
+
+from gates.baseline import read_frozen
+from harness import agent_roles
+from harness.agents.base import AgentLimits, AgentTask, make_backend
+from harness.pristine import Isolation, export_apparatus
+from harness.stages import freeze as freeze_stage
+from harness.stages import gates as gates_stage
+from harness.tamper import write_report
+from harness.workspace import (WORKTREES_DIR, branch_worktree, commits_since, dirty_paths, open_repo,
+                               repo_root)
+
+ROLES = ("baseline", "consistent")
+
+
+def _frozen_outside(state) -> dict | None:
+    """The frozen baseline record as it was when the run started, kept in the run directory."""
+    path = state.out / "frozen_baseline.json"
+    if not path.exists():
+        path.write_text(json.dumps({"record": read_frozen()}, indent=2))
+    return json.loads(path.read_text())["record"]
+
+
+def _brief(role: str, args, state, worktree: Path, base: str) -> str:
+    brief = agent_roles.BRIEFS[role].format(model=args.model, contract=args.contract, rules=agent_roles.RULES,
+                                            situation=agent_roles.situation(state.out))
+    done = commits_since(worktree, base)
+    if done:  # a resumed run: the conversation is new, the worktree is not
+        brief += "\n\nThis run was interrupted and resumed. Your branch already has these commits:\n" + "\n".join(
+            f"- {c['sha'][:12]} {c['subject']}" for c in done)
+    return brief
+
+
+def _after_baseline(role_dir: Path, worktree: Path, base: str, run_name: str, frozen_outside) -> str:
+    """Freeze the baseline agent's last commit on its branch (unless the tamper scan found
+    something) and write the review note."""
+    violations = write_report(role_dir / "tamper" / "after.json", worktree, base, frozen_outside)
+    if violations:
+        return f"not frozen; TAMPERING: {violations}"
+    commits = commits_since(worktree, base)
+    if not commits:
+        return "made no commit: the frozen baseline stays as it was"
+    if dirty_paths(open_repo(worktree)):
+        return f"left uncommitted changes: not frozen ({dirty_paths(open_repo(worktree))[:5]})"
+    frozen = freeze_stage.freeze(worktree, tag=f"baseline-{run_name}")
+    (role_dir / "review.md").write_text(
+        f"# Baseline for human review\n\nThe baseline agent's work is frozen as tag `{frozen['tag']}` at "
+        f"`{frozen['commit']}` (content hash `{frozen['content_hash']}`) on its branch. It is NOT adopted: "
+        "review the commits below (fast path still correct against the float64 references?) and merge "
+        "the branch to make it the baseline.\n\n" + "\n".join(f"- `{c['sha'][:12]}` {c['subject']}" for c in commits))
+    return f"frozen as {frozen['tag']} for human review"
+
+
+def _revalidate(role_dir: Path, isolation: Isolation, args, frozen_outside) -> str:
+    violations = write_report(isolation.tamper_report, isolation.tree, isolation.base, frozen_outside)
+    statuses = gates_stage.run_gates(gates_stage.select(args.gates), model=args.model, contract=args.contract,
+                                     out=role_dir / "revalidate", isolation=isolation)
+    failed = [name for name, status in statuses.items() if status == "fail"]
+    return (f"revalidated: {'all gates pass or n/a' if not failed else 'failed ' + ', '.join(failed)}"
+            + (f"; TAMPERING: {violations}" if violations else ""))
+
+
+def _run_role(role, backend, args, state, base, apparatus, frozen_outside) -> str:
+    repo = open_repo(repo_root(open_repo(Path(__file__))))
+    run_name = state.out.name
+    worktree = branch_worktree(repo, f"bitwise/{run_name}/{role}",
+                               repo_root(repo) / WORKTREES_DIR / f"{run_name}-{role}", base)
+    role_dir = state.out / "agents" / role
+    role_dir.mkdir(parents=True, exist_ok=True)
+
+    def isolation_for(report: Path) -> Isolation:
+        return Isolation(worktree, apparatus, base, report)
+
+    work_dir = worktree / "runs"  # git-ignored: what the harness hands the agent to read
+    if (state.out / "repros").exists():
+        shutil.copytree(state.out / "repros", work_dir / "repros", dirs_exist_ok=True)
+    attempt = len(list(role_dir.glob("transcript-*.jsonl"))) + 1
+    task = AgentTask(role=role, worktree=worktree, instructions=_brief(role, args, state, worktree, base),
+                     model=args.agent_model or "", limits=AgentLimits(max_turns=args.max_turns, max_cost_usd=args.max_cost_usd),
+                     transcript_path=role_dir / f"transcript-{attempt}.jsonl",
+                     extra_tools=agent_roles.harness_tools(role_dir, work_dir, isolation_for, args.model,
+                                                           args.contract, frozen_outside))
+    result = backend.run(task)
+    after = (_after_baseline(role_dir, worktree, base, run_name, frozen_outside) if role == "baseline" else
+             _revalidate(role_dir, isolation_for(role_dir / "tamper" / "revalidate.json"), args, frozen_outside))
+    (role_dir / "commits.json").write_text(json.dumps(commits_since(worktree, base), indent=2))
+    (role_dir / "result.json").write_text(json.dumps({
+        "role": role, "status": result.status, "turns": result.turns, "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens, "cost_usd": result.cost_usd, "final_text": result.final_text,
+        "transcript": str(result.transcript_path), "worktree": str(worktree), "branch": f"bitwise/{run_name}/{role}",
+        "after": after}, indent=2))
+    return f"{result.status}; {after}"
+
+
+def run_agents(state, args):
+    """Both agents in parallel threads; each one's stage in run.json ("agent:<role>")."""
+    backend = make_backend(args.agent)  # missing credentials or SDK: a clear error before any worktree
+    base = state.data["commit"]
+    frozen_outside = _frozen_outside(state)
+    apparatus = export_apparatus(base, state.out / "apparatus")
+    threads = [threading.Thread(target=state.run_stage, name=role, args=(
+        f"agent:{role}", lambda role=role: ("done", _run_role(role, backend, args, state, base, apparatus,
+                                                               frozen_outside)))) for role in ROLES]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return "done", "; ".join(f"{role}: {state.data['stages'].get(f'agent:{role}', {}).get('status')}" for role in ROLES)
+
+
+def consistent_result(run_dir: Path) -> dict | None:
+    path = run_dir / "agents" / "consistent" / "result.json"
+    return json.loads(path.read_text()) if path.exists() else None

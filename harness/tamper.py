@@ -1,0 +1,66 @@
+"""Anti-tamper: what an agent's worktree may not contain, checked before every gate run.
+
+Agents are known to game evaluators (patched timers, cached outputs, a conftest.py that
+marks everything passed, answers read from git history). The gates already run from a
+pristine copy of gates/ and harness/ (harness/pristine.py); this scan names what the agent
+changed that it must not: the judging code (gates/, harness/), the frozen baseline record,
+or a file Python or pytest would load on its own (conftest.py, sitecustomize.py,
+usercustomize.py, *.pth). The frozen record is compared with the copy the harness wrote
+outside the repository when the run started. Any violation fails gate C00 and is reported.
+"""
+import json
+import os
+from pathlib import Path
+
+from harness.workspace import changed_paths, files_at, open_repo, resolve
+
+JUDGING_DIRS = ("gates/", "harness/", "baseline/", ".agents/", ".claude/")  # the judge, the record, the rules
+AUTOLOADED_NAMES = ("conftest.py", "sitecustomize.py", "usercustomize.py")
+
+
+def scan(tree, base: str, frozen_outside: dict | None) -> list:
+    """Violations (one sentence each) in `tree` relative to the run's base commit."""
+    violations = []
+    for path in changed_paths(tree, base):
+        if path.startswith(JUDGING_DIRS):
+            violations.append(f"edited judging code or the frozen baseline record: {path}")
+    at_base = files_at(tree, base)
+    for path in _autoloaded_files(Path(tree)):  # git-ignored ones too: a .gitignore hides nothing here
+        if path not in at_base:
+            violations.append(f"added a file Python or pytest loads on its own: {path}")
+    violations.extend(_frozen_violations(Path(tree), frozen_outside))
+    return violations
+
+
+def _autoloaded_files(tree: Path) -> list:
+    found = []
+    for folder, subfolders, files in os.walk(tree):
+        subfolders[:] = [d for d in subfolders if d != ".git"]
+        found += [str((Path(folder) / f).relative_to(tree)) for f in files
+                  if f in AUTOLOADED_NAMES or f.endswith(".pth")]
+    return sorted(found)
+
+
+def _frozen_violations(tree: Path, frozen_outside: dict | None) -> list:
+    record_path = tree / "baseline" / "frozen.json"
+    inside = json.loads(record_path.read_text()) if record_path.exists() else None
+    if inside != frozen_outside:
+        return [f"the frozen baseline record differs from the one recorded when the run started: "
+                f"{inside} vs {frozen_outside}"]
+    if frozen_outside is None:
+        return []
+    try:
+        tagged = resolve(open_repo(tree), frozen_outside["tag"])
+    except ValueError:
+        return []  # tags need not travel with a clone; the commit is what counts
+    if tagged != frozen_outside["commit"]:
+        return [f"tag {frozen_outside['tag']} was moved to {tagged[:12]} (frozen at {frozen_outside['commit'][:12]})"]
+    return []
+
+
+def write_report(path: Path, tree, base: str, frozen_outside: dict | None) -> list:
+    """Scan and write {tree, base, violations} as JSON (gate C00 reads it); the violations."""
+    violations = scan(tree, base, frozen_outside)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"tree": str(tree), "base": base, "violations": violations}, indent=2))
+    return violations
