@@ -53,9 +53,12 @@ def test_interrupted_run_resumes_and_reports(tmp_path, monkeypatch, capsys):
     assert len(json.loads((out / "diff" / "fast.json").read_text())["abs_dp"]) == 16 * 16
 
 
-def test_bad_input_is_a_clear_error(tmp_path, capsys):
+def test_bad_input_is_a_clear_error(tmp_path, capsys, monkeypatch):
     assert main(["run", "--model", "qwen3", "--agent", "gpt", "--out", str(tmp_path / "a")]) == EXIT_BAD_INPUT
     assert "unknown agent backend 'gpt'" in capsys.readouterr().err
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    assert main(["run", "--model", "qwen3", "--agent", "anthropic", "--out", str(tmp_path / "k")]) == EXIT_BAD_INPUT
+    assert "set ANTHROPIC_API_KEY" in capsys.readouterr().err and not (tmp_path / "k").exists()
     assert main(["run", "--model", "llama", "--out", str(tmp_path / "b")]) == EXIT_BAD_INPUT
     assert "unknown model 'llama'" in capsys.readouterr().err
     assert main(["run", "--model", "qwen3", "--gates", "C42", "--out", str(tmp_path / "c")]) == EXIT_BAD_INPUT

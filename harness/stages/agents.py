@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gates.baseline import read_frozen
 from harness import agent_roles
-from harness.agents.base import AgentLimits, AgentTask, make_backend
+from harness.agents.base import AgentLimits, AgentTask
 from harness.pristine import Isolation, export_apparatus
 from harness.stages import freeze as freeze_stage
 from harness.stages import gates as gates_stage
@@ -107,9 +107,8 @@ def _run_role(role, backend, args, state, base, apparatus, frozen_outside) -> st
     return f"{result.status}; {after}"
 
 
-def run_agents(state, args):
+def run_agents(state, args, backend):
     """Both agents in parallel threads; each one's stage in run.json ("agent:<role>")."""
-    backend = make_backend(args.agent)  # missing credentials or SDK: a clear error before any worktree
     base = state.data["commit"]
     frozen_outside = _frozen_outside(state)
     apparatus = export_apparatus(base, state.out / "apparatus")

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from gates.workload import Workload
+from harness.agents.base import make_backend
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
 from harness.stages import agents as agents_stage
 from harness.stages import gates as gates_stage
@@ -128,7 +129,7 @@ def _summary(state) -> str:
     lines = [f"harness run: model {state.data['model']}, contract {state.data['contract']}, "
              f"commit {state.data['commit'][:12]}"]
     for name, stage in state.data["stages"].items():
-        lines.append(f"  {name:<8}{stage['status']:<9}{stage['detail'].splitlines()[0] if stage['detail'] else ''}")
+        lines.append(f"  {name:<18}{stage['status']:<9}{stage['detail'].splitlines()[0] if stage['detail'] else ''}")
     lines.append(f"report: {state.out / 'report.html'}  (and report.md)")
     return "\n".join(lines)
 
@@ -154,6 +155,7 @@ def run(args) -> int:
     if args.agent not in AGENTS:
         raise ValueError(f"unknown agent backend {args.agent!r}; available here: {AGENTS}")
     gates_stage.validate(args.model, args.contract, args.device)
+    backend = None if args.agent == "none" else make_backend(args.agent)  # credentials: before any stage
     selected = gates_stage.select(args.gates)
     out = Path(args.out or f"runs/{args.model}-{time.strftime('%Y%m%dT%H%M%S')}")
     asked = {"model": args.model, "contract": args.contract, "device": args.device, "agent": args.agent,
@@ -164,7 +166,7 @@ def run(args) -> int:
     state.run_stage("locate", lambda: _locate(state, args))
     state.run_stage("shrink", lambda: _shrink(state, args))
     if args.agent != "none":
-        state.run_stage("agents", lambda: agents_stage.run_agents(state, args))
+        state.run_stage("agents", lambda: agents_stage.run_agents(state, args, backend))
     if "profile" in args.skip:
         state.mark("profile", "skipped", "asked to skip (--skip profile)")
     state.run_stage("profile", lambda: _profile(state, args))
