@@ -76,7 +76,7 @@ def _revalidate(role_dir: Path, isolation: Isolation, args, frozen_outside) -> s
 
 
 def _run_role(role, backend, args, state, base, apparatus, frozen_outside) -> str:
-    repo = open_repo(repo_root(open_repo(Path(__file__))))
+    repo = open_repo(Path(__file__))  # the repository this harness belongs to
     run_name = state.out.name
     worktree = branch_worktree(repo, f"bitwise/{run_name}/{role}",
                                repo_root(repo) / WORKTREES_DIR / f"{run_name}-{role}", base)
