@@ -22,9 +22,7 @@ from harness.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from harness.profile_worker import OUTSIDE, RANGE_PREFIX, self_cpu_ms_by_region
 
 ROOT = Path(__file__).resolve().parent.parent
-# What the clone's own subprocesses (hashing, gates, workers) import from the clone.
-GATE_SIDE_FILES = ("gates/baseline.py", "gates/test_c00_apparatus.py",
-                   "gates/test_c10_performance.py", ".gitignore")
+FROZEN = "baseline/frozen.json"
 FAST_SOURCE = "kernels/ops/norm.py"
 
 
@@ -34,14 +32,16 @@ def git(repo, *args) -> str:
 
 @pytest.fixture
 def clone(tmp_path, monkeypatch):
+    """A clone of this repository as if no baseline had ever been frozen (no tags, no record)."""
     repo = tmp_path / "repo"
     git(tmp_path, "clone", "-q", str(ROOT), str(repo))
-    for name in GATE_SIDE_FILES:
-        shutil.copy(ROOT / name, repo / name)
     git(repo, "config", "user.email", "test@example.com")
     git(repo, "config", "user.name", "test")
-    git(repo, "add", "--", *GATE_SIDE_FILES)
-    git(repo, "commit", "-q", "--allow-empty", "-m", "the gate-side files under test")
+    for tag in git(repo, "tag").split():
+        git(repo, "tag", "-d", tag)
+    if (repo / FROZEN).exists():
+        git(repo, "rm", "-q", FROZEN)
+        git(repo, "commit", "-q", "-m", "start from no frozen baseline")
     monkeypatch.chdir(repo)
     return repo
 

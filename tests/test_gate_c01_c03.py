@@ -94,18 +94,21 @@ def test_c02_catches_split_k_below_64_rows(tmp_path):
         assert condition["first_difference"]["region"] in LINEAR_REGIONS, condition["first_difference"]
 
 
-@pytest.mark.parametrize("model, region, binding", [
+@pytest.mark.parametrize("model, region, binding, engine_fails", [
+    # split-KV's merge changes the bf16 output of only a few percent of decode tokens: the
+    # token-by-token phase (every position decoded) always shows it, the engine's 15 decode
+    # tokens only sometimes, so its engine condition is not required to fail
     ("qwen3", "attention", {"impl": "attention.fast_split_kv",
-                            "constants": {"tokens_per_split": 32, "max_splits": 8}}),
-    ("nemotron", "ssm_scan", {"impl": "ssm_scan.fast_recurrent"}),
+                            "constants": {"tokens_per_split": 8, "max_splits": 8}}, False),
+    ("nemotron", "ssm_scan", {"impl": "ssm_scan.fast_recurrent"}, True),
 ])
-def test_c03_catches_decode_that_does_not_replay_prefill(tmp_path, model, region, binding):
+def test_c03_catches_decode_that_does_not_replay_prefill(tmp_path, model, region, binding, engine_fails):
     code, results = _gates(tmp_path, model, "C3", _planted(tmp_path, {(region, "engine_decode"): binding}))
     assert code == EXIT_DIFFERENT and results["C03"]["status"] == "fail"
     failed = _failed(results["C03"])
     sizes = ["cut", "cut-quant"] if model == "nemotron" else ["cut"]
-    assert set(failed) == {name for size in sizes for name in (
-        f"[{size}] token-by-token decode == full prefill", f"[{size}] engine (paged KV, "
-        f"{'fp8' if size == 'cut-quant' else 'auto'}) == trainer_fwd")}
+    decode = {f"[{size}] token-by-token decode == full prefill" for size in sizes}
+    engine = {f"[{size}] engine (paged KV, {'fp8' if size == 'cut-quant' else 'auto'}) == trainer_fwd" for size in sizes}
+    assert set(failed) == decode | engine if engine_fails else decode <= set(failed) <= decode | engine
     for condition in failed.values():
         assert condition["first_difference"]["quantity"].startswith(f"{region}@layer"), condition
