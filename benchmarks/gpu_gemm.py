@@ -1,0 +1,114 @@
+"""Consistent Triton GEMM (kernels/ops/linear_triton.py) vs cuBLAS (torch.matmul) on the
+models' shapes, M = 1..16384, bf16; every result checked bit for bit: each M's rows against
+the same rows computed inside the largest M, under every tile config tried (the tile may
+follow M, the K order may not), plus the relative error against a float64 reference.
+
+  python benchmarks/gpu_gemm.py --out DIR          (on the device; prints one table last)
+
+Per shape and split count (a fixed number of K slices, the same for every M), each M is timed
+under a few tile configs of its size class; the best one is reported against cuBLAS timed the
+same way (triton.testing.do_bench medians, weights rotated over several copies so the L2
+cache does not hold them). Raw samples, the environment and the commit go to DIR/gpu_gemm.json.
+"""
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from kernels.ops.linear_triton import consistent  # noqa: E402
+
+SHAPES = {  # name: (N, K)
+    "qwen3-1.7b qkv": (4096, 2048), "qwen3-1.7b o_proj": (2048, 2048),
+    "qwen3-1.7b gate_up": (12288, 2048), "qwen3-1.7b down": (2048, 6144),
+    "nemotron attn qkv": (4608, 2688), "nemotron mamba out": (2688, 4096),
+}
+M_SWEEP = (1, 3, 8, 16, 31, 64, 128, 256, 512, 1024, 2048, 4096, 16384)
+CONFIGS = {  # size class -> (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates
+    "small": ((16, 64, 4, 4), (16, 128, 4, 4), (16, 32, 2, 5)),
+    "mid": ((32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4)),
+    "large": ((128, 128, 8, 4), (128, 256, 8, 3), (128, 256, 8, 4), (256, 128, 8, 3)),
+}
+SPLITS = (1, 4, 8)
+WEIGHT_COPIES_BYTES = 256 << 20  # rotate weights over at least this much memory (L2 is 50 MiB)
+
+
+def size_class(m: int) -> str:
+    return "small" if m <= 16 else "mid" if m <= 128 else "large"
+
+
+def rotating(fn, weights):
+    state = {"i": 0}
+
+    def call():
+        state["i"] = (state["i"] + 1) % len(weights)
+        return fn(weights[state["i"]])
+    return call
+
+
+def bench_ms(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=20, rep=80, return_mode="median")
+
+
+def bits_equal(a, b) -> bool:
+    return torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+def run_shape(name, n, k, records) -> list:
+    generator = torch.Generator(device="cuda").manual_seed(hash(name) % 2**31)
+    x_all = torch.randn(max(M_SWEEP), k, device="cuda", generator=generator).to(torch.bfloat16)
+    w = (torch.randn(n, k, device="cuda", generator=generator) / k ** 0.5).to(torch.bfloat16)
+    copies = [w] + [w.clone() for _ in range(max(1, WEIGHT_COPIES_BYTES // w.nbytes) - 1)]
+    rows = []
+    for splits in SPLITS:
+        reference = consistent(x_all, w, config=CONFIGS["large"][0], num_splits=splits)
+        for m in M_SWEEP:
+            x = x_all[:m].contiguous()
+            exact = (x.double() @ w.double().T)
+            cublas_ms = bench_ms(rotating(lambda ww: torch.matmul(x, ww.T), copies))
+            best, invariant = None, True
+            variants = [(c, False) for c in CONFIGS[size_class(m)] + (CONFIGS["large"][0],)]
+            if splits > 1 and m <= 256:  # slices in parallel programs: more programs for small M
+                variants += [(c, True) for c in CONFIGS[size_class(m)]]
+            for config, parallel in variants:
+                y = consistent(x, w, config=config, num_splits=splits, parallel_splits=parallel)
+                same = bits_equal(y, reference[:m])
+                invariant &= same
+                error = float((y.double() - exact).norm() / exact.norm())
+                ms = bench_ms(rotating(lambda ww: consistent(x, ww, config=config, num_splits=splits,
+                                                             parallel_splits=parallel), copies))
+                records.append({"shape": name, "N": n, "K": k, "M": m, "splits": splits, "config": config,
+                                "parallel_splits": parallel, "ms": ms, "cublas_ms": cublas_ms,
+                                "bits_equal_rows_of_largest_M": same, "rel_error_vs_fp64": error})
+                if best is None or ms < best[1]:
+                    best = (config + (("par",) if parallel else ()), ms)
+            rows.append((name, splits, m, best[0], best[1], cublas_ms, cublas_ms / best[1], invariant))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
+    environment = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name(),
+                   "cuda": torch.version.cuda, "commit": commit}
+    records, rows = [], []
+    for name in args.shapes.split(","):
+        rows += run_shape(name, *SHAPES[name], records)
+        (out / "gpu_gemm.json").write_text(json.dumps({"environment": environment, "samples": records}, indent=1))
+    print(f"{'shape':<22}{'splits':>7}{'M':>7}  {'best config':<20}{'ours us':>9}{'cuBLAS us':>10}{'ratio':>7}  invariant")
+    for name, splits, m, config, ms, cublas_ms, ratio, invariant in rows:
+        print(f"{name:<22}{splits:>7}{m:>7}  {str(config):<20}{ms * 1e3:>9.1f}{cublas_ms * 1e3:>10.1f}"
+              f"{ratio:>7.2f}  {'yes' if invariant else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""y = x @ w^T on CUDA through Triton (bf16 in and out, fp32 accumulation): the consistent GEMM.
+
+Consistency: every output element's K reduction is one fixed sequence, whatever M is: K is
+cut into `num_splits` fixed slices (a count that depends on (N, K), never on M); each slice is
+summed from zero in BLOCK_K steps into one fp32 accumulator, and the slices' partial sums are
+added left to right (((p0 + p1) + p2) ...) before the single rounding to bf16. The tile shape
+(BLOCK_M, BLOCK_N, warps, stages) may follow M: it changes which program computes an element,
+not the order of its reduction; so may where the slices run (one program looping over them,
+or, for small M, one program per slice and the same ordered combine afterwards). Whether the tensor-core instruction Triton picks for a tile
+shape keeps the order inside one BLOCK_K step is an empirical claim: benchmarks/gpu_gemm.py
+checks every tile config bit for bit against every other, for every M, on the device.
+Reference: gates/reference/linear.py. Imports Triton, so only CUDA machines import this file.
+"""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
+                 K_PER_SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    pid = tl.program_id(0)
+    num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    group = GROUP_M * num_pid_n  # grouped launch order: neighbouring programs share w tiles in L2
+    first_m = (pid // group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % group_m
+    pid_n = (pid % group) // group_m
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for split in range(NUM_SPLITS):
+        partial = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(split * K_PER_SPLIT, min((split + 1) * K_PER_SPLIT, K), BLOCK_K):
+            k = k0 + offs_k
+            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
+                        mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
+            b = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None],
+                        mask=(k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+            partial = tl.dot(a, b, partial)
+        total = total + partial  # slices combined left to right, in fp32
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], total.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _slice_kernel(x_ptr, w_ptr, partial_ptr, M, N, K, stride_xm, stride_wn,
+                  K_PER_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr):
+    """One K slice of one tile per program (axis 1 = the slice): the same partial sum the
+    in-program loop above computes for that slice, written in fp32 for the ordered combine."""
+    pid_m, pid_n = tl.program_id(0) // tl.cdiv(N, BLOCK_N), tl.program_id(0) % tl.cdiv(N, BLOCK_N)
+    split = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    partial = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(split * K_PER_SPLIT, min((split + 1) * K_PER_SPLIT, K), BLOCK_K):
+        k = k0 + offs_k
+        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
+                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
+        b = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None],
+                    mask=(k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        partial = tl.dot(a, b, partial)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(partial_ptr + split * M * N + offs_m[:, None] * N + offs_n[None, :], partial, mask=mask)
+
+
+def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel_splits: bool = False):
+    """x [M, K] bf16 (rows contiguous), w [N, K] bf16 -> y [M, N] bf16. `config` =
+    (BLOCK_M, BLOCK_N, num_warps, num_stages) and `parallel_splits` may follow M; num_splits
+    and block_k may not."""
+    M, K = x.shape
+    N = w.shape[0]
+    if x.stride(1) != 1 or w.stride(1) != 1:
+        raise ValueError("x and w need contiguous rows (stride 1 along K)")
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    block_m, block_n, num_warps, num_stages = config
+    k_per_split = triton.cdiv(triton.cdiv(K, num_splits), block_k) * block_k
+    grid = (triton.cdiv(M, block_m) * triton.cdiv(N, block_n),)
+    if parallel_splits:  # small M: the slices run in parallel programs, then the same ordered combine
+        partials = torch.empty((num_splits, M, N), dtype=torch.float32, device=x.device)
+        _slice_kernel[grid + (num_splits,)](x, w, partials, M, N, K, x.stride(0), w.stride(0),
+                                            K_PER_SPLIT=k_per_split, BLOCK_M=block_m, BLOCK_N=block_n,
+                                            BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages)
+        total = torch.zeros((M, N), dtype=torch.float32, device=x.device)
+        for split in range(num_splits):  # (((0 + p0) + p1) + ...): the in-program order, zero's sign too
+            total += partials[split]
+        return total.to(x.dtype)
+    _gemm_kernel[grid](x, w, y, M, N, K, x.stride(0), w.stride(0), K_PER_SPLIT=k_per_split,
+                       NUM_SPLITS=num_splits, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                       GROUP_M=8, num_warps=num_warps, num_stages=num_stages)
+    return y
