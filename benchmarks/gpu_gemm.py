@@ -27,13 +27,14 @@ SHAPES = {  # name: (N, K)
     "qwen3-1.7b gate_up": (12288, 2048), "qwen3-1.7b down": (2048, 6144),
     "nemotron attn qkv": (4608, 2688), "nemotron mamba out": (2688, 4096),
 }
-M_SWEEP = (1, 3, 8, 16, 31, 64, 128, 256, 512, 1024, 2048, 4096, 16384)
+M_SWEEP = (1, 3, 8, 16, 31, 64, 128, 256, 1024, 4096, 16384)
 CONFIGS = {  # size class -> (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates
     "small": ((16, 64, 4, 4), (16, 128, 4, 4), (16, 32, 2, 5)),
     "mid": ((32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4)),
-    "large": ((128, 128, 8, 4), (128, 256, 8, 3), (128, 256, 8, 4), (256, 128, 8, 3)),
+    "large": ((128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 64, 4, 4)),
 }
-SPLITS = (1, 4, 8)
+SPLITS = (1, 4)
+BLOCK_KS = (64, 128)  # the bits do not depend on it (benchmarks/gpu_gemm_block_k.py), so it may follow M
 WEIGHT_COPIES_BYTES = 256 << 20  # rotate weights over at least this much memory (L2 is 50 MiB)
 
 
@@ -58,34 +59,39 @@ def bits_equal(a, b) -> bool:
     return torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
-def run_shape(name, n, k, records) -> list:
+def run_shape(name, n, k, records, m_sweep=M_SWEEP, splits_sweep=SPLITS) -> list:
     generator = torch.Generator(device="cuda").manual_seed(hash(name) % 2**31)
-    x_all = torch.randn(max(M_SWEEP), k, device="cuda", generator=generator).to(torch.bfloat16)
+    x_all = torch.randn(max(m_sweep), k, device="cuda", generator=generator).to(torch.bfloat16)
     w = (torch.randn(n, k, device="cuda", generator=generator) / k ** 0.5).to(torch.bfloat16)
     copies = [w] + [w.clone() for _ in range(max(1, WEIGHT_COPIES_BYTES // w.nbytes) - 1)]
     rows = []
-    for splits in SPLITS:
-        reference = consistent(x_all, w, config=CONFIGS["large"][0], num_splits=splits)
-        for m in M_SWEEP:
+    for splits in splits_sweep:
+        reference = consistent(x_all, w, config=(128, 128, 8, 2), num_splits=splits, block_k=64)
+        for m in m_sweep:
             x = x_all[:m].contiguous()
             exact = (x.double() @ w.double().T)
             cublas_ms = bench_ms(rotating(lambda ww: torch.matmul(x, ww.T), copies))
             best, invariant = None, True
-            variants = [(c, False) for c in CONFIGS[size_class(m)] + (CONFIGS["large"][0],)]
+            variants = [(c, False, bk) for c in CONFIGS[size_class(m)] + (CONFIGS["large"][0],) for bk in BLOCK_KS]
             if splits > 1 and m <= 256:  # slices in parallel programs: more programs for small M
-                variants += [(c, True) for c in CONFIGS[size_class(m)]]
-            for config, parallel in variants:
-                y = consistent(x, w, config=config, num_splits=splits, parallel_splits=parallel)
+                variants += [(c, True, bk) for c in CONFIGS[size_class(m)] for bk in BLOCK_KS]
+            for config, parallel, block_k in variants:
+                try:
+                    y = consistent(x, w, config=config, num_splits=splits, parallel_splits=parallel, block_k=block_k)
+                except triton.runtime.errors.OutOfResources as error:  # tile too large for shared memory
+                    records.append({"shape": name, "M": m, "config": config, "block_k": block_k, "error": str(error)})
+                    continue
                 same = bits_equal(y, reference[:m])
                 invariant &= same
                 error = float((y.double() - exact).norm() / exact.norm())
                 ms = bench_ms(rotating(lambda ww: consistent(x, ww, config=config, num_splits=splits,
-                                                             parallel_splits=parallel), copies))
-                records.append({"shape": name, "N": n, "K": k, "M": m, "splits": splits, "config": config,
+                                                             parallel_splits=parallel, block_k=block_k), copies))
+                records.append({"shape": name, "N": n, "K": k, "M": m, "splits": splits, "block_k": block_k,
+                                "config": config,
                                 "parallel_splits": parallel, "ms": ms, "cublas_ms": cublas_ms,
                                 "bits_equal_rows_of_largest_M": same, "rel_error_vs_fp64": error})
                 if best is None or ms < best[1]:
-                    best = (config + (("par",) if parallel else ()), ms)
+                    best = (config + (f"k{block_k}",) + (("par",) if parallel else ()), ms)
             rows.append((name, splits, m, best[0], best[1], cublas_ms, cublas_ms / best[1], invariant))
     return rows
 
@@ -94,7 +100,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names")
+    parser.add_argument("--m", default=",".join(map(str, M_SWEEP)), help="comma-separated M values")
+    parser.add_argument("--splits", default=",".join(map(str, SPLITS)), help="comma-separated split counts")
     args = parser.parse_args()
+    m_sweep, splits = [int(v) for v in args.m.split(",")], [int(v) for v in args.splits.split(",")]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
@@ -102,7 +111,7 @@ def main() -> None:
                    "cuda": torch.version.cuda, "commit": commit}
     records, rows = [], []
     for name in args.shapes.split(","):
-        rows += run_shape(name, *SHAPES[name], records)
+        rows += run_shape(name, *SHAPES[name], records, m_sweep, splits)
         (out / "gpu_gemm.json").write_text(json.dumps({"environment": environment, "samples": records}, indent=1))
     print(f"{'shape':<22}{'splits':>7}{'M':>7}  {'best config':<20}{'ours us':>9}{'cuBLAS us':>10}{'ratio':>7}  invariant")
     for name, splits, m, config, ms, cublas_ms, ratio, invariant in rows:

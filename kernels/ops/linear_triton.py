@@ -1,11 +1,12 @@
 """y = x @ w^T on CUDA through Triton (bf16 in and out, fp32 accumulation): the consistent GEMM.
 
 Consistency: every output element's K reduction is one fixed sequence, whatever M is: K is
-cut into `num_splits` fixed slices (a count that depends on (N, K), never on M); each slice is
-summed from zero in BLOCK_K steps into one fp32 accumulator, and the slices' partial sums are
+cut into `num_splits` fixed slices (a count that depends on (N, K), never on M; bounds at
+multiples of SLICE_ALIGN); each slice is summed from zero in BLOCK_K steps into one fp32 accumulator, and the slices' partial sums are
 added left to right (((p0 + p1) + p2) ...) before the single rounding to bf16. The tile shape
 (BLOCK_M, BLOCK_N, warps, stages) may follow M: it changes which program computes an element,
-not the order of its reduction; so may where the slices run (one program looping over them,
+not the order of its reduction; so may BLOCK_K (measured: the bits do not change with it, as
+long as the slice bounds do not move) and where the slices run (one program looping over them,
 or, for small M, one program per slice and the same ordered combine afterwards). Whether the tensor-core instruction Triton picks for a tile
 shape keeps the order inside one BLOCK_K step is an empirical claim: benchmarks/gpu_gemm.py
 checks every tile config bit for bit against every other, for every M, on the device.
@@ -14,6 +15,9 @@ Reference: gates/reference/linear.py. Imports Triton, so only CUDA machines impo
 import torch
 import triton
 import triton.language as tl
+
+
+SLICE_ALIGN = 128  # K slices start at multiples of this; every BLOCK_K used must divide it
 
 
 @triton.jit
@@ -70,15 +74,19 @@ def _slice_kernel(x_ptr, w_ptr, partial_ptr, M, N, K, stride_xm, stride_wn,
 
 def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel_splits: bool = False):
     """x [M, K] bf16 (rows contiguous), w [N, K] bf16 -> y [M, N] bf16. `config` =
-    (BLOCK_M, BLOCK_N, num_warps, num_stages) and `parallel_splits` may follow M; num_splits
-    and block_k may not."""
+    (BLOCK_M, BLOCK_N, num_warps, num_stages), block_k (a divisor of SLICE_ALIGN) and
+    `parallel_splits` may follow M; num_splits may not."""
     M, K = x.shape
     N = w.shape[0]
     if x.stride(1) != 1 or w.stride(1) != 1:
         raise ValueError("x and w need contiguous rows (stride 1 along K)")
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     block_m, block_n, num_warps, num_stages = config
-    k_per_split = triton.cdiv(triton.cdiv(K, num_splits), block_k) * block_k
+    if SLICE_ALIGN % block_k:
+        raise ValueError(f"block_k {block_k} must divide {SLICE_ALIGN}")
+    # slice bounds from (K, num_splits) alone: rounding them to block_k would move them with
+    # block_k and change the bits (seen on the H200 for K = 2688, 4 slices)
+    k_per_split = triton.cdiv(triton.cdiv(K, num_splits), SLICE_ALIGN) * SLICE_ALIGN
     grid = (triton.cdiv(M, block_m) * triton.cdiv(N, block_n),)
     if parallel_splits:  # small M: the slices run in parallel programs, then the same ordered combine
         partials = torch.empty((num_splits, M, N), dtype=torch.float32, device=x.device)
