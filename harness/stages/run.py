@@ -75,7 +75,7 @@ class RunState:
     def save(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(self.data, indent=2, sort_keys=True))
+        partial.write_text(json.dumps(self.data, indent=2))  # stages stay in the order they ran
         os.replace(partial, self.path)
 
 
@@ -167,12 +167,17 @@ def run(args) -> int:
     state.run_stage("shrink", lambda: _shrink(state, args))
     if args.agent != "none":
         state.run_stage("agents", lambda: agents_stage.run_agents(state, args, backend))
-    if "profile" in args.skip:
+    if "profile" not in args.skip:
+        state.run_stage("profile", lambda: _profile(state, args))
+    elif state.status("profile") is None:
         state.mark("profile", "skipped", "asked to skip (--skip profile)")
-    state.run_stage("profile", lambda: _profile(state, args))
-    state.mark("report", "running")
-    report_stage.render(out)
-    state.mark("report", "done")
+        print("[profile] skipped (--skip profile)", flush=True)
+    state.mark("report", "done", "report.md and report.html")  # marked first: the report shows its own row
+    try:
+        report_stage.render(out)
+    except Exception as error:
+        state.mark("report", "failed", str(error))
+        raise
     print(_summary(state))
     if args.agent != "none":
         result = agents_stage.consistent_result(out)
