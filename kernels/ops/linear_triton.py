@@ -21,6 +21,23 @@ SLICE_ALIGN = 128  # K slices start at multiples of this; every BLOCK_K used mus
 
 
 @triton.jit
+def _slice_sum(x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_wn, split,
+               K_PER_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """One K slice of one tile, summed from zero in BLOCK_K steps: [BLOCK_M, BLOCK_N] fp32."""
+    offs_k = tl.arange(0, BLOCK_K)
+    partial = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(split * K_PER_SPLIT, min((split + 1) * K_PER_SPLIT, K), BLOCK_K):
+        k = k0 + offs_k
+        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
+                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
+        b = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None],
+                    mask=(k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        partial = tl.dot(a, b, partial)
+    return partial
+
+
+@triton.jit
 def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
                  K_PER_SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -33,18 +50,10 @@ def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
     pid_n = (pid % group) // group_m
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
     total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for split in range(NUM_SPLITS):
-        partial = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(split * K_PER_SPLIT, min((split + 1) * K_PER_SPLIT, K), BLOCK_K):
-            k = k0 + offs_k
-            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
-                        mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
-            b = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None],
-                        mask=(k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
-            partial = tl.dot(a, b, partial)
-        total = total + partial  # slices combined left to right, in fp32
+    for split in range(NUM_SPLITS):  # slices combined left to right, in fp32
+        total = total + _slice_sum(x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_wn, split,
+                                   K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], total.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -59,15 +68,8 @@ def _slice_kernel(x_ptr, w_ptr, partial_ptr, M, N, K, stride_xm, stride_wn,
     split = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    partial = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(split * K_PER_SPLIT, min((split + 1) * K_PER_SPLIT, K), BLOCK_K):
-        k = k0 + offs_k
-        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
-                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
-        b = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None],
-                    mask=(k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
-        partial = tl.dot(a, b, partial)
+    partial = _slice_sum(x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_wn, split,
+                         K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(partial_ptr + split * M * N + offs_m[:, None] * N + offs_n[None, :], partial, mask=mask)
 
