@@ -74,6 +74,17 @@ def _slice_kernel(x_ptr, w_ptr, partial_ptr, M, N, K, stride_xm, stride_wn,
     tl.store(partial_ptr + split * M * N + offs_m[:, None] * N + offs_n[None, :], partial, mask=mask)
 
 
+@triton.jit
+def _combine_kernel(partial_ptr, y_ptr, size, NUM_SPLITS: tl.constexpr, BLOCK: tl.constexpr):
+    """y = (((0 + p0) + p1) + ...) rounded once: the looped kernel's order, in one launch."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < size
+    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    for split in range(NUM_SPLITS):
+        total = total + tl.load(partial_ptr + split * size + offs, mask=mask, other=0.0)
+    tl.store(y_ptr + offs, total.to(y_ptr.dtype.element_ty), mask=mask)
+
+
 def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel_splits: bool = False):
     """x [M, K] bf16 (rows contiguous), w [N, K] bf16 -> y [M, N] bf16. `config` =
     (BLOCK_M, BLOCK_N, num_warps, num_stages), block_k (a divisor of SLICE_ALIGN) and
@@ -91,14 +102,13 @@ def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel
     k_per_split = triton.cdiv(triton.cdiv(K, num_splits), SLICE_ALIGN) * SLICE_ALIGN
     grid = (triton.cdiv(M, block_m) * triton.cdiv(N, block_n),)
     if parallel_splits:  # small M: the slices run in parallel programs, then the same ordered combine
+        # (starting from +0.0 as the looped kernel does, so even the sign of a zero agrees)
         partials = torch.empty((num_splits, M, N), dtype=torch.float32, device=x.device)
         _slice_kernel[grid + (num_splits,)](x, w, partials, M, N, K, x.stride(0), w.stride(0),
                                             K_PER_SPLIT=k_per_split, BLOCK_M=block_m, BLOCK_N=block_n,
                                             BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages)
-        total = torch.zeros((M, N), dtype=torch.float32, device=x.device)
-        for split in range(num_splits):  # (((0 + p0) + p1) + ...): the in-program order, zero's sign too
-            total += partials[split]
-        return total.to(x.dtype)
+        _combine_kernel[(triton.cdiv(M * N, 1024),)](partials, y, M * N, NUM_SPLITS=num_splits, BLOCK=1024)
+        return y
     _gemm_kernel[grid](x, w, y, M, N, K, x.stride(0), w.stride(0), K_PER_SPLIT=k_per_split,
                        NUM_SPLITS=num_splits, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
                        GROUP_M=8, num_warps=num_warps, num_stages=num_stages)
