@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.workspace import export_paths, open_repo
+from gates.baseline import export_commit
+from harness.workspace import open_repo, repo_root
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class Isolation:
 def export_apparatus(base: str, folder: Path) -> Path:
     """gates/ and harness/ at `base`, once per run (kept: the copy the run is judged by)."""
     if not (folder / "gates" / "conftest.py").exists():
-        export_paths(open_repo(Path(__file__)), base, ["gates", "harness"], folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        export_commit(base, folder, repo_root(open_repo(Path(__file__))), paths=("gates", "harness"))
         (folder / "pytest.ini").write_text("[pytest]\n")
     return folder

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy
 import torch
 
+from gates.compare import bit_view
 from kernels.models.batch import Segment
 from kernels.models.state import MambaSequenceState
 
@@ -28,7 +29,6 @@ MANTISSA_BITS = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7, torch.
                  torch.float8_e4m3fn: 3, torch.float8_e5m2: 2}
 TRUNCATION_KEEP = (16, 10, 7, 4, 0)  # leading mantissa bits kept, clipped to the dtype's
 WHOLE_TENSOR_REGIONS = {"weight_quant"}  # outputs are weights, not token rows
-_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 class TraceRefused(RuntimeError):
@@ -50,12 +50,10 @@ def truncation_levels(tensors) -> tuple:
 
 def _row_bits(tensor: torch.Tensor, num_rows: int, keep: int | None) -> numpy.ndarray:
     """[num_rows, bytes] uint8 of each row's bits, low mantissa bits cleared to `keep`."""
-    flat = tensor.detach().contiguous().reshape(num_rows, -1)
-    if flat.dtype.is_floating_point:
-        flat = flat.view(_INT_VIEW[flat.element_size()])
-        if keep is not None and tensor.dtype in MANTISSA_BITS:
-            drop = MANTISSA_BITS[tensor.dtype] - min(keep, MANTISSA_BITS[tensor.dtype])
-            flat = flat & ~((1 << drop) - 1)
+    flat = bit_view(tensor.reshape(num_rows, -1))
+    if keep is not None and tensor.dtype in MANTISSA_BITS:  # floats only
+        drop = MANTISSA_BITS[tensor.dtype] - min(keep, MANTISSA_BITS[tensor.dtype])
+        flat = flat & ~((1 << drop) - 1)
     return flat.numpy().view(numpy.uint8).reshape(num_rows, -1)
 
 

@@ -5,9 +5,7 @@ paths only, and detached worktrees at a commit (the frozen baseline is measured 
 under `.worktrees/`, which .gitignore hides so it never makes the main tree dirty). Every
 git failure a person can cause (unknown ref, existing tag, dirty tree) is a ValueError.
 """
-import io
 import os
-import tarfile
 from pathlib import Path
 
 import git
@@ -151,17 +149,6 @@ def changed_paths(tree, base: str) -> list:
     untracked = repo.git.ls_files("--others", "--exclude-standard").split()
     return sorted(set(changed) | set(untracked))
 
-
-def export_paths(repo: git.Repo, commit: str, paths, folder) -> Path:
-    """`paths` as they are at `commit`, written under `folder` (git archive: no working tree)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    archive = io.BytesIO()
-    repo.archive(archive, treeish=commit, path=list(paths), format="tar")
-    archive.seek(0)
-    with tarfile.open(fileobj=archive) as tar:
-        tar.extractall(folder, filter="data")
-    return folder
 
 def files_at(tree, commit: str) -> set:
     """Every file path in `commit`."""

@@ -9,6 +9,7 @@ import torch
 
 from gates.compare import assert_bitwise_equal, first_bit_difference
 from gates.reference import moe as ref_moe
+from gates.test_c04_discrete import tied_scores
 from kernels.ops import moe
 
 HIDDEN, NUM_EXPERTS, WIDTH, SHARED_WIDTH = 64, 8, 32, 64
@@ -52,21 +53,6 @@ def _reference(x, p, top_k, scaling=SCALING, ids=None):
                        top_k=top_k, scaling=scaling, ids=ids)
 
 
-def _tied_scores(generator, num_rows, top_k):
-    """Scores and bias whose fp32 sum has a group of bit-identical keys straddling the k-th
-    place in every row. All values are multiples of 1/256, so score + bias is exact."""
-    bias = torch.randint(-16, 17, (NUM_EXPERTS,), generator=generator).float() / 64
-    keys = torch.empty(num_rows, NUM_EXPERTS)
-    for row in range(num_rows):
-        key = (torch.randperm(NUM_EXPERTS, generator=generator).float() * 3 + 100) / 256
-        ranked = key.sort(descending=True).indices
-        size = int(torch.randint(2, 5, (1,), generator=generator))
-        first = int(torch.randint(max(0, top_k - size + 1), top_k, (1,), generator=generator))
-        key[ranked[first:first + size]] = float(key[ranked[first]])  # ranks first..first+size-1 tie
-        keys[row] = key
-    return keys - bias, bias
-
-
 def _count_straddling_ties(key, top_k):
     """Rows where experts with a key equal to the k-th key are both in and out of the top k."""
     kth = key.sort(dim=-1, descending=True).values[:, top_k - 1:top_k]
@@ -82,7 +68,7 @@ def _rule(key, top_k):
 @pytest.mark.parametrize("top_k", [2, 4])
 def test_exact_ties_go_to_the_lowest_id_whatever_the_batch(top_k, fresh_seed):
     generator = torch.Generator().manual_seed(fresh_seed)
-    scores, bias = _tied_scores(generator, NUM_TOKENS, top_k)
+    scores, bias = tied_scores(generator, NUM_TOKENS, NUM_EXPERTS, top_k)
     key = scores + bias
     num_ties = _count_straddling_ties(key, top_k)
     assert num_ties > 0, "the crafted input holds no tie across the k-th place"
