@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gates import device
 from gates.faults import register_all
 from kernels.contract.identity import deployment_fingerprint
 
@@ -24,6 +25,12 @@ def pytest_addoption(parser):
     group.addoption("--model", default="qwen3", help="model family under test")
     group.addoption("--contract", default="consistent", help="contract name or YAML path")
     group.addoption("--gate-out", default=None, help="run directory for C<NN>.json")
+    group.addoption("--device", default="cpu", choices=device.DEVICES,
+                    help="where the code under test runs (references stay on the CPU)")
+
+
+def pytest_configure(config):
+    device.select(config.getoption("--device"))
 
 
 class GateRecord:
@@ -98,7 +105,8 @@ def pytest_sessionfinish(session, exitstatus):
     for name, records in _RECORDS.items():
         document = {
             "gate": name, "status": _status(records), "model": records[0].model,
-            "contract": records[0].contract, "commit": commit, "environment": deployment_fingerprint(),
+            "contract": records[0].contract, "device": device.target(), "commit": commit,
+            "environment": deployment_fingerprint(),
             "conditions": [c for r in records for c in r.conditions],
             "inputs": [r.inputs for r in records],
             "not_applicable": [r.not_applicable for r in records if r.not_applicable],

@@ -49,7 +49,7 @@ def linear_atomic_split_k(x, w, *, num_splits: int):
     bounds = torch.linspace(0, x.shape[-1], num_splits + 1).round().long().tolist()
     slices = list(zip(bounds[:-1], bounds[1:]))
     random.SystemRandom().shuffle(slices)
-    total = torch.zeros(x.shape[:-1] + (w.shape[0],), dtype=x.dtype)
+    total = torch.zeros(x.shape[:-1] + (w.shape[0],), dtype=x.dtype, device=x.device)
     for lo, hi in slices:
         total = total + F.linear(x[..., lo:hi].float(), w[:, lo:hi].float()).to(x.dtype)
     return total
@@ -58,12 +58,12 @@ def linear_atomic_split_k(x, w, *, num_splits: int):
 _TRUE_RESUME = GRPORun.resume  # bound before a test replaces GRPORun.resume with the fault below
 
 
-def resume_losing_rng_state(directory, config, contract, settings):
+def resume_losing_rng_state(directory, config, contract, settings, **kwargs):
     """GRPORun.resume, but the resumed run restarts its random stream: every request's sampling
     seed and arrival derive from (run seed, step), and this resume restores the weights, the
     optimizer and the data position but not the step the stream is at (a resume that loses
     RNG state: C09's resume conditions must catch it). Planted by replacing GRPORun.resume."""
-    run = _TRUE_RESUME(directory, config, contract, settings)
+    run = _TRUE_RESUME(directory, config, contract, settings, **kwargs)
     run.step_index = 0
     return run
 

@@ -17,6 +17,7 @@ import os
 from gates.apparatus import ROOT, identity_mismatches, modified_judging_files, tamper_violations
 from gates.baseline import verify_frozen
 from gates.inputs import fresh_seed
+from gates import device
 from gates.workload import seeded_weights
 from kernels.contract import load_contract
 from kernels.engine.engine import Engine
@@ -30,8 +31,8 @@ def test_apparatus(gate):
     contract = load_contract(gate.contract)
     seed = fresh_seed()
     gate.inputs = {"seed": seed, "config": config_name(gate.model, "cut")}
-    trainer = Trainer(config, contract, seed=seed)
-    engine = Engine(config, contract, trainer.weights())
+    trainer = Trainer(config, contract, seed=seed, device=device.target())
+    engine = Engine(config, contract, trainer.weights(), device=device.target())
     engine_ids, trainer_ids = engine.identities(), trainer.identities()
     mismatches = identity_mismatches(engine_ids, trainer_ids)
     gate.check("identities equal (semantic, numerical_policy, deployment)", not mismatches,

@@ -23,6 +23,7 @@ import random
 import pytest
 import torch
 
+from gates import device
 from gates.compare import first_bit_difference
 from gates.inputs import fresh_seed
 from kernels.contract import load_contract
@@ -77,11 +78,11 @@ def _run(model, contract, plan, sampling_seed: int) -> list:
     dispatch = RegionDispatch(contract, [capture])
     cache = TransientCache(model.config.num_layers, model.config.kv_cache_dtype)
     for batch_case, segment_case, pieces in plan:
-        batch = TokenBatch.from_sequences(pieces, batch_case, segment_case)
+        batch = TokenBatch.from_sequences(pieces, batch_case, segment_case, device=device.target())
         hidden = model(batch, dispatch, cache)
         logits = model.logits(hidden, dispatch, batch_case)
         num_rows = batch.tokens.shape[0]
-        dispatch("logprob", batch_case, None, logits, batch.tokens, torch.ones(num_rows))
+        dispatch("logprob", batch_case, None, logits, batch.tokens, torch.ones(num_rows, device=device.target()))
         params = [SamplingParams(1.0, top_k=50, seed=sampling_seed + s.seq_id)
                   for s in batch.segments for _ in range(s.length)]
         dispatch("sampler", batch_case, None, logits, params, batch.positions.tolist())
@@ -139,7 +140,7 @@ def test_repeated_runs_give_identical_bits(gate, poisoned_allocations):
     config = load_model_config(config_name(gate.model, "cut"))
     contract = load_contract(gate.contract)
     model_seed = fresh_seed()
-    model = build_model(config, model_seed % 1000).requires_grad_(False)
+    model = build_model(config, model_seed % 1000).requires_grad_(False).to(device.target())
     gate.inputs = {"config": config_name(gate.model, "cut"), "model_seed": model_seed % 1000,
                    "num_decode_steps": NUM_DECODE_STEPS, "seeds": {}, "shapes": {}}
     total = 0

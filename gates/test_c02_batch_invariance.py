@@ -23,6 +23,7 @@ import random
 
 import torch
 
+from gates import device
 from gates.compare import first_bit_difference
 from gates.inputs import BATCH_SIZES, fresh_seed
 from kernels.contract import load_contract
@@ -61,10 +62,10 @@ def _forward(model, contract, case, pieces, cache, sampling_seeds):
     """(batch, region calls) of one forward over `pieces`, logits, logprob and sampler too."""
     capture = Capture()
     dispatch = RegionDispatch(contract, [capture])
-    batch = TokenBatch.from_sequences(pieces, case)
+    batch = TokenBatch.from_sequences(pieces, case, device=device.target())
     with torch.no_grad():
         logits = model.logits(model(batch, dispatch, cache), dispatch, case)
-        dispatch("logprob", case, None, logits, batch.tokens, torch.ones(batch.tokens.shape[0]))
+        dispatch("logprob", case, None, logits, batch.tokens, torch.ones(batch.tokens.shape[0], device=device.target()))
         params = [SamplingParams(1.0, top_k=50, seed=sampling_seeds[s.seq_id])
                   for s in batch.segments for _ in range(s.length)]
         dispatch("sampler", case, None, logits, params, batch.positions.tolist())
@@ -209,7 +210,7 @@ def test_rows_do_not_depend_on_the_batch(gate):
     config = load_model_config(config_name(gate.model, "cut"))
     contract = load_contract(gate.contract)
     model_seed = fresh_seed() % 1000
-    model = build_model(config, model_seed).requires_grad_(False)
+    model = build_model(config, model_seed).requires_grad_(False).to(device.target())
     gate.inputs = {"config": config_name(gate.model, "cut"), "model_seed": model_seed,
                    "probes": {kind: [list(p) for p in probes] for kind, probes in PROBES.items()},
                    "seeds": {}, "batch_rows": {}}

@@ -20,6 +20,7 @@ import random
 
 import torch
 
+from gates import device
 from gates.compare import first_bit_difference
 from gates.inputs import fresh_seed
 from gates.workload import Workload, make_requests
@@ -90,7 +91,7 @@ def _run_phase(model, contract, steps) -> dict:
     cache = TransientCache(model.config.num_layers, model.config.kv_cache_dtype)
     with torch.no_grad():
         for batch_case, segment_case, pieces in steps:
-            batch = TokenBatch.from_sequences(pieces, batch_case, segment_case)
+            batch = TokenBatch.from_sequences(pieces, batch_case, segment_case, device=device.target())
             recorder.begin(batch)
             hidden = model(batch, dispatch, cache)
             recorder.end(hidden, model.logits(hidden, dispatch, batch_case))
@@ -150,7 +151,8 @@ def _engine_run(config, contract, model, seed):
     requests = make_requests(workload, config.vocab_size)
     engine = Engine(config, contract, model.state_dict(), block_size=ENGINE_BLOCK_SIZE,
                     num_blocks=3 * -(-(30 + 6) // ENGINE_BLOCK_SIZE),
-                    max_tokens_per_step=ENGINE_TOKENS_PER_STEP, max_running=3, observers=[recorder])
+                    max_tokens_per_step=ENGINE_TOKENS_PER_STEP, max_running=3, observers=[recorder],
+                    device=device.target())
     engine.model.register_forward_pre_hook(lambda module, args: recorder.begin(args[0]))
     engine.model.register_forward_hook(lambda module, args, hidden: recorder.end(
         hidden, module.logits(hidden, engine.dispatch, args[0].case)))
@@ -167,7 +169,7 @@ def test_every_phase_gives_the_same_bits(gate, size):
     config, contract = load_model_config(name), load_contract(gate.contract)
     seed = fresh_seed()
     rng = random.Random(seed)
-    model = build_model(config, seed % 1000).requires_grad_(False)
+    model = build_model(config, seed % 1000).requires_grad_(False).to(device.target())
     lengths = [rng.randint(33, MAX_LENGTH)] + [rng.randint(MIN_LENGTH, 32) for _ in range(NUM_SEQUENCES - 1)]
     tokens = [[rng.randrange(1, config.vocab_size) for _ in range(n)] for n in lengths]
     ssm_chunk = getattr(config, "chunk_size", 16)

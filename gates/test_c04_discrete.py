@@ -14,6 +14,7 @@ topk.planted_highest_id_wins and moe_combine.planted_reverse_order.
 """
 import torch
 
+from gates import device
 from gates.compare import first_bit_difference
 from gates.hazards import HazardEvidence, count_negative_zeros, count_topk_boundary_ties
 from gates.inputs import fresh_seed, generator
@@ -59,7 +60,8 @@ def _as_tuple(output):
 
 def _per_case(contract, region, call, *tensors):
     """{case: outputs}: engine cases over row pieces, trainer cases over the whole batch
-    (trainer_bwd with inputs that require grad, as its forward sees them)."""
+    (trainer_bwd with inputs that require grad); run on the gates' device, outputs on the CPU."""
+    tensors = tuple(device.place(t) for t in tensors)
     outputs = {}
     for case in CASES:
         op = contract.op(region, case)
@@ -69,7 +71,7 @@ def _per_case(contract, region, call, *tensors):
             inputs = [t.detach().clone().requires_grad_(case == "trainer_bwd" and t.is_floating_point())
                       for t in tensors]
             outputs[case] = tuple(t.detach() for t in _as_tuple(call(op, *inputs)))
-    return outputs
+    return {case: tuple(t.cpu() for t in out) for case, out in outputs.items()}
 
 
 def _difference(actual, expected) -> str:
@@ -112,7 +114,7 @@ def check_topk(gate, contract, scores, bias, top_k, scaling):
     evidence = HazardEvidence()
     evidence.add("exact ties across the k-th place", count_topk_boundary_ties(scores + bias, top_k))
     _require(gate, "topk", evidence)
-    outputs = _per_case(contract, "topk", lambda op, s: op(s, bias, top_k=top_k, scaling=scaling), scores)
+    outputs = _per_case(contract, "topk", lambda op, s: op(s, device.place(bias), top_k=top_k, scaling=scaling), scores)
     _check_equal(gate, "topk ids, slot order and weights: every case gives the same bits", outputs)
     expected = ref_moe.select(scores, bias, top_k)
     wrong = {case: int((out[0] != expected).any(dim=-1).sum()) for case, out in outputs.items()}
@@ -192,7 +194,7 @@ def test_sampler_ignores_the_batch(gate):
     contract = load_contract(gate.contract)
 
     def sample(case, rows):
-        return contract.op("sampler", case)(logits[rows], [params[i] for i in rows], [draws[i] for i in rows])
+        return contract.op("sampler", case)(device.place(logits[rows]), [params[i] for i in rows], [draws[i] for i in rows]).cpu()
     alone = torch.cat([sample("engine_decode", [i]) for i in range(num_requests)])
     order = torch.randperm(num_requests, generator=gen).tolist()
     batches = {"engine_prefill, all rows": [list(range(num_requests))],

@@ -20,6 +20,7 @@ import dataclasses
 
 import torch
 
+from gates import device
 from gates.inputs import fresh_seed, generator
 from gates.reference import activation as ref_activation
 from gates.reference import attention as ref_attention
@@ -128,7 +129,7 @@ def _sequences(gen, vocab_size):
 def _loss_and_grads(model, dispatch, sequences, coefficients):
     model.zero_grad(set_to_none=True)
     logprobs = torch.cat(sequence_logprobs(model, dispatch, sequences, "trainer_bwd"))
-    loss = (coefficients.to(logprobs.dtype) * logprobs).sum()
+    loss = (coefficients.to(logprobs.dtype).to(logprobs.device) * logprobs).sum()
     loss.backward()
     return loss.detach(), {name: p.grad for name, p in model.named_parameters()}
 
@@ -142,7 +143,7 @@ def _both_sides(model, reference_model, contract, gen):
 
     def keep_routing(call):
         if call.region == "topk":
-            routed_ids[call.layer] = call.output[0].detach().clone()
+            routed_ids[call.layer] = call.output[0].detach().cpu()  # the reference runs on the CPU
 
     tested = _loss_and_grads(model, RegionDispatch(contract, [keep_routing]), sequences, coefficients)
     reference_dispatch = ReferenceDispatch(routed_ids)
@@ -152,7 +153,7 @@ def _both_sides(model, reference_model, contract, gen):
 
 def _relative_error(value, reference) -> float:
     scale = float(reference.double().norm())
-    return float((value.double() - reference.double()).norm()) / scale if scale > 0 else float("inf")
+    return float((value.double().cpu() - reference.double()).norm()) / scale if scale > 0 else float("inf")
 
 
 def test_gradients_match_float64_reference(gate):
@@ -160,7 +161,8 @@ def test_gradients_match_float64_reference(gate):
     seed, contract = fresh_seed(), load_contract(gate.contract)
     gen = generator(seed)
     model = build_model(config, seed % 1000)
-    reference_model = copy.deepcopy(model).double()
+    reference_model = copy.deepcopy(model).double()  # float64, on the CPU
+    model = model.to(device.target())
     near_kinks = []
     while len(near_kinks) < MAX_DRAWS and (not near_kinks or near_kinks[-1]):
         sequences, (loss, grads), (ref_loss, ref_grads), count = _both_sides(model, reference_model, contract, gen)

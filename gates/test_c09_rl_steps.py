@@ -14,6 +14,7 @@ import dataclasses
 import struct
 
 
+from gates import device
 from gates.compare import bit_view, first_bit_difference
 from gates.hazards import HazardEvidence
 from gates.inputs import fresh_seed
@@ -64,7 +65,7 @@ def _diff_figures(records, side: str) -> dict:
 
 def _run(config, contract, settings, model_seed, num_steps, half):
     """The uninterrupted run: its records, the state after step `half`, its hazard counts."""
-    run = GRPORun(config, contract, settings, model_seed=model_seed)
+    run = GRPORun(config, contract, settings, model_seed=model_seed, device=device.target())
     records, state_after_half, moved = [], None, 0
     before = _state(run)
     for step in range(num_steps):
@@ -81,10 +82,10 @@ def _run(config, contract, settings, model_seed, num_steps, half):
 def _save_and_resume(config, contract, settings, model_seed, half, directory):
     """A second run: `half` steps, save, resume from disk, one step; returns its records before
     the save, the resumed step's record and the state after that step."""
-    second = GRPORun(config, contract, settings, model_seed=model_seed)
+    second = GRPORun(config, contract, settings, model_seed=model_seed, device=device.target())
     rerun = [second.step() for _ in range(half)]
     second.save(directory)
-    resumed = GRPORun.resume(directory, config, contract, settings)
+    resumed = GRPORun.resume(directory, config, contract, settings, device=device.target())
     return rerun, resumed.step(), _state(resumed)
 
 

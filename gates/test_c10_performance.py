@@ -24,6 +24,7 @@ from pathlib import Path
 
 from hashlib import sha256
 
+from gates import device
 from gates.baseline import NO_BASELINE, ROOT, export_commit, read_frozen
 from gates.faults import register_all
 from gates.inputs import fresh_seed
@@ -93,6 +94,9 @@ def untimed_digest(asked: dict) -> str:
 
 
 def test_throughput_against_the_frozen_baseline(gate):
+    if device.target() != "cpu":
+        gate.n_a(f"the frozen baseline runs on the CPU only; a {device.target()} fast baseline is not frozen "
+                 "yet (issue 7), so there is nothing fair to time against on this device")
     frozen, seed = read_frozen(), fresh_seed()
     workload = {"num_sequences": 16, "new_tokens": 24, "arrival_spread": 4, "seed": seed}
     gate.inputs = {"seed": seed, "pairs": PAIRS, "workload": workload, "frozen": frozen}

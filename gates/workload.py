@@ -7,6 +7,7 @@ Seeded end to end: the seed is returned with the figures so any run can be repla
 import random
 from dataclasses import dataclass
 
+from gates import device
 from kernels.engine.engine import Engine
 from kernels.engine.request import Request
 from kernels.models.registry import build_model
@@ -72,7 +73,8 @@ def make_engine(config, contract, weights, workload: Workload, shape: EngineShap
     blocks_per_sequence = -(-(workload.max_prompt_len + workload.new_tokens) // shape.block_size)
     return Engine(config, contract, weights, block_size=shape.block_size,
                   num_blocks=blocks_per_sequence * shape.max_running,
-                  max_tokens_per_step=shape.tokens_per_step, max_running=shape.max_running)
+                  max_tokens_per_step=shape.tokens_per_step, max_running=shape.max_running,
+                  device=device.target())
 
 
 def rollout(config, contract, weights, workload: Workload, shape: EngineShape = EngineShape()):
@@ -85,7 +87,7 @@ def rollout(config, contract, weights, workload: Workload, shape: EngineShape = 
 def score(config, contract, weights, completions, *, micro_batch_size=8, layout="packed"):
     """The trainer's per-token log-probs of the same completions."""
     trainer = Trainer(config, contract, weights=weights, micro_batch_size=micro_batch_size,
-                      layout=layout)
+                      layout=layout, device=device.target())
     return trainer.score(scored_sequences(completions))
 
 

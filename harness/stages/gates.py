@@ -58,10 +58,13 @@ def check_device(device: str) -> None:
         import torch
         if not torch.cuda.is_available():
             raise ValueError("device cuda: no CUDA device is visible on this machine")
-        raise ValueError("device cuda: the consistent path has no CUDA kernels yet (Triton, issue 7)")
+        try:
+            import triton  # noqa: F401  (the consistent CUDA kernels are Triton kernels)
+        except ImportError as error:
+            raise ValueError(f"device cuda: Triton is not importable ({error})") from error
 
 
-def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation=None) -> dict:
+def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation=None, device="cpu") -> dict:
     """Run each gate in turn; {gate: status} read back from the JSON it wrote. With an
     Isolation (harness/pristine.py) the gates judge another tree from a pristine copy."""
     statuses = {}
@@ -72,7 +75,7 @@ def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation
         where = ["--rootdir", str(GATES_DIR.parent)] if isolation is None else isolation.pytest_args()
         subprocess.run([sys.executable, "-m", "pytest", str(path if isolation is None else isolation.gate_path(path)),
                         "-q", "-p", "no:cacheprovider", *where, "--model", model, "--contract", contract,
-                        "--gate-out", str(out)],
+                        "--gate-out", str(out), "--device", device],
                        cwd=GATES_DIR.parent if isolation is None else isolation.apparatus,
                        env=None if isolation is None else isolation.env(), capture_output=True, text=True)
         result = out / f"{name}.json"
@@ -123,6 +126,6 @@ def run(args) -> int:
         return EXIT_OK
     validate(args.model, args.contract, args.device)
     out = Path(args.out or f"runs/gates-{time.strftime('%Y%m%dT%H%M%S')}")
-    statuses = run_gates(selected, model=args.model, contract=args.contract, out=out)
+    statuses = run_gates(selected, model=args.model, contract=args.contract, out=out, device=args.device)
     print(format_table(statuses, out))
     return EXIT_DIFFERENT if "fail" in statuses.values() else EXIT_OK

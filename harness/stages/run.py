@@ -82,7 +82,7 @@ class RunState:
 def _gates(state, args, selected):
     out = state.out / "gates"
     missing = {name: path for name, path in selected.items() if not (out / f"{name}.json").exists()}
-    gates_stage.run_gates(missing, model=args.model, contract=args.contract, out=out)
+    gates_stage.run_gates(missing, model=args.model, contract=args.contract, out=out, device=args.device)
     statuses = {name: json.loads((out / f"{name}.json").read_text())["status"]
                 if (out / f"{name}.json").exists() else "fail" for name in selected}
     failed = [name for name, status in statuses.items() if status == "fail"]

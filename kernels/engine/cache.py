@@ -17,12 +17,12 @@ class PagedKVCache:
     kv_format "fp8" the pools hold E4M3 and reads dequantize (kernels/ops/quant_regions.py)."""
 
     def __init__(self, *, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype,
-                 kv_format="auto"):
+                 kv_format="auto", device="cpu"):
         shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
         storage = torch.float8_e4m3fn if kv_format == "fp8" else dtype
         self.kv_format, self.dtype = kv_format, dtype
-        self.keys = torch.full(shape, float("nan"), dtype=storage)
-        self.values = torch.full(shape, float("nan"), dtype=storage)
+        self.keys = torch.full(shape, float("nan"), dtype=storage, device=device)
+        self.values = torch.full(shape, float("nan"), dtype=storage, device=device)
         self.block_size = block_size
         self.num_blocks = num_blocks
         self._free = list(range(num_blocks))
@@ -67,8 +67,9 @@ class PagedLayerKV:
         self.cache, self.layer = cache, layer
 
     def _slots(self, seq_id: int, lo: int, hi: int):
-        positions = torch.arange(lo, hi)
-        table = torch.tensor(self.cache.block_tables[seq_id], dtype=torch.long)
+        device = self.cache.keys.device
+        positions = torch.arange(lo, hi, device=device)
+        table = torch.tensor(self.cache.block_tables[seq_id], dtype=torch.long, device=device)
         return table[positions // self.cache.block_size], positions % self.cache.block_size
 
     def write(self, segment, k, v) -> None:

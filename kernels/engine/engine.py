@@ -14,7 +14,8 @@ from kernels.engine.cache import EngineCache, PagedKVCache
 from kernels.engine.request import Completion, Request, RunningSequence
 from kernels.engine.scheduler import Scheduler
 from kernels.models.batch import Segment, TokenBatch
-from kernels.models.dispatch import RegionDispatch
+from kernels.layout.dispatch import make_dispatch
+from kernels.layout.groups import comm_fingerprint
 from kernels.models.registry import build_model
 
 PHASE_CASE = {"prefill": "engine_prefill", "decode": "engine_decode"}
@@ -24,18 +25,22 @@ class Engine:
     """Generates completions with log-probs; `load_weights` is the trainer's weight sync."""
 
     def __init__(self, config, contract, state_dict=None, *, num_blocks=256, block_size=16,
-                 max_tokens_per_step=64, max_running=16, observers=()):
+                 max_tokens_per_step=64, max_running=16, observers=(), device="cpu", parallel=None):
+        """`parallel`: this rank's LayoutGroups (kernels/layout/) when the engine runs in a
+        TP/EP layout; None: one process."""
         contract.require_regions(config.REGIONS)
         self.config = config
-        self.model = build_model(config, seed=0 if state_dict is None else None)
+        self.device = torch.device(device)
+        self.model = build_model(config, seed=0 if state_dict is None else None).to(self.device)
         if state_dict is not None:
             self._copy_weights(state_dict)
         self.model.requires_grad_(False)
-        self.dispatch = RegionDispatch(contract, observers)
+        self.parallel, self.comm = parallel, comm_fingerprint(parallel)
+        self.dispatch = make_dispatch(contract, observers, parallel, config=config, side="engine")
         self.cache = EngineCache(PagedKVCache(
             num_layers=config.num_layers, num_blocks=num_blocks, block_size=block_size,
             num_kv_heads=config.num_kv_heads, head_dim=config.head_dim, dtype=config.torch_dtype,
-            kv_format=config.kv_cache_dtype))
+            kv_format=config.kv_cache_dtype, device=self.device))
         self.scheduler = Scheduler(self.cache, max_tokens_per_step=max_tokens_per_step,
                                    max_running=max_running)
         self.step_count = 0
@@ -72,7 +77,7 @@ class Engine:
 
     def identities(self) -> dict:
         """semantic / numerical_policy / deployment digests (C0 compares them with the trainer's)."""
-        return identities(self.config, self.model.state_dict(), self.dispatch.contract)
+        return identities(self.config, self.model.state_dict(), self.dispatch.contract, **self.comm)
 
     def add_request(self, request: Request) -> None:
         """Queue a request; ValueError if its id is in use or it could never fit the cache."""
@@ -130,7 +135,7 @@ class Engine:
             row += item.num_tokens
         all_decode = all(item.phase == "decode" for item in work)
         case = "engine_decode" if all_decode else "engine_prefill"
-        return TokenBatch(torch.tensor(tokens, dtype=torch.long), tuple(segments), case)
+        return TokenBatch(torch.tensor(tokens, dtype=torch.long, device=self.device), tuple(segments), case)
 
     def _sample(self, work, batch, hidden) -> list:
         """Sample for every sequence whose known tokens are all computed after this step."""
@@ -138,10 +143,11 @@ class Engine:
                   if item.sequence.num_computed + item.num_tokens == len(item.sequence.all_tokens)]
         if not chosen:
             return []
-        rows = torch.tensor([segment.row + segment.length - 1 for _, segment in chosen])
+        rows = torch.tensor([segment.row + segment.length - 1 for _, segment in chosen], device=self.device)
         params = [item.sequence.request.params for item, _ in chosen]
         draws = [len(item.sequence.completion.tokens) for item, _ in chosen]
-        temperatures = torch.tensor([p.logprob_temperature for p in params], dtype=torch.float32)
+        temperatures = torch.tensor([p.logprob_temperature for p in params], dtype=torch.float32,
+                                    device=self.device)
         wants_full = any(item.sequence.request.return_full_logprobs for item, _ in chosen)
         with self.dispatch.selecting_rows(rows):
             logits = self.model.logits(hidden[rows], self.dispatch, batch.case)

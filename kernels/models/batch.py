@@ -57,14 +57,15 @@ class TokenBatch:
     @property
     def positions(self) -> torch.Tensor:
         """[M] absolute position of each row."""
-        return torch.cat([torch.arange(s.start, s.start + s.length) for s in self.segments])
+        device = self.tokens.device
+        return torch.cat([torch.arange(s.start, s.start + s.length, device=device) for s in self.segments])
 
     @classmethod
-    def from_sequences(cls, pieces, case, segment_case=None):
-        """pieces: [(seq_id, start, token list)], laid end to end."""
+    def from_sequences(cls, pieces, case, segment_case=None, device="cpu"):
+        """pieces: [(seq_id, start, token list)], laid end to end; tokens on `device`."""
         segments, tokens, row = [], [], 0
         for seq_id, start, ids in pieces:
             segments.append(Segment(seq_id, start, len(ids), row, segment_case or case))
             tokens.extend(ids)
             row += len(ids)
-        return cls(torch.tensor(tokens, dtype=torch.long), tuple(segments), case)
+        return cls(torch.tensor(tokens, dtype=torch.long, device=device), tuple(segments), case)

@@ -145,7 +145,7 @@ class NemotronModel(nn.Module):
         z, xbc, dt_raw = projected.split([c.mamba_inner, c.conv_dim, c.mamba_num_heads], dim=-1)
         store = cache.mamba(index, conv_rows=c.conv_kernel - 1, conv_dim=c.conv_dim,
                             num_heads=c.mamba_num_heads, head_dim=c.mamba_head_dim,
-                            state_size=c.ssm_state_size, dtype=c.torch_dtype)
+                            state_size=c.ssm_state_size, dtype=c.torch_dtype, device=normed.device)
         outputs = []
         for s in batch.segments:
             state = store.open(s)

@@ -76,10 +76,10 @@ class MambaSequenceState:
 class MambaStateStore:
     """One Mamba layer's states by sequence; a segment starting at 0 gets a fresh state."""
 
-    def __init__(self, *, conv_rows, conv_dim, num_heads, head_dim, state_size, dtype):
+    def __init__(self, *, conv_rows, conv_dim, num_heads, head_dim, state_size, dtype, device="cpu"):
         self._fresh = lambda: MambaSequenceState(
-            conv=torch.zeros(conv_rows, conv_dim, dtype=dtype),
-            ssm=torch.zeros(num_heads, head_dim, state_size, dtype=torch.float32))
+            conv=torch.zeros(conv_rows, conv_dim, dtype=dtype, device=device),
+            ssm=torch.zeros(num_heads, head_dim, state_size, dtype=torch.float32, device=device))
         self._states: dict[int, MambaSequenceState] = {}
 
     def open(self, segment) -> MambaSequenceState:

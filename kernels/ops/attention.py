@@ -8,7 +8,9 @@ Consistency: the consistent kernel walks the keys in blocks of `block_kv` from a
 position 0 with an fp32 online softmax, whatever the phase: a decode step re-plays exactly
 the arithmetic prefill did for that row (fully masked blocks leave m, l and acc unchanged,
 bit for bit, because alpha = exp(0) = 1 and p = 0). Score and value GEMMs are row-padded so
-their K order does not follow the number of query rows. Reference: gates/reference/attention.py.
+their K order does not follow the number of query rows. On CUDA the same walk is one Triton
+kernel (kernels/ops/attention_triton.py; `row_multiple` is the CPU's constant).
+Reference: gates/reference/attention.py.
 """
 import math
 
@@ -82,6 +84,10 @@ def consistent(q, k, v, segment, kv, *, scale, block_kv: int, row_multiple: int)
     """One arithmetic for prefill, chunked prefill, decode and the trainer."""
     kv.write(segment, k, v)
     keys, values = kv.read(segment)
+    if q.device.type == "cuda":  # the same walk as one Triton kernel (imports Triton: CUDA only)
+        from kernels.ops import attention_triton
+        return attention_triton.consistent_autograd(q, keys, values, segment.start, scale=scale,
+                                                    block_kv=block_kv)
     context, num_kv_heads, head_dim = keys.shape
     rows = _grouped_rows(q.float(), num_kv_heads)  # [Hkv, R, D]
     query_pos = _query_positions(segment, q.shape[1] // num_kv_heads, q.device)

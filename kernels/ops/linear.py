@@ -8,7 +8,9 @@ each row is reduced over K in one order whatever the batch: invariant at the cos
 most row_multiple - 1 padded rows. On CPU, half-precision GEMMs are computed in fp32 and
 rounded once (bf16 products are exact in fp32, and oneDNN's bf16 path on AVX2 machines is
 ~10x slower than MKL's fp32 one): both contracts do this, so it is no difference between
-them. Reference: gates/reference/linear.py.
+them. On CUDA the consistent GEMM is a Triton kernel that reduces K in one fixed order for
+every M (kernels/ops/linear_cuda.py); `row_multiple` is the CPU's constant and unused there.
+Reference: gates/reference/linear.py.
 """
 import torch
 import torch.nn.functional as F
@@ -59,6 +61,9 @@ def row_invariant_matmul(a, b, *, row_multiple: int):
 
 def consistent(x, w, *, row_multiple: int):
     """Batch invariant: each row's bits are independent of M and of its position."""
+    if x.device.type == "cuda":
+        from kernels.ops import linear_cuda  # imports Triton: CUDA machines only
+        return linear_cuda.consistent(x, w)
     require_cpu(x, "linear.consistent")
     num_rows = x.shape[0]
     return _blas(pad_to_multiple(x.contiguous(), 0, row_multiple), w)[:num_rows]

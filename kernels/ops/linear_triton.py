@@ -23,7 +23,7 @@ SLICE_ALIGN = 128  # K slices start at multiples of this; every BLOCK_K used mus
 @triton.jit
 def _slice_sum(x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_wn, split,
                K_PER_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr):
+               BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """One K slice of one tile, summed from zero in BLOCK_K steps: [BLOCK_M, BLOCK_N] fp32."""
     offs_k = tl.arange(0, BLOCK_K)
     partial = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -33,14 +33,15 @@ def _slice_sum(x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_wn, spli
                     mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
         b = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None],
                     mask=(k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
-        partial = tl.dot(a, b, partial)
+        partial = tl.dot(a, b, partial, input_precision=INPUT_PRECISION)
     return partial
 
 
 @triton.jit
 def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
                  K_PER_SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                 INPUT_PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     group = GROUP_M * num_pid_n  # grouped launch order: neighbouring programs share w tiles in L2
@@ -53,7 +54,7 @@ def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
     total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for split in range(NUM_SPLITS):  # slices combined left to right, in fp32
         total = total + _slice_sum(x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_wn, split,
-                                   K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
+                                   K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], total.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -61,7 +62,7 @@ def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
 @triton.jit
 def _slice_kernel(x_ptr, w_ptr, partial_ptr, M, N, K, stride_xm, stride_wn,
                   K_PER_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr):
+                  BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """One K slice of one tile per program (axis 1 = the slice): the same partial sum the
     in-program loop above computes for that slice, written in fp32 for the ordered combine."""
     pid_m, pid_n = tl.program_id(0) // tl.cdiv(N, BLOCK_N), tl.program_id(0) % tl.cdiv(N, BLOCK_N)
@@ -69,7 +70,7 @@ def _slice_kernel(x_ptr, w_ptr, partial_ptr, M, N, K, stride_xm, stride_wn,
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     partial = _slice_sum(x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_wn, split,
-                         K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
+                         K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(partial_ptr + split * M * N + offs_m[:, None] * N + offs_n[None, :], partial, mask=mask)
 
@@ -85,8 +86,14 @@ def _combine_kernel(partial_ptr, y_ptr, size, NUM_SPLITS: tl.constexpr, BLOCK: t
     tl.store(y_ptr + offs, total.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+def _input_precision(dtype) -> str:
+    """fp32 operands are multiplied in full fp32 ("ieee"), never rounded to TF32 first; for
+    half-precision operands the setting has no effect."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
 def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel_splits: bool = False):
-    """x [M, K] bf16 (rows contiguous), w [N, K] bf16 -> y [M, N] bf16. `config` =
+    """x [M, K] (rows contiguous), w [N, K], both bf16/fp16/fp32 -> y [M, N] in x's dtype. `config` =
     (BLOCK_M, BLOCK_N, num_warps, num_stages), block_k (a divisor of SLICE_ALIGN) and
     `parallel_splits` may follow M; num_splits may not."""
     M, K = x.shape
@@ -94,6 +101,7 @@ def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel
     if x.stride(1) != 1 or w.stride(1) != 1:
         raise ValueError("x and w need contiguous rows (stride 1 along K)")
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    precision = _input_precision(x.dtype)
     block_m, block_n, num_warps, num_stages = config
     if SLICE_ALIGN % block_k:
         raise ValueError(f"block_k {block_k} must divide {SLICE_ALIGN}")
@@ -106,10 +114,11 @@ def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel
         partials = torch.empty((num_splits, M, N), dtype=torch.float32, device=x.device)
         _slice_kernel[grid + (num_splits,)](x, w, partials, M, N, K, x.stride(0), w.stride(0),
                                             K_PER_SPLIT=k_per_split, BLOCK_M=block_m, BLOCK_N=block_n,
-                                            BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages)
+                                            BLOCK_K=block_k, INPUT_PRECISION=precision,
+                                            num_warps=num_warps, num_stages=num_stages)
         _combine_kernel[(triton.cdiv(M * N, 1024),)](partials, y, M * N, NUM_SPLITS=num_splits, BLOCK=1024)
         return y
     _gemm_kernel[grid](x, w, y, M, N, K, x.stride(0), w.stride(0), K_PER_SPLIT=k_per_split,
                        NUM_SPLITS=num_splits, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                       GROUP_M=8, num_warps=num_warps, num_stages=num_stages)
+                       GROUP_M=8, INPUT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
     return y

@@ -114,14 +114,14 @@ def e2m1_encode(v32: torch.Tensor) -> torch.Tensor:
     """uint8 E2M1 codes of fp32 values: round to nearest even by thresholds, |v| > 6 -> 6,
     the sign kept (-0.0 -> 0x8)."""
     magnitude = v32.abs().clamp(max=E2M1_MAX)
-    code = torch.zeros(v32.shape, dtype=torch.uint8)
+    code = torch.zeros(v32.shape, dtype=torch.uint8, device=v32.device)
     for midpoint, tie_rounds_up in _E2M1_TIES:
         code += (magnitude >= midpoint) if tie_rounds_up else (magnitude > midpoint)
     return code + torch.signbit(v32).to(torch.uint8) * E2M1_SIGN
 
 
 def _e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
-    table = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32)
+    table = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32, device=codes.device)
     return table[codes.long()]  # the sign bit (8) indexes the negated half; -0.0 included
 
 

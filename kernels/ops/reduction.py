@@ -6,6 +6,9 @@ several outputs: so a 1-row batch (a lone decode step over a 151936-token vocabu
 in another order than the same row among others, and its bits follow the thread count
 (measured: 3-7% of single rows differ by 1-2 ulp). Summing in fixed chunks of CHUNK
 elements, then the chunk partials in order, keeps every stage on the serial path.
+On CUDA, torch's reduction kernels pick their thread layout from the whole tensor's shape
+(a lone row is split over more threads than a row among many): one Triton program per row
+walks it in steps fixed by the row length instead (kernels/ops/reduction_triton.py).
 """
 import torch
 
@@ -14,8 +17,24 @@ from kernels.ops.padding import pad_to_multiple
 CHUNK = 4096
 
 
+class _CudaRowSum(torch.autograd.Function):
+    """The Triton row sum; its gradient is the incoming gradient broadcast over the row."""
+
+    @staticmethod
+    def forward(ctx, x):
+        from kernels.ops import reduction_triton  # imports Triton: CUDA machines only
+        ctx.shape = x.shape
+        return reduction_triton.row_sum(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.expand(ctx.shape)
+
+
 def row_sum(x: torch.Tensor) -> torch.Tensor:
     """Sum over the last dim, keepdim, in an order fixed by the row length alone."""
+    if x.device.type == "cuda":
+        return _CudaRowSum.apply(x)
     length = x.shape[-1]
     if length <= CHUNK:
         return x.sum(dim=-1, keepdim=True)

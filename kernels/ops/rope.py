@@ -27,7 +27,7 @@ def _fp32_table(theta: float, head_dim: int, max_position: int):
 def fast(q, k, positions, *, theta, max_position):
     """Angles and cos/sin computed per call in fp32, rotation in the activation dtype."""
     head_dim = q.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=q.device) / head_dim))
     angles = positions.float()[:, None] * inv_freq[None, :]
     angles = torch.cat([angles, angles], dim=-1)[:, None, :]  # [M, 1, D]
     cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)

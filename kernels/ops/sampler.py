@@ -88,8 +88,8 @@ def fast(logits, params_list, draw_indices):
             sorted_probs, order = torch.sort(probs, descending=True)
             drop = torch.cumsum(sorted_probs, dim=0) - sorted_probs >= params.top_p
             probs = probs.index_fill(0, order[drop], 0.0)
-        tokens.append(int(torch.multinomial(probs, 1, generator=generator)))
-    return torch.tensor(tokens, dtype=torch.long)
+        tokens.append(int(torch.multinomial(probs.cpu(), 1, generator=generator)))  # CPU generator
+    return torch.tensor(tokens, dtype=torch.long, device=logits.device)
 
 
 def consistent(logits, params_list, draw_indices):
@@ -101,6 +101,7 @@ def consistent(logits, params_list, draw_indices):
             continue
         order, probs = _filtered_probs(row, params)
         generator = torch.Generator().manual_seed(mix_seed(params.seed, int(index)))
-        race = torch.empty(probs.shape[0]).exponential_(generator=generator)
+        # drawn on the CPU generator whatever the device: the same stream on every machine
+        race = torch.empty(probs.shape[0]).exponential_(generator=generator).to(probs.device)
         tokens.append(int(order[torch.argmax(probs / race)]))
-    return torch.tensor(tokens, dtype=torch.long)
+    return torch.tensor(tokens, dtype=torch.long, device=logits.device)

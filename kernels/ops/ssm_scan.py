@@ -28,7 +28,7 @@ def _chunk(x, B, C, dt, state0, A, D):
     Ch = C.repeat_interleave(num_heads // num_groups, dim=1).transpose(0, 1)  # [H, Q, N]
     xh, dth = x.transpose(0, 1), dt.t()  # [H, Q, P], [H, Q]
     cs = torch.cumsum(dth * A[:, None], dim=-1)  # [H, Q]
-    causal = torch.ones(cs.shape[-1], cs.shape[-1], dtype=torch.bool).tril()
+    causal = torch.ones(cs.shape[-1], cs.shape[-1], dtype=torch.bool, device=cs.device).tril()
     decay = torch.where(causal, torch.exp(cs[:, :, None] - cs[:, None, :]), 0.0)  # [H, Qt, Qs]
     weights = (Ch @ Bh.transpose(1, 2)) * decay * dth[:, None, :]
     y = weights @ xh + (Ch @ state0.transpose(1, 2)) * torch.exp(cs)[:, :, None] + D[:, None, None] * xh

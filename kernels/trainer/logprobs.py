@@ -51,7 +51,9 @@ def _micro_batch(model, dispatch, sequences, case, layout):
     if layout == "padded":
         width = max(len(ids) for ids in token_lists)
         token_lists = [ids + [PAD_TOKEN] * (width - len(ids)) for ids in token_lists]
-    batch = TokenBatch.from_sequences([(i, 0, ids) for i, ids in enumerate(token_lists)], case)
+    device = model.embed_tokens.device
+    batch = TokenBatch.from_sequences([(i, 0, ids) for i, ids in enumerate(token_lists)], case,
+                                      device=device)
     hidden = model(batch, dispatch, TransientCache(model.config.num_layers, model.config.kv_cache_dtype))
     rows, targets, temperatures = [], [], []
     for sequence, segment in zip(sequences, batch.segments):
@@ -59,9 +61,10 @@ def _micro_batch(model, dispatch, sequences, case, layout):
         rows.extend(range(first, first + len(sequence.completion)))
         targets.extend(sequence.completion)
         temperatures.extend([sequence.temperature] * len(sequence.completion))
-    rows = torch.tensor(rows, dtype=torch.long)
+    rows = torch.tensor(rows, dtype=torch.long, device=device)
     with dispatch.selecting_rows(rows):
         logits = model.logits(hidden[rows], dispatch, case)
-        logprobs = dispatch("logprob", case, None, logits, torch.tensor(targets, dtype=torch.long),
-                            torch.tensor(temperatures, dtype=torch.float32))
+        logprobs = dispatch("logprob", case, None, logits,
+                            torch.tensor(targets, dtype=torch.long, device=device),
+                            torch.tensor(temperatures, dtype=torch.float32, device=device))
     return list(logprobs.split([len(s.completion) for s in sequences]))

@@ -75,16 +75,17 @@ def even_token_reward(tokens) -> float:
 class GRPORun:
     """Owns a trainer and an engine and steps them through GRPO; save() / resume()."""
 
-    def __init__(self, config, contract, settings: GRPOSettings, *, model_seed=0):
+    def __init__(self, config, contract, settings: GRPOSettings, *, model_seed=0, device="cpu"):
         self.config, self.contract, self.settings = config, contract, settings
-        self.trainer = Trainer(config, contract, seed=model_seed, lr=settings.lr)
+        self.device = device
+        self.trainer = Trainer(config, contract, seed=model_seed, lr=settings.lr, device=device)
         self.engine = self._new_engine()
         self.step_index = 0
         self.data_position = 0
 
     def _new_engine(self):
         return Engine(self.config, self.contract, self.trainer.weights(),
-                      max_tokens_per_step=self.settings.engine_tokens_per_step)
+                      max_tokens_per_step=self.settings.engine_tokens_per_step, device=self.device)
 
     def _requests(self) -> list:
         s = self.settings
@@ -128,7 +129,7 @@ class GRPORun:
                        "config": asdict(self.config)})
 
     @classmethod
-    def resume(cls, directory, config, contract, settings: GRPOSettings):
+    def resume(cls, directory, config, contract, settings: GRPOSettings, *, device="cpu"):
         state = load_checkpoint(directory)
         run_state = state["run_state"]
         if run_state["settings"] != asdict(settings) or run_state["config"] != asdict(config):
@@ -136,7 +137,7 @@ class GRPORun:
         if run_state["contract"] != contract.name:
             raise ValueError(f"{directory}: checkpoint was written under contract "
                              f"{run_state['contract']!r}, not {contract.name!r}")
-        run = cls(config, contract, settings)
+        run = cls(config, contract, settings, device=device)
         run.trainer.load_state(state["model_state"], state["master_state"], state["optimizer_state"])
         torch.set_rng_state(state["torch_rng"])
         run.engine = run._new_engine()

@@ -8,7 +8,9 @@ quantized paths of the Nemotron issue bring straight-through estimators).
 import torch
 
 from kernels.contract.identity import identities
-from kernels.models.dispatch import RegionDispatch
+from kernels.layout import data_parallel
+from kernels.layout.dispatch import make_dispatch
+from kernels.layout.groups import comm_fingerprint
 from kernels.models.registry import build_model
 from kernels.trainer.grpo import policy_loss
 from kernels.trainer.logprobs import sequence_logprobs
@@ -19,27 +21,37 @@ class Trainer:
     """Scores completions and applies GRPO updates; `weights()` is what syncs to the engine."""
 
     def __init__(self, config, contract, *, seed=0, weights=None, lr=1e-3, weight_decay=0.0,
-                 micro_batch_size=8, layout="packed", observers=()):
-        """Seeded random weights, or a copy of `weights` (a state dict) when given."""
+                 micro_batch_size=8, layout="packed", observers=(), device="cpu", parallel=None):
+        """Seeded random weights, or a copy of `weights` (a state dict) when given; the model,
+        its fp32 master weights and the optimizer state live on `device`."""
         contract.require_regions(config.REGIONS)
         self.config = config
-        self.model = build_model(config, seed if weights is None else None)
+        self.model = build_model(config, seed if weights is None else None).to(device)
         if weights is not None:
             self.model.load_state_dict(weights, strict=True)
-        self.dispatch = RegionDispatch(contract, observers)
+        self.parallel, self.comm = parallel, comm_fingerprint(parallel)
+        """`parallel`: this rank's LayoutGroups (kernels/layout/) in a TP/EP/DP layout; None: one process."""
+        self.dispatch = make_dispatch(contract, observers, parallel, config=config, side="trainer")
         self.optimizer = MixedPrecisionAdamW(self.model, lr=lr, weight_decay=weight_decay)
         self.micro_batch_size = micro_batch_size
         self.layout = layout
 
     def score(self, sequences, *, micro_batch_size=None, layout=None):
         """Per-token log-probs of each sequence's completion (no gradient)."""
+        if self.parallel is not None:
+            with torch.no_grad():
+                return data_parallel.score(self, sequences, micro_batch_size or self.micro_batch_size,
+                                           layout or self.layout)
         with torch.no_grad():
             return sequence_logprobs(self.model, self.dispatch, sequences, "trainer_fwd",
                                      micro_batch_size=micro_batch_size or self.micro_batch_size,
                                      layout=layout or self.layout)
 
     def train_step(self, sequences, advantages, old_logprobs) -> dict:
-        """One optimizer update; returns the loss and the log-probs the update saw."""
+        """One optimizer update; returns the loss and the log-probs the update saw (in a
+        layout, also the reduced gradients)."""
+        if self.parallel is not None:
+            return data_parallel.train_step(self, sequences, advantages, old_logprobs)
         logprobs = sequence_logprobs(self.model, self.dispatch, sequences, "trainer_bwd",
                                      micro_batch_size=self.micro_batch_size, layout=self.layout)
         loss = policy_loss(logprobs, old_logprobs, advantages)
@@ -49,7 +61,7 @@ class Trainer:
 
     def identities(self) -> dict:
         """semantic / numerical_policy / deployment digests (C0 compares them with the engine's)."""
-        return identities(self.config, self.model.state_dict(), self.dispatch.contract)
+        return identities(self.config, self.model.state_dict(), self.dispatch.contract, **self.comm)
 
     def weights(self) -> dict:
         """What weight sync sends to the engine."""

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device call: every gate on CUDA for both model cuts under the consistent contract, then
+# the fast contract on the gates it must fail (the negative controls), each gate's JSON and
+# the logs packed into OUT/gates-<time>.tgz (the device tool returns at most 8 files).
+#
+#   bash benchmarks/gpu_gates.sh OUT_DIR [GATES]      (GATES default: all, e.g. C1,C2,C7)
+#
+# The four harness calls run side by side (separate processes sharing the GPU: C10, the only
+# timed gate, is n/a on CUDA), each with its own time limit, so a slow one costs only its result.
+set -u
+out=${1:?usage: gpu_gates.sh OUT_DIR [GATES]}
+only=${2:-}
+stamp=$(date +%Y%m%dT%H%M%S)
+work=$(mktemp -d)/gates-$stamp
+mkdir -p "$work" "$out"
+harness() { python3 -c 'import sys; from harness.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
+run() {  # run NAME SECONDS ARGS...: one harness call, its output in NAME.log, its exit in NAME.exit
+    local name=$1 limit=$2; shift 2
+    timeout "$limit" bash -c "$(declare -f harness); harness $*" >"$work/$name.log" 2>&1
+    echo $? >"$work/$name.exit"
+}
+gates=${only:+--only $only}
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$work/summary.txt"
+limit=${BITWISE_GATES_LIMIT_S:-480}
+for model in qwen3 nemotron; do
+    run "$model-consistent" "$limit" gates --model $model --device cuda $gates --out "$work/$model-consistent" &
+    run "$model-fast" "$limit" gates --model $model --device cuda --contract fast --only C2,C3,C7 \
+        --out "$work/$model-fast" &
+done
+wait
+for name in qwen3-consistent nemotron-consistent qwen3-fast nemotron-fast; do
+    echo "== $name: exit $(cat "$work/$name.exit")" | tee -a "$work/summary.txt"
+    tail -n 16 "$work/$name.log" | tee -a "$work/summary.txt"
+done
+tar czf "$out/gates-$stamp.tgz" -C "$(dirname "$work")" "gates-$stamp"
+cp "$work/summary.txt" "$out/gates-$stamp-summary.txt"

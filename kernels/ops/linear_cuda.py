@@ -1,0 +1,66 @@
+"""linear.consistent on CUDA: the Triton GEMM (kernels/ops/linear_triton.py) with its launch
+table, and the autograd rule the trainer's backward uses.
+
+Launch table: the tile may follow M (it moves which program computes an element, not the
+order of the element's K reduction: checked bit for bit on the H200 by
+benchmarks/gpu_gemm.py); the K slicing is one slice for every shape (the count may never
+follow M). The tiles are the H200 winners of benchmarks/results/gpu_gemm-h200-20261129-run3.json
+per M bucket; fp32 operands (the router) take smaller tiles, for shared memory.
+
+Backward: dx = dy @ w and dw = dy^T @ x through cuBLAS. cuBLAS is run-to-run deterministic
+for a fixed shape on one stream; its bits need not equal any forward bits (C8 compares
+gradients with a float64 reference, within the tolerance the gate states).
+Imports Triton: only reached when a tensor is on CUDA.
+"""
+import torch
+
+from kernels.ops import linear_triton
+
+# (largest M, (BLOCK_M, BLOCK_N, warps, stages), BLOCK_K) for half-precision operands
+_HALF_TILES = (
+    (16, (16, 64, 4, 4), 128),
+    (64, (64, 64, 4, 4), 128),
+    (128, (64, 128, 4, 4), 128),
+    (256, (128, 64, 4, 4), 128),
+    (2048, (128, 128, 8, 4), 64),
+    (None, (256, 128, 8, 3), 64),
+)
+_FP32_TILES = ((32, (16, 64, 4, 3), 32), (None, (64, 64, 4, 3), 32))
+
+
+def _launch(num_rows: int, dtype):
+    for largest, config, block_k in (_FP32_TILES if dtype == torch.float32 else _HALF_TILES):
+        if largest is None or num_rows <= largest:
+            return config, block_k
+    raise AssertionError("the tile table ends with an open bucket")
+
+
+def forward(x, w):
+    """x [..., K] @ w[N, K]^T in x's dtype; leading dims are flattened into rows."""
+    if w.dtype != x.dtype:
+        raise ValueError(f"linear on CUDA: x is {x.dtype}, w is {w.dtype}")
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    config, block_k = _launch(rows.shape[0], x.dtype)
+    y = linear_triton.consistent(rows, w.contiguous(), config=config, block_k=block_k)
+    return y.reshape(x.shape[:-1] + (w.shape[0],))
+
+
+class ConsistentLinear(torch.autograd.Function):
+    """Forward: the consistent Triton GEMM. Backward: cuBLAS (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return forward(x, w)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        grad_x = grad @ w if ctx.needs_input_grad[0] else None
+        grad_w = (grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+                  if ctx.needs_input_grad[1] else None)
+        return grad_x, grad_w
+
+
+def consistent(x, w):
+    return ConsistentLinear.apply(x, w)

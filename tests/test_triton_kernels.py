@@ -1,0 +1,240 @@
+"""Logic tests of the Triton kernels (kernels/ops/reduction_triton.py, attention_triton.py)
+on CPU through the Triton interpreter: masking, loop bounds, and what a row's arithmetic may
+depend on (batch, tile slot, phase, chunk split). They prove logic, not GPU bits:
+benchmarks/gpu_kernel_check.py checks the bits on the device.
+
+Two interpreter facts shape this file. (1) Interpreter mode is fixed when triton is first
+imported (tl.sum and friends are @triton.jit functions too), so the checks (check_*) run in a
+child pytest with TRITON_INTERPRET=1, started by the one test_ function: the rest of the
+suite never sees an interpreted Triton or the variable. (2) The interpreter's tl.dot is
+numpy's BLAS matmul, whose bits for a row change with the row's slot in the tile (OpenBLAS
+sgemm: 67 of 256 elements of a 16x32 @ 32x16 product differ when the row moves); the
+attention checks swap in a fixed-order dot (each element summed over k in order) so they
+test the kernel's logic. Slot independence of the GPU's MMA is the device script's job.
+Negative controls: a row-sum BLOCK that follows the row count, and a block_kv that follows
+the context length (a split count following C), must fail the same checks.
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gates.compare import assert_bitwise_equal, first_bit_difference
+from gates.reference.attention import causal_gqa
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK_KV = 16
+
+
+def test_kernels_under_the_triton_interpreter(fresh_seed):
+    """Runs this module's check_* functions in a child pytest with TRITON_INTERPRET=1."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.fail("triton is not installed: the Triton kernel checks cannot run; install the test extra "
+                    "(pip install -e '.[test]')")
+    env = dict(os.environ, TRITON_INTERPRET="1", BITWISE_SEED=str(fresh_seed))
+    child = subprocess.run([sys.executable, "-m", "pytest", __file__, "-o", "python_functions=check_*",
+                            "-p", "no:cacheprovider", "-q", "-s"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)
+    print(child.stdout[-6000:], child.stderr[-2000:])
+    assert child.returncode == 0, (f"interpreter checks failed (replay: BITWISE_SEED={fresh_seed}):\n"
+                                   f"{child.stdout[-8000:]}\n{child.stderr[-2000:]}")
+
+
+def _import_kernel(name):
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.fail("check_* functions run under TRITON_INTERPRET=1 (test_kernels_under_the_triton_interpreter)")
+    return importlib.import_module(f"kernels.ops.{name}")
+
+
+def _fixed_order_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+    """[M, K] @ [K, N] + d in d's dtype, every element summed over k in order."""
+    from triton.runtime.interpreter import TensorHandle
+    acc_dtype = d.data.dtype
+    a_data, b_data = a.data.astype(acc_dtype), b.data.astype(acc_dtype)
+    out = np.zeros(d.data.shape, dtype=acc_dtype)
+    for k in range(a_data.shape[-1]):
+        out += a_data[:, k, None] * b_data[None, k, :]
+    return TensorHandle(out + d.data, d.dtype.scalar)
+
+
+@pytest.fixture(scope="module")
+def reduction():
+    return _import_kernel("reduction_triton")
+
+
+@pytest.fixture(scope="module")
+def attention():
+    module = _import_kernel("attention_triton")
+    from triton.runtime.interpreter import InterpreterBuilder
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(InterpreterBuilder, "create_dot", _fixed_order_dot)
+        yield module
+
+
+LENGTHS = (1, 200, 1000, 3000, 9000)  # one per BLOCK_TABLE entry, with ragged tails
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def check_row_sum_is_batch_invariant(reduction, length, fresh_seed):
+    x = torch.randn(8, length, generator=torch.Generator().manual_seed(fresh_seed))
+    alone = torch.cat([reduction.row_sum(x[i:i + 1]) for i in range(8)])
+    for rows in (1, 3, 8):
+        for first in range(0, 8 - rows + 1, max(1, rows)):
+            batch = reduction.row_sum(x[first:first + rows])
+            assert_bitwise_equal(batch, alone[first:first + rows],
+                                 f"L={length} rows {first}:{first + rows} seed={fresh_seed}")
+    shaped = reduction.row_sum(x.reshape(2, 4, length))  # leading shape [2, 4]
+    assert shaped.shape == (2, 4, 1)
+    assert_bitwise_equal(shaped.reshape(8, 1), alone, f"L={length} leading shape seed={fresh_seed}")
+    strided = reduction.row_sum(x.T.contiguous().T)  # non-contiguous rows
+    assert_bitwise_equal(strided, alone, f"L={length} non-contiguous seed={fresh_seed}")
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def check_row_sum_matches_float64(reduction, length, fresh_seed):
+    x = torch.randn(3, length, generator=torch.Generator().manual_seed(fresh_seed))
+    got, exact = reduction.row_sum(x).double(), x.double().sum(-1, keepdim=True)
+    bound = length * 2.0 ** -24 * x.double().abs().sum(-1, keepdim=True)  # recursive-sum error bound
+    error = (got - exact).abs()
+    print(f"L={length}: max |row_sum - fp64| = {error.max():.3e}, bound L*2^-24*sum|x| = {bound.min():.3e}")
+    assert bool((error <= bound).all()), f"L={length} seed={fresh_seed}: error {error.max()} over {bound.min()}"
+
+
+def check_row_sum_negative_control(reduction, fresh_seed):
+    """A BLOCK chosen by the number of rows (1 row -> small BLOCK, a batch -> large) breaks
+    batch invariance, and the check above sees it."""
+    x = torch.randn(8, 3000, generator=torch.Generator().manual_seed(fresh_seed))
+    alone = torch.cat([reduction.launch(x[i:i + 1], 256, 1)[:, None] for i in range(8)])
+    batch = reduction.launch(x, 4096, 8)[:, None]
+    assert first_bit_difference(batch, alone) is not None, f"control did not differ, seed={fresh_seed}"
+
+
+def _sequence(seed, length, num_q_heads=4, num_kv_heads=2, head_dim=32, dtype=torch.float32):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(length, heads, head_dim, generator=generator).to(dtype)
+            for heads in (num_q_heads, num_kv_heads, num_kv_heads)]
+
+
+def _call(module, q, k, v, start, block_kv=BLOCK_KV):
+    out = module.consistent(q, k, v, start, scale=q.shape[-1] ** -0.5, block_kv=block_kv)
+    assert bool(torch.isfinite(out).all()), "non-finite output: a row was not written or saw garbage"
+    return out
+
+
+def _decode_rows(module, q, k, v, block_kv_of=lambda context: BLOCK_KV):
+    """Every token decoded alone over the context up to it."""
+    return torch.cat([_call(module, q[p:p + 1], k[:p + 1], v[:p + 1], p, block_kv_of(p + 1))
+                      for p in range(q.shape[0])])
+
+
+def _chunked(module, q, k, v, splits):
+    bounds = [0, *splits, q.shape[0]]
+    return torch.cat([_call(module, q[lo:hi], k[:hi], v[:hi], lo) for lo, hi in zip(bounds[:-1], bounds[1:])])
+
+
+DTYPES = (torch.float32, torch.float16)  # bf16 is broken in the interpreter
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_decode_equals_prefill(attention, dtype, fresh_seed):
+    q, k, v = _sequence(fresh_seed, 41, dtype=dtype)
+    full = _call(attention, q, k, v, 0)
+    assert_bitwise_equal(_decode_rows(attention, q, k, v), full, f"decode vs prefill {dtype} seed={fresh_seed}")
+    # the store may hold more than the step needs: later keys (NaN here) are never loaded
+    poisoned_k, poisoned_v = k.clone(), v.clone()
+    poisoned_k[30:], poisoned_v[30:] = float("nan"), float("nan")
+    row = _call(attention, q[29:30], poisoned_k, poisoned_v, 29)
+    assert_bitwise_equal(row, full[29:30], f"decode over a longer store seed={fresh_seed}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_chunked_prefill_equals_prefill(attention, dtype, fresh_seed):
+    q, k, v = _sequence(fresh_seed, 41, dtype=dtype)
+    full = _call(attention, q, k, v, 0)
+    split_rng = np.random.default_rng(fresh_seed)
+    random_splits = sorted(split_rng.choice(np.arange(1, 41), size=3, replace=False).tolist())
+    # splits off multiples of 8 tokens (BLOCK_M / G) put tiles across key-block bounds: rows
+    # of those tiles walk blocks that are fully masked for them
+    for splits in ([1], [5], [16], [17], [40], [3, 19, 20], random_splits):
+        assert_bitwise_equal(_chunked(attention, q, k, v, splits), full,
+                             f"chunks split at {splits} {dtype} seed={fresh_seed}")
+
+
+def check_trainer_full_pass_equals_engine_and_backward_is_deterministic(attention, fresh_seed):
+    q, k, v = _sequence(fresh_seed, 37)
+    engine = torch.cat([_chunked(attention, q[:20], k[:20], v[:20], [7]),
+                        _decode_rows(attention, q, k, v)[20:]])  # prefill in 2 chunks, then decode
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    trainer = attention.consistent_autograd(*leaves, 0, scale=32 ** -0.5, block_kv=BLOCK_KV)
+    assert_bitwise_equal(trainer.detach(), engine, f"trainer vs engine seed={fresh_seed}")
+    grad_out = torch.randn(trainer.shape, generator=torch.Generator().manual_seed(fresh_seed + 1))
+    grads = torch.autograd.grad(trainer, leaves, grad_out)
+    again = torch.autograd.grad(attention.consistent_autograd(*leaves, 0, scale=32 ** -0.5, block_kv=BLOCK_KV),
+                                leaves, grad_out)
+    ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref_grads = torch.autograd.grad(causal_gqa(*ref_leaves, 0, scale=32 ** -0.5), ref_leaves, grad_out.double())
+    for name, grad, repeat, ref in zip("qkv", grads, again, ref_grads):
+        assert_bitwise_equal(grad, repeat, f"d{name} run to run seed={fresh_seed}")
+        relative = float((grad.double() - ref).norm() / ref.norm())
+        print(f"d{name}: relative error vs float64 = {relative:.2e} (tolerance 1e-5)")
+        assert relative < 1e-5, f"d{name} relative error {relative} seed={fresh_seed}"
+
+
+def check_batch_and_tile_slot_invariance(attention, fresh_seed):
+    """A row's bits do not follow its tile slot, its tile mates or the batch it rides in."""
+    q, k, v = _sequence(fresh_seed, 40)
+    full = _call(attention, q, k, v, 0)
+    for offset in (1, 3, 6):  # chunks from other first tokens put each row in another slot
+        rows = _call(attention, q[offset:offset + 12], k[:offset + 12], v[:offset + 12], offset)
+        assert_bitwise_equal(rows, full[offset:offset + 12], f"slot shift {offset} seed={fresh_seed}")
+    others = _sequence(fresh_seed + 1, 40)  # other sequences in the batch, at other positions
+    starts = torch.tensor([39, 17, 0, 25])
+    batch_q = torch.stack([q[39:40], others[0][17:18], q[0:1], q[25:26]])  # [B, 1, Hq, D]
+    batch_k = torch.stack([k, others[1], k, k])  # [B, C, Hkv, D] padded to C = 40
+    batch_v = torch.stack([v, others[2], v, v])
+    out = attention.consistent_batched(batch_q, batch_k, batch_v, starts, scale=32 ** -0.5, block_kv=BLOCK_KV)
+    for b, pos in ((0, 39), (2, 0), (3, 25)):
+        assert_bitwise_equal(out[b], full[pos:pos + 1], f"batched decode, seq {b} at {pos} seed={fresh_seed}")
+    qkv = torch.cat([q.reshape(40, -1), k.reshape(40, -1), v.reshape(40, -1)], dim=1)  # a fused projection
+    q_view, k_view, v_view = qkv[:, :128].view(40, 4, 32), qkv[:, 128:192].view(40, 2, 32), qkv[:, 192:].view(40, 2, 32)
+    assert not q_view.is_contiguous()
+    assert_bitwise_equal(_call(attention, q_view, k_view, v_view, 0), full, f"strided views seed={fresh_seed}")
+
+
+@pytest.mark.parametrize("num_q_heads, num_kv_heads, head_dim", [(4, 4, 16), (4, 1, 16), (6, 2, 24), (16, 1, 16)])
+def check_gqa_groups_are_phase_consistent(attention, num_q_heads, num_kv_heads, head_dim, fresh_seed):
+    """Groups of 1, 4, 3 (a token's rows straddle tiles) and 16 (one token fills a tile);
+    head dims that are not powers of two are padded."""
+    q, k, v = _sequence(fresh_seed, 23, num_q_heads, num_kv_heads, head_dim)
+    full = _call(attention, q, k, v, 0)
+    assert_bitwise_equal(_decode_rows(attention, q, k, v), full, f"GQA decode seed={fresh_seed}")
+    assert_bitwise_equal(_chunked(attention, q, k, v, [5, 6]), full, f"GQA chunks seed={fresh_seed}")
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.float16, 4e-3)])
+def check_matches_float64_reference(attention, dtype, tolerance, fresh_seed):
+    q, k, v = _sequence(fresh_seed, 45, 6, 2, 32, dtype)
+    for start in (0, 30):
+        out = _call(attention, q[start:], k, v, start)
+        assert out.dtype == dtype
+        error = float((out.double() - causal_gqa(q[start:], k, v, start, scale=32 ** -0.5)).abs().max())
+        print(f"{dtype} start {start}: max abs error vs float64 = {error:.2e} (tolerance {tolerance:.0e})")
+        assert error < tolerance, f"{dtype} start {start}: error {error} seed={fresh_seed}"
+
+
+def check_negative_control_block_kv_following_context(attention, fresh_seed):
+    """block_kv picked from the context length (two splits of whatever context the step
+    reads, as a fixed split count would) moves the block bounds between phases: decode and
+    chunked prefill then differ from prefill."""
+    q, k, v = _sequence(fresh_seed, 41)
+    by_context = lambda context: max(16, 1 << (-(-context // 2) - 1).bit_length())  # noqa: E731
+    full = _call(attention, q, k, v, 0, by_context(41))
+    decode = _decode_rows(attention, q, k, v, by_context)
+    assert first_bit_difference(decode, full) is not None, f"control decode did not differ, seed={fresh_seed}"
+    chunked = torch.cat([_call(attention, q[:20], k[:20], v[:20], 0, by_context(20)), full[20:]])
+    assert first_bit_difference(chunked, full) is not None, f"control chunks did not differ, seed={fresh_seed}"
