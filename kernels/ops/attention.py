@@ -58,7 +58,10 @@ def fast_sdpa(q, k, v, segment, kv, *, scale):
 
 def fast_split_kv(q, k, v, segment, kv, *, scale, tokens_per_split: int, max_splits: int):
     """Flash-decoding: the context is cut into a number of splits that grows with its
-    length, each split's softmax is local, and the splits are merged by log-sum-exp."""
+    length, each split's softmax is local, and the splits are merged by log-sum-exp. On CUDA
+    it is torch SDPA, whose flash kernels choose their own KV splits by shape."""
+    if q.device.type == "cuda":
+        return fast_sdpa(q, k, v, segment, kv, scale=scale)
     kv.write(segment, k, v)
     keys, values = kv.read(segment)
     context, num_kv_heads = keys.shape[0], keys.shape[1]

@@ -32,9 +32,11 @@ def fast(x, w):
 
 def fast_split_k(x, w, *, split_k_below_rows: int, num_splits: int):
     """Split-K for small batches, as tuned GPU engines do for decode: K is cut into
-    `num_splits` slices whose fp32 partials are summed; only when M < split_k_below_rows."""
+    `num_splits` slices whose fp32 partials are summed; only when M < split_k_below_rows.
+    On CUDA, cuBLAS itself picks split-K (and every other tile choice) by shape, as tuned
+    engines rely on: the emulation would only make the baseline slower, so it is cuBLAS."""
     num_rows, k_dim = x.shape[0], x.shape[-1]
-    if num_rows >= split_k_below_rows or k_dim < num_splits:
+    if num_rows >= split_k_below_rows or k_dim < num_splits or x.device.type == "cuda":
         return _blas(x, w)
     bounds = torch.linspace(0, k_dim, num_splits + 1).round().long().tolist()
     total = None

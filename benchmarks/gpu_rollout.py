@@ -1,0 +1,244 @@
+"""Rollout throughput and trainer step time on CUDA, consistent vs fast contract, side by side.
+
+    python3 benchmarks/gpu_rollout.py --out DIR [--models qwen3-1.7b,nemotron-wide-cut]
+        [--batches 1,16,64] [--new-tokens 24] [--prompt-len 64] [--pairs 2] [--budget-s 420]
+
+Per (model, batch): the engine generates `batch` requests (all arriving at step 0, sampled at
+temperature 1) with the fast and the consistent contract alternately (A B A B ..., after one
+warm-up each, which compiles the Triton kernels); every engine step is timed (CUDA-synced)
+and labelled by its phases, so decode step times come out beside tokens/s. The trainer's
+fwd+bwd+update step on the same completions is timed the same way. Then: the decode step at
+the largest batch against the memory roofline (weights + the KV the step reads, over the
+copy bandwidth measured here), `transformers`' generate on the same Qwen3 config as an
+outside reference, and the top CUDA kernels of one decode step per contract (torch.profiler).
+Raw samples, the commit and the environment go to DIR/gpu_rollout.json; a table is printed.
+Weights are seeded random (speed does not depend on them); both contracts get the same ones.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from kernels.contract import load_contract  # noqa: E402
+from kernels.contract.identity import deployment_fingerprint  # noqa: E402
+from kernels.engine.engine import Engine  # noqa: E402
+from kernels.engine.request import Request  # noqa: E402
+from kernels.models.config import load_model_config  # noqa: E402
+from kernels.models.registry import build_model  # noqa: E402
+from kernels.ops.sampler import SamplingParams  # noqa: E402
+from kernels.trainer.grpo import group_advantages  # noqa: E402
+from kernels.trainer.logprobs import scored_sequences  # noqa: E402
+from kernels.trainer.trainer import Trainer  # noqa: E402
+
+CONTRACTS = ("fast", "consistent")
+DEVICE = "cuda"  # --device cpu runs the same script on small configs as a smoke test
+
+
+def sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def _requests(config, batch, prompt_len, new_tokens, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return [Request(i, tuple(int(t) for t in torch.randint(1, config.vocab_size, (prompt_len,), generator=gen)),
+                    new_tokens, SamplingParams(1.0, seed=seed * 1000 + i)) for i in range(batch)]
+
+
+def timed_rollout(config, contract, weights, batch, prompt_len, new_tokens, seed):
+    """(completions, [(phases, seconds)] per engine step, total seconds)."""
+    engine = Engine(config, contract, weights, device=DEVICE, max_running=batch,
+                    max_tokens_per_step=max(batch * prompt_len, 512),
+                    num_blocks=batch * -(-(prompt_len + new_tokens) // 16))
+    requests = _requests(config, batch, prompt_len, new_tokens, seed)
+    for request in requests:
+        engine.add_request(request)
+    steps, done = [], {}
+    sync()
+    started = time.perf_counter()
+    while engine.has_work():
+        before = dict(engine.step_phases)
+        step_start = time.perf_counter()
+        for completion in engine.step():
+            done[completion.request.request_id] = completion
+        sync()
+        phases = [k for k, n in engine.step_phases.items() if n != before.get(k, 0)]
+        steps.append(("+".join(phases[0]) if phases else "idle", time.perf_counter() - step_start))
+    total = time.perf_counter() - started
+    return [done[r.request_id] for r in requests], steps, total
+
+
+def timed_train_step(config, contract, weights, completions):
+    trainer = Trainer(config, contract, weights=weights, device=DEVICE, micro_batch_size=16)
+    sequences = scored_sequences(completions)
+    rewards = [float(i % 2) for i in range(len(sequences))]
+    group = 2 if len(sequences) % 2 == 0 else 1
+    advantages = group_advantages(rewards, group)
+    old = [c.logprob_tensor for c in completions]
+    sync()
+    started = time.perf_counter()
+    trainer.train_step(sequences, advantages, old)
+    sync()
+    return time.perf_counter() - started
+
+
+def copy_bandwidth() -> float:
+    """Device memory bandwidth in bytes/s from a 2 GiB device-to-device copy (read + write)."""
+    src = torch.empty(2**30 if DEVICE == "cuda" else 2**24, dtype=torch.bfloat16, device=DEVICE)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    sync()
+    samples = []
+    for _ in range(10):
+        started = time.perf_counter()
+        dst.copy_(src)
+        sync()
+        samples.append(time.perf_counter() - started)
+    return 2 * src.numel() * src.element_size() / statistics.median(samples)
+
+
+def decode_roofline_s(config, weights, batch, context, bandwidth) -> float:
+    """Seconds one decode step needs at least: every weight read once, plus the KV read."""
+    weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
+    layers = sum(1 for kind in getattr(config, "block_types", ("attention",) * config.num_layers)
+                 if kind == "attention")
+    kv_bytes = batch * context * layers * 2 * config.num_kv_heads * config.head_dim * 2
+    return (weight_bytes + kv_bytes) / bandwidth
+
+
+def transformers_generate(config, batch, prompt_len, new_tokens, repeats=2):
+    """tokens/s of HF generate on the same Qwen3 shape (random weights, sampling)."""
+    import transformers
+    hf_config = transformers.Qwen3Config(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads, head_dim=config.head_dim, rope_theta=config.rope_theta,
+        rms_norm_eps=config.rms_norm_eps, tie_word_embeddings=config.tie_word_embeddings,
+        max_position_embeddings=config.max_position, torch_dtype="bfloat16")
+    model = transformers.Qwen3ForCausalLM(hf_config).to(DEVICE, torch.bfloat16).eval()
+    ids = torch.randint(1, config.vocab_size, (batch, prompt_len), device=DEVICE)
+    samples = []
+    for _ in range(repeats + 1):
+        sync()
+        started = time.perf_counter()
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                       min_new_tokens=new_tokens, do_sample=True, pad_token_id=0)
+        sync()
+        samples.append(batch * new_tokens / (time.perf_counter() - started))
+    del model
+    return samples[1:]  # the first call warms up
+
+
+def top_kernels(config, contract, weights, batch, prompt_len, limit=12):
+    """The CUDA kernels of one decode step (after prefill), by total time."""
+    engine = Engine(config, contract, weights, device=DEVICE, max_running=batch,
+                    max_tokens_per_step=max(batch * prompt_len, 512),
+                    num_blocks=batch * -(-(prompt_len + 4) // 16))
+    for request in _requests(config, batch, prompt_len, 4, seed=7):
+        engine.add_request(request)
+    engine.step()  # prefill (and the first sample)
+    sync()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        engine.step()
+        sync()
+    rows = sorted(((e.key, e.device_time_total, e.count) for e in prof.key_averages() if e.device_time_total > 0),
+                  key=lambda r: -r[1])
+    return [{"kernel": k[:90], "us": round(t, 1), "calls": n} for k, t, n in rows[:limit]]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", default="qwen3-1.7b,nemotron-wide-cut")
+    parser.add_argument("--batches", default="1,16,64")
+    parser.add_argument("--new-tokens", type=int, default=24)
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new cells after this")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test")
+    args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    record = {"environment": deployment_fingerprint(), "commit": commit, "args": vars(args), "cells": [],
+              "bandwidth_bytes_per_s": copy_bandwidth(), "references": [], "kernels": []}
+    contracts = {name: load_contract(name) for name in CONTRACTS}
+    path = out / "gpu_rollout.json"
+    print(f"copy bandwidth {record['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s")
+    print(f"{'model':<18}{'batch':>6}{'fast tok/s':>12}{'cons tok/s':>12}{'ratio':>7}"
+          f"{'fast dec ms':>12}{'cons dec ms':>12}{'train f/c s':>14}{'ratio':>7}")
+    for model_name in args.models.split(","):
+        config = load_model_config(model_name)
+        weights = {k: v.detach() for k, v in build_model(config, 0).state_dict().items()}
+        batches = [int(b) for b in args.batches.split(",")]
+        for batch in batches:
+            if time.perf_counter() - started > args.budget_s:
+                print(f"budget reached: skipping {model_name} batch {batch}")
+                continue
+            cell = {"model": model_name, "batch": batch, "samples": {c: [] for c in CONTRACTS}}
+            for name in CONTRACTS:  # warm-up: compiles Triton kernels, fills allocator pools
+                timed_rollout(config, contracts[name], weights, batch, args.prompt_len, 4, seed=1)
+            for pair in range(args.pairs):
+                for name in CONTRACTS:
+                    completions, steps, total = timed_rollout(config, contracts[name], weights, batch,
+                                                              args.prompt_len, args.new_tokens, seed=100 + pair)
+                    train_s = timed_train_step(config, contracts[name], weights, completions)
+                    cell["samples"][name].append({
+                        "tokens_per_s": batch * args.new_tokens / total, "total_s": total, "train_step_s": train_s,
+                        "decode_step_s": [s for phase, s in steps if phase == "decode"],
+                        "other_steps": [[phase, s] for phase, s in steps if phase != "decode"]})
+            summary = {}
+            for name in CONTRACTS:
+                samples = cell["samples"][name]
+                summary[name] = {
+                    "tokens_per_s": statistics.median(s["tokens_per_s"] for s in samples),
+                    "decode_step_ms": 1e3 * statistics.median(d for s in samples for d in s["decode_step_s"]),
+                    "train_step_s": statistics.median(s["train_step_s"] for s in samples)}
+            summary["rollout_ratio"] = summary["consistent"]["tokens_per_s"] / summary["fast"]["tokens_per_s"]
+            summary["train_ratio"] = summary["consistent"]["train_step_s"] / summary["fast"]["train_step_s"]
+            if batch == max(batches):
+                roof = decode_roofline_s(config, weights, batch, args.prompt_len + args.new_tokens,
+                                         record["bandwidth_bytes_per_s"])
+                summary["decode_roofline_ms"] = 1e3 * roof
+            cell["summary"] = summary
+            record["cells"].append(cell)
+            path.write_text(json.dumps(record, indent=1))  # raw data first, after every cell
+            f, c = summary["fast"], summary["consistent"]
+            print(f"{model_name:<18}{batch:>6}{f['tokens_per_s']:>12.1f}{c['tokens_per_s']:>12.1f}"
+                  f"{summary['rollout_ratio']:>7.2f}{f['decode_step_ms']:>12.2f}{c['decode_step_ms']:>12.2f}"
+                  f"{f['train_step_s']:>7.2f}/{c['train_step_s']:<6.2f}{summary['train_ratio']:>7.2f}"
+                  + (f"  roofline {summary['decode_roofline_ms']:.2f} ms" if "decode_roofline_ms" in summary else ""),
+                  flush=True)
+        if DEVICE == "cuda" and time.perf_counter() - started < args.budget_s:
+            for name in CONTRACTS:
+                record["kernels"].append({"model": model_name, "contract": name, "batch": max(batches),
+                                          "top": top_kernels(config, contracts[name], weights, max(batches),
+                                                             args.prompt_len)})
+            path.write_text(json.dumps(record, indent=1))
+        if config.family == "qwen3" and time.perf_counter() - started < args.budget_s:
+            batch = max(int(b) for b in args.batches.split(","))
+            samples = transformers_generate(config, batch, args.prompt_len, args.new_tokens)
+            record["references"].append({"model": model_name, "batch": batch, "what": "transformers generate",
+                                         "tokens_per_s": samples})
+            path.write_text(json.dumps(record, indent=1))
+            print(f"{model_name:<18}{batch:>6} transformers generate: {statistics.median(samples):.1f} tok/s")
+        del weights
+    for entry in record["kernels"]:
+        print(f"\n{entry['model']} {entry['contract']} decode step, batch {entry['batch']}: top kernels (us, calls)")
+        for row in entry["top"]:
+            print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row['kernel']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
