@@ -3,14 +3,16 @@
 Passes when the engine and the trainer, built from the same weights and contract, report
 equal semantic, numerical_policy and deployment identities (which cover the weights hash,
 the resolved contract with its sources, and the environment fingerprint with the comm
-transport), no file under gates/ or harness/ differs from the run's base commit
-(BITWISE_BASE, default HEAD), and the baseline is frozen (baseline/frozen.json, written by
-`harness freeze-baseline`) with its recorded commit present, the fast path's content hash
-recomputed from that commit's files equal to the recorded one, and the tag, where it exists
-here, pointing at that commit; and, when the harness judges an agent's worktree (BITWISE_TAMPER),
-its tamper scan found nothing (harness/tamper.py). Negative control: a trainer with other weights, another
-contract or another transport fails the identity condition (tests/test_gate_c00_c10.py); a
-missing or altered frozen record fails the baseline condition (tests/test_freeze_profile.py).
+transport), the two sides use the same comm backend and transport, no file under gates/ or
+harness/ differs from the run's base commit (BITWISE_BASE, default HEAD), and the baseline is
+frozen (baseline/frozen.json, written by `harness freeze-baseline`) with its recorded commit
+present, the fast path's content hash recomputed from that commit's files equal to the
+recorded one, and the tag, where it exists here, pointing at that commit; and, when the
+harness judges an agent's worktree (BITWISE_TAMPER), its tamper scan found nothing
+(harness/tamper.py). Negative control: a trainer with other weights, another contract or
+another transport fails the identity condition, another transport also the comm condition
+(tests/test_gate_c00_c10.py); a missing or altered frozen record fails the baseline
+condition (tests/test_freeze_profile.py).
 """
 import os
 
@@ -37,6 +39,8 @@ def test_apparatus(gate):
     mismatches = identity_mismatches(engine_ids, trainer_ids)
     gate.check("identities equal (semantic, numerical_policy, deployment)", not mismatches,
                mismatches=mismatches, engine=engine_ids, trainer=trainer_ids)
+    gate.check("engine and trainer use the same comm backend and transport", engine.comm == trainer.comm,
+               engine=engine.comm, trainer=trainer.comm)
     base = os.environ.get("BITWISE_BASE", "HEAD")
     modified = modified_judging_files(base)
     gate.check("gates/ and harness/ unmodified since the base commit", not modified, base=base, modified=modified)

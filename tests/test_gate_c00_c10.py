@@ -1,11 +1,16 @@
 """Gates C00 (apparatus) and C10 (performance): C00's identity check fails on other weights,
-another contract or another transport, its judging-code check sees modified and untracked
-files; C10 fails when the floor is out of reach (its negative control)."""
+another contract or another transport, its comm condition on another backend or transport,
+its judging-code check sees modified and untracked files; C10 fails when the floor is out
+of reach (its negative control)."""
 import json
 import subprocess
 
+import pytest
+
+from gates import test_c00_apparatus as c00
 from gates.apparatus import identity_mismatches, modified_judging_files
 from gates.baseline import read_frozen
+from gates.conftest import GateRecord
 from gates.workload import seeded_weights
 from harness.cli import EXIT_DIFFERENT, main
 from kernels.contract import load_contract
@@ -21,6 +26,27 @@ def test_identity_check_names_what_differs():
     assert identity_mismatches(reference, identities(config, seeded_weights(config, 1), consistent)) == ["semantic"]
     assert identity_mismatches(reference, identities(config, weights, load_contract("fast"))) == ["numerical_policy"]
     assert identity_mismatches(reference, identities(config, weights, consistent, comm_backend="gloo")) == ["deployment"]
+    gloo = identities(config, weights, consistent, comm_backend="gloo", comm_transport="tcp on lo")
+    assert identity_mismatches(gloo, identities(config, weights, consistent, comm_backend="gloo",
+                                                comm_transport="tcp on eth0")) == ["deployment"]
+
+
+def test_c00_fails_when_the_sides_use_another_transport(monkeypatch):
+    class NcclTrainer(c00.Trainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.comm = {"comm_backend": "nccl", "comm_transport": "nccl 2.21.5 NCCL_ALGO=auto"}
+
+    monkeypatch.setattr(c00, "Trainer", NcclTrainer)
+    monkeypatch.setattr(c00, "verify_frozen", lambda: ([], {}))  # not what this test is about
+    record = GateRecord("C00", "qwen3", "consistent")
+    with pytest.raises(AssertionError, match="condition"):
+        c00.test_apparatus(record)
+    status = {c["name"]: c for c in record.conditions}
+    comm = status["engine and trainer use the same comm backend and transport"]
+    assert comm["status"] == "fail" and comm["engine"]["comm_backend"] == "none"
+    identities_condition = status["identities equal (semantic, numerical_policy, deployment)"]
+    assert identities_condition["status"] == "fail" and identities_condition["mismatches"] == ["deployment"]
 
 
 def test_judging_code_check_sees_edits_and_new_files(tmp_path):
@@ -45,6 +71,7 @@ def test_c00_through_the_harness(tmp_path):
     result = json.loads((tmp_path / "C00.json").read_text())
     status = {c["name"]: c["status"] for c in result["conditions"]}
     assert status["identities equal (semantic, numerical_policy, deployment)"] == "pass"
+    assert status["engine and trainer use the same comm backend and transport"] == "pass"
     expected = "pass" if not modified_judging_files() else "fail"
     assert status["gates/ and harness/ unmodified since the base commit"] == expected
     assert status["baseline frozen and its hash verified"] == ("pass" if read_frozen() else "fail")

@@ -3,6 +3,9 @@ fails when a gate fails; C07 passes under the consistent contract and fails unde
 one (its negative control); bad input is a clear error."""
 import json
 
+import pytest
+import torch
+
 from harness.cli import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_OK, main
 
 
@@ -32,3 +35,16 @@ def test_bad_input_is_a_clear_error(capsys):
                           (["gates", "--contract", "turbo"], "unknown contract 'turbo'")):
         assert main(argv) == EXIT_BAD_INPUT, argv
         assert message in capsys.readouterr().err
+
+
+def test_the_gates_device_option_refuses_what_this_machine_lacks():
+    """gates/device.py: an unknown device, or CUDA on a machine without it, is a clear error
+    before any gate runs (CI machines have no GPU; the device tool runs --device cuda)."""
+    from gates import device
+    with pytest.raises(ValueError, match="'tpu' is not one of"):
+        device.select("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device on this machine"):
+            device.select("cuda")
+        assert main(["gates", "--device", "cuda", "--only", "C7"]) == EXIT_BAD_INPUT
+    assert device.target() == "cpu"

@@ -6,6 +6,7 @@ Schema:
     <region>:
       <case>: {impl: <family>.<variant>, constants: {<name>: <exact value>}}
   claims: {<claim kind>: [<region>, ...] | all | [<int>, ...]}
+  layout: {tp_reduce, ep_combine, dp_reduce, num_leaves}   (optional; kernels/layout/policy.py)
 Every region must list all five cases (YAML anchors keep that short).
 """
 import functools
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from kernels.contract.constants import decode_constant
 from kernels.contract.regions import CASES, CLAIM_KINDS, PAIRED_REGIONS, REGION_FAMILY
+from kernels.layout.policy import LayoutPolicy, policy_from_mapping
 from kernels.ops import registry
 from kernels.strict_yaml import load_yaml
 
@@ -54,6 +56,8 @@ class Contract:
     """claim kind -> tuple of regions or ints."""
     source: str = ""
     """Where it was loaded from."""
+    layout: LayoutPolicy | None = None
+    """How ranks combine partials under a parallel layout; None: single process only."""
 
     @property
     def regions(self) -> tuple:
@@ -78,7 +82,7 @@ class Contract:
         bindings = {key: (other.binding(*key) if key[0] in regions else binding)
                     for key, binding in self.bindings.items()}
         return Contract(name=f"{self.name}+{other.name}:{','.join(sorted(regions))}",
-                        bindings=bindings, claims={}, source=self.source)
+                        bindings=bindings, claims={}, source=self.source, layout=self.layout)
 
     def require_regions(self, regions) -> None:
         """Fail clearly if a model needs regions this contract does not map."""
@@ -109,7 +113,7 @@ def load_contract(name_or_path) -> Contract:
 def _parse(document, source: str) -> Contract:
     if not isinstance(document, dict) or "name" not in document or "regions" not in document:
         raise ValueError("a contract is a mapping with 'name' and 'regions'")
-    unknown_keys = set(document) - {"name", "regions", "claims"}
+    unknown_keys = set(document) - {"name", "regions", "claims", "layout"}
     if unknown_keys:
         raise ValueError(f"unknown top-level keys {sorted(unknown_keys)}")
     if not isinstance(document["name"], str) or not document["name"]:
@@ -130,7 +134,9 @@ def _parse(document, source: str) -> Contract:
             bindings[(region, case)] = _parse_binding(region, case, cases[case])
     _check_pairs(bindings)
     claims = _parse_claims(document.get("claims") or {}, set(REGION_FAMILY))
-    return Contract(name=str(document["name"]), bindings=bindings, claims=claims, source=source)
+    layout = policy_from_mapping(document["layout"]) if "layout" in document else None
+    return Contract(name=str(document["name"]), bindings=bindings, claims=claims, source=source,
+                    layout=layout)
 
 
 def _check_pairs(bindings) -> None:

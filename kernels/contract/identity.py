@@ -2,11 +2,11 @@
 
 - semantic: the model config and every weight's name, dtype, shape and bytes;
 - numerical_policy: the resolved contract (every region x case -> implementation and exact
-  constants) and the source of everything that decides bits: all of kernels/ops (families
-  and the helpers they share), the model definitions (rounding between regions), and the
-  engine's and trainer's log-prob paths;
+  constants, and its layout arithmetic) and the source of everything that decides bits: all
+  of kernels/ops (families and the helpers they share), the model definitions (rounding
+  between regions), the layouts' reductions, and the engine's and trainer's log-prob paths;
 - deployment: what executes it (torch, triton, CUDA, device, CPU capability, threads,
-  communication backend).
+  communication backend and transport; "none" for a single process).
 """
 import dataclasses
 import hashlib
@@ -37,7 +37,7 @@ def _exact(value):
 
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent
-POLICY_SOURCES = ("ops/*.py", "models/*.py", "engine/engine.py", "trainer/logprobs.py")
+POLICY_SOURCES = ("ops/*.py", "models/*.py", "layout/*.py", "engine/engine.py", "trainer/logprobs.py")
 
 
 def policy_source_files() -> list:
@@ -49,10 +49,11 @@ def numerical_policy_identity(contract) -> str:
     resolved = {f"{region}|{case}": [b.impl, [[k, _exact(v)] for k, v in b.constants]]
                 for (region, case), b in contract.bindings.items()}
     sources = {str(p.relative_to(KERNELS_DIR)): p.read_text() for p in policy_source_files()}
-    return _digest({"resolved": resolved, "sources": sources})
+    layout = dataclasses.asdict(contract.layout) if contract.layout is not None else None
+    return _digest({"resolved": resolved, "sources": sources, "layout": layout})
 
 
-def deployment_fingerprint(comm_backend: str = "none") -> dict:
+def deployment_fingerprint(comm_backend: str = "none", comm_transport: str = "none") -> dict:
     try:
         import triton
         triton_version = triton.__version__
@@ -67,15 +68,16 @@ def deployment_fingerprint(comm_backend: str = "none") -> dict:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "num_threads": torch.get_num_threads(),
         "comm_backend": comm_backend,
+        "comm_transport": comm_transport,
         "python": platform.python_version(),
     }
 
 
-def deployment_identity(comm_backend: str = "none") -> str:
-    return _digest(deployment_fingerprint(comm_backend))
+def deployment_identity(comm_backend: str = "none", comm_transport: str = "none") -> str:
+    return _digest(deployment_fingerprint(comm_backend, comm_transport))
 
 
-def identities(config, state_dict, contract, comm_backend: str = "none") -> dict:
+def identities(config, state_dict, contract, comm_backend: str = "none", comm_transport: str = "none") -> dict:
     return {"semantic": semantic_identity(config, state_dict),
             "numerical_policy": numerical_policy_identity(contract),
-            "deployment": deployment_identity(comm_backend)}
+            "deployment": deployment_identity(comm_backend, comm_transport)}

@@ -45,8 +45,12 @@ class RegionDispatch:
 
     def __call__(self, region: str, case: str, layer, *args, **kwargs):
         output = self.contract.op(region, case)(*args, **kwargs)
+        self.notify(region, case, layer, args, kwargs, output)
+        return output
+
+    def notify(self, region: str, case: str, layer, args, kwargs, output) -> None:
+        """Show one finished region call to the observers."""
         if self.observers:
             call = DoorCall(region, case, layer, args, kwargs, output, self.row_selection)
             for observe in self.observers:
                 observe(call)
-        return output

@@ -29,8 +29,7 @@ class Trainer:
         self.model = build_model(config, seed if weights is None else None).to(device)
         if weights is not None:
             self.model.load_state_dict(weights, strict=True)
-        self.parallel, self.comm = parallel, comm_fingerprint(parallel)
-        """`parallel`: this rank's LayoutGroups (kernels/layout/) in a TP/EP/DP layout; None: one process."""
+        self.parallel, self.comm = parallel, comm_fingerprint(parallel)  # LayoutGroups (kernels/layout/) or None
         self.dispatch = make_dispatch(contract, observers, parallel, config=config, side="trainer")
         self.optimizer = MixedPrecisionAdamW(self.model, lr=lr, weight_decay=weight_decay)
         self.micro_batch_size = micro_batch_size

@@ -1,0 +1,13 @@
+"""Parallel layouts on torch.distributed (gloo on CPU, NCCL on GPU): Layout(tp, ep, dp) per
+side, the process groups, and the regions a layout splits run in the contract's layout
+arithmetic (policy.py), so that rollout and trainer in different layouts compute the same
+bits (gate C06).
+
+  layout.py           Layout, SideLayouts: what each side's configuration names
+  launch.py, groups.py processes on one machine; process groups, collectives, comm fingerprint
+  tree.py             the fixed leaves and the pairwise reduction tree
+  tensor_parallel.py  column/row-parallel linear regions, vocab-parallel log-prob
+  expert_parallel.py  MoE experts over ranks: all-to-all dispatch, routing-order combine
+  data_parallel.py    the trainer's micro-batches over replicas, gradients in one tree
+  dispatch.py         the region door under a layout
+"""

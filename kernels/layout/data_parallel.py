@@ -1,0 +1,92 @@
+"""Data parallelism for the trainer: which sequences each replica scores, and how gradients
+from the replicas meet.
+
+fixed_tree: the micro-batches are the single-replica ones (consecutive runs of
+micro_batch_size sequences); replica d takes a contiguous block of them. Each micro-batch's
+gradient is a leaf (its share of the loss, backward alone); the leaves are all-gathered and
+added in one pairwise tree by micro-batch index in fp32, rounded once to the parameter dtype,
+so any DP degree sums the same leaves in the same order. Per-token log-probs do not depend on
+which replica computed a micro-batch (the same arithmetic on the same rows).
+rank_order: sequences dealt round robin (as a distributed sampler does), micro-batched per
+replica, each replica's gradient accumulated by autograd and all-reduced (the transport's order).
+"""
+import torch
+
+from kernels.layout.tree import tree_sum
+from kernels.trainer.grpo import policy_loss
+from kernels.trainer.logprobs import sequence_logprobs
+
+
+def replica_shares(num_sequences: int, micro_batch_size: int, dp: int, dp_reduce: str) -> list:
+    """Per replica: the micro-batches it computes, each (index, [sequence indices])."""
+    if dp_reduce == "rank_order":
+        return [[(d, list(range(d, num_sequences, dp)))] for d in range(dp)]
+    batches = [list(range(lo, min(lo + micro_batch_size, num_sequences)))
+               for lo in range(0, num_sequences, micro_batch_size)]
+    base, extra = divmod(len(batches), dp)
+    bounds = [d * base + min(d, extra) for d in range(dp + 1)]
+    return [list(enumerate(batches))[bounds[d]:bounds[d + 1]] for d in range(dp)]
+
+
+def _in_order(gathered, num_sequences: int) -> list:
+    """[(sequence index, value)] lists from every replica -> values in sequence order."""
+    result = [None] * num_sequences
+    for pairs in gathered:
+        for index, value in pairs:
+            result[index] = value
+    return result
+
+
+def score(trainer, sequences, micro_batch_size: int, layout: str) -> list:
+    """Per-token log-probs of every sequence, the work split over the DP replicas."""
+    groups = trainer.parallel
+    share = replica_shares(len(sequences), micro_batch_size, groups.dp.size, trainer.dispatch.policy.dp_reduce)
+    pairs = []
+    for _, indices in share[groups.dp.rank]:
+        logprobs = sequence_logprobs(trainer.model, trainer.dispatch, [sequences[i] for i in indices],
+                                     "trainer_fwd", micro_batch_size=micro_batch_size, layout=layout)
+        pairs.extend(zip(indices, logprobs))
+    return _in_order(groups.dp.gather_objects(pairs), len(sequences))
+
+
+def _leaf(trainer, sequences, advantages, old_logprobs, indices):
+    """(log-probs, loss share, {name: fp32 gradient}) of one micro-batch's share of the loss."""
+    logprobs = sequence_logprobs(trainer.model, trainer.dispatch, [sequences[i] for i in indices],
+                                 "trainer_bwd", micro_batch_size=trainer.micro_batch_size, layout=trainer.layout)
+    loss = policy_loss(logprobs, [old_logprobs[i] for i in indices],
+                       [advantages[i] for i in indices]) * (len(indices) / len(sequences))
+    loss.backward()
+    grads = {}
+    for name, param in trainer.model.named_parameters():
+        grads[name] = torch.zeros(param.shape) if param.grad is None else param.grad.float()
+        param.grad = None
+    return [lp.detach() for lp in logprobs], loss.detach(), grads
+
+
+def train_step(trainer, sequences, advantages, old_logprobs) -> dict:
+    """One optimizer update with the gradient reduced as the contract's dp_reduce says;
+    returns the loss, the update's log-probs and the reduced gradients."""
+    groups = trainer.parallel
+    if groups.layout.tp > 1 or groups.layout.ep > 1:
+        raise NotImplementedError(f"train_step in {groups.layout}: backward through the TP/EP "
+                                  f"collectives is not built; those layouts score only")
+    dp_reduce = trainer.dispatch.policy.dp_reduce
+    share = replica_shares(len(sequences), trainer.micro_batch_size, groups.dp.size, dp_reduce)
+    local = [(batch, indices, *_leaf(trainer, sequences, advantages, old_logprobs, indices))
+             for batch, indices in share[groups.dp.rank] if indices]
+    params = dict(trainer.model.named_parameters())
+    if dp_reduce == "fixed_tree":
+        leaves = sorted((leaf for part in groups.dp.gather_objects(local) for leaf in part), key=lambda leaf: leaf[0])
+        gradients = {name: tree_sum([leaf[4][name] for leaf in leaves]).to(p.dtype) for name, p in params.items()}
+        loss = tree_sum([leaf[3] for leaf in leaves])
+        scored = [(leaf[1], leaf[2]) for leaf in leaves]
+    else:
+        grads = local[0][4] if local else {name: torch.zeros(p.shape) for name, p in params.items()}
+        gradients = {name: groups.dp.all_reduce(grads[name].to(p.dtype)) for name, p in params.items()}
+        loss = groups.dp.all_reduce((local[0][3] if local else torch.zeros(())).reshape(1))
+        scored = [pair for part in groups.dp.gather_objects([(leaf[1], leaf[2]) for leaf in local]) for pair in part]
+    for name, param in params.items():
+        param.grad = gradients[name]
+    trainer.optimizer.step()
+    logprobs = _in_order([list(zip(indices, lps)) for indices, lps in scored], len(sequences))
+    return {"loss": float(loss), "logprobs": logprobs, "gradients": gradients}

@@ -1,0 +1,72 @@
+"""Expert parallelism for the MoE regions (expert_gemm, moe_combine): rank e of ep owns the
+routed experts [e * E/ep, (e+1) * E/ep).
+
+routing_order: each rank owns a contiguous block of the batch's tokens; their (token, slot)
+pairs, in routing order, go to the rank owning the chosen expert (all_to_all_single: gloo and
+NCCL both have it), which runs the region's own expert implementation on what it received;
+the outputs come back the same way into their (token, slot) place, and the blocks are
+all-gathered, so moe_combine runs unchanged, in slot order. A row's expert output does not
+depend on the rows sharing its group (C2), so no bit depends on ep.
+rank_order: tokens stay whole; each rank runs its experts on the pairs that chose them,
+combines those slots into a partial output rounded to the activation dtype, and all_reduce
+sums the partials (an all-gather dispatcher with a reduce combine): the bits follow ep.
+"""
+import torch
+
+
+def _token_block(num_tokens: int, rank: int, size: int) -> tuple:
+    """[lo, hi) of the tokens rank dispatches (block sizes differ by at most one)."""
+    base, extra = divmod(num_tokens, size)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (rank < extra)
+
+
+def _gather_blocks(block, num_tokens: int, axis):
+    """The ranks' token blocks, all-gathered into [M, ...] (padded to one size for the gather)."""
+    longest = -(-num_tokens // axis.size)
+    padded = torch.cat([block, block.new_zeros((longest - block.shape[0],) + tuple(block.shape[1:]))])
+    sizes = [hi - lo for lo, hi in (_token_block(num_tokens, r, axis.size) for r in range(axis.size))]
+    return torch.cat([part[:size] for part, size in zip(axis.gather(padded), sizes)])
+
+
+def routed_experts(op, x, ids, weights, up, down, *, axis):
+    """Slot outputs [M, k, H] of `op` (an expert_gemm implementation), experts split over the
+    axis, tokens dispatched and returned by all-to-all."""
+    per_rank, top_k = up.shape[0] // axis.size, ids.shape[1]
+    lo, hi = _token_block(ids.shape[0], axis.rank, axis.size)
+    tokens = torch.arange(lo, hi).repeat_interleave(top_k)  # routing order: token, then slot
+    slots = torch.arange(top_k).repeat(hi - lo)
+    order = torch.sort(ids[tokens, slots] // per_rank, stable=True).indices  # by destination
+    tokens, slots = tokens[order], slots[order]
+    experts = ids[tokens, slots]
+    send = torch.bincount(experts // per_rank, minlength=axis.size).tolist()
+    recv = axis.exchange_counts(send)
+    rows = axis.all_to_all(x[tokens], send, recv)  # [P', H]
+    local_ids = axis.all_to_all(experts % per_rank, send, recv)
+    local_weights = axis.all_to_all(weights[tokens, slots], send, recv)
+    first = axis.rank * per_rank
+    mine = slice(first, first + per_rank)
+    out = op(rows, local_ids[:, None], local_weights[:, None], up[mine], down[mine])[:, 0]
+    block = x.new_empty(hi - lo, top_k, down.shape[1])
+    block[tokens - lo, slots] = axis.all_to_all(out, recv, send)
+    return _gather_blocks(block, ids.shape[0], axis)
+
+
+def local_experts(op, x, ids, weights, up, down, *, axis):
+    """rank_order: this rank's experts on every pair that chose them; zeros elsewhere."""
+    per_rank = up.shape[0] // axis.size
+    first = axis.rank * per_rank
+    rows, slots = (ids // per_rank == axis.rank).nonzero(as_tuple=True)
+    out = x.new_zeros(ids.shape + (down.shape[1],))
+    if rows.numel():
+        mine = slice(first, first + per_rank)
+        out[rows, slots] = op(x[rows], ids[rows, slots][:, None] - first, weights[rows, slots][:, None],
+                              up[mine], down[mine])[:, 0]
+    return out
+
+
+def rank_order_combine(op, slot_outputs, ids, weights, shared_out, *, axis):
+    """rank_order: the rank's slots combined by `op` (a moe_combine implementation) into a
+    partial in the activation dtype, partials summed by all_reduce, then + the shared expert."""
+    partial = op(slot_outputs, ids, weights, torch.zeros_like(shared_out))
+    return axis.all_reduce(partial) + shared_out

@@ -1,0 +1,75 @@
+"""Starting a layout's processes on one machine: torch.multiprocessing in tests and gates
+(`run_processes`), torchrun in deployments (`init_from_env`); gloo on CPU, NCCL on GPU, the
+rendezvous on a free loopback TCP port and gloo bound to the loopback interface.
+
+Children are forked where the platform allows, not spawned: spawn re-imports torch in every
+child (measured here: 4 children took ~10 s on 2 cores, fork 0.1 s). A forked worker sets
+its own thread count before any arithmetic, so no thread pool state of the parent is used.
+
+  torchrun --nproc-per-node 4 my_script.py   # my_script calls init_from_env(), then build_groups
+"""
+import datetime
+import os
+import socket
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+TIMEOUT = datetime.timedelta(seconds=300)
+"""A collective that waits longer than this fails instead of hanging the caller."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _loopback_only() -> None:
+    """gloo opens its connections on the interface it is given: keep them on loopback."""
+    if "lo" in {name for _, name in socket.if_nameindex()}:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+
+def init_process(rank: int, world_size: int, port: int, backend: str = "gloo") -> None:
+    """Join the default process group of `world_size` ranks rendezvousing on 127.0.0.1:port."""
+    if backend == "gloo":
+        _loopback_only()
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=TIMEOUT)
+
+
+def init_from_env(backend: str | None = None) -> int:
+    """Join the group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT); returns the rank."""
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "gloo":
+        _loopback_only()
+    dist.init_process_group(backend, timeout=TIMEOUT)
+    return dist.get_rank()
+
+
+def _worker(rank, world_size, port, backend, threads, fn, args, out):
+    torch.set_num_threads(threads)
+    init_process(rank, world_size, port, backend)
+    try:
+        result = fn(rank, *args)
+        if rank == 0:
+            torch.save(result, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_processes(fn, world_size: int, *args, threads: int = 1, backend: str = "gloo",
+                  start_method: str | None = None):
+    """Run fn(rank, *args) in `world_size` processes joined in one process group; returns
+    rank 0's result (fn must be importable by name). A failing rank fails the call."""
+    method = start_method or ("fork" if sys.platform == "linux" else "spawn")
+    with tempfile.TemporaryDirectory(prefix="layout-") as folder:
+        out = os.path.join(folder, "rank0.pt")
+        mp.start_processes(_worker, args=(world_size, free_port(), backend, threads, fn, args, out),
+                           nprocs=world_size, start_method=method)
+        return torch.load(out, weights_only=False)

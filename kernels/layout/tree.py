@@ -1,0 +1,28 @@
+"""The fixed reduction tree and the leaves it adds.
+
+A dim of `size` elements is cut into `num_leaves` equal contiguous leaves whatever the
+degree; rank r of d owns leaves [r * L/d, (r+1) * L/d). The tree is pairwise by leaf index,
+level by level: ((p0 + p1) + (p2 + p3)) for four. With L and d powers of two, a rank's
+leaves form whole subtrees, so each rank adds its own leaves first and the ranks' roots,
+gathered in rank order, meet in the same tree: every degree computes the same additions.
+"""
+
+
+def tree_sum(parts: list):
+    """Pairwise by index, level by level; an odd last part moves up a level unchanged."""
+    if not parts:
+        raise ValueError("tree_sum: nothing to add")
+    while len(parts) > 1:
+        paired = [parts[i] + parts[i + 1] for i in range(0, len(parts) - 1, 2)]
+        parts = paired + ([parts[-1]] if len(parts) % 2 else [])
+    return parts[0]
+
+
+def owned_leaves(size: int, num_leaves: int, rank: int, num_ranks: int, what: str) -> list:
+    """[(lo, hi)] of the leaves `rank` owns out of `num_leaves` equal leaves of `size`."""
+    if size % num_leaves:
+        raise ValueError(f"{what}: {size} elements do not cut into {num_leaves} equal leaves")
+    if num_leaves % num_ranks:
+        raise ValueError(f"{what}: {num_leaves} leaves do not split over {num_ranks} ranks")
+    width, per_rank = size // num_leaves, num_leaves // num_ranks
+    return [(i * width, (i + 1) * width) for i in range(rank * per_rank, (rank + 1) * per_rank)]
