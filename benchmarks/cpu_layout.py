@@ -13,14 +13,14 @@ environment go to benchmarks/results/cpu_layout-<stamp>.json.
   python benchmarks/cpu_layout.py [--repeats 11] [--tp 2,4]
 """
 import argparse
-import json
 import statistics
 import subprocess
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from raw_output import write_raw  # benchmarks/ is sys.path[0] when run as a script
 
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
@@ -94,11 +94,7 @@ def main() -> None:
             print(f"{label:<28}{m[2:]:>5}{tp_text[3:]:>4}{med['tree']:>9.1f}us{med['all_reduce']:>9.1f}us"
                   f"{med['tree'] / med['all_reduce']:>7.2f}{med['tree_comm']:>9.1f}us{med['all_reduce_comm']:>8.1f}us"
                   f"{med['tree_comm'] / med['all_reduce_comm']:>7.2f}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"cpu_layout-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(results, indent=1))
-    print("raw samples:", path)
+    write_raw(results, args.out, "cpu_layout")
 
 
 if __name__ == "__main__":

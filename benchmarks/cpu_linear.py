@@ -15,10 +15,11 @@ import json
 import statistics
 import subprocess
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from raw_output import write_raw  # benchmarks/ is sys.path[0] when run as a script
 
 from kernels.contract.identity import deployment_fingerprint
 from kernels.ops import linear
@@ -76,11 +77,7 @@ def main() -> None:
             print(f"{label:<28}{m:>5}" + "".join(f"{med[v]:>10.1f}us" for v in VARIANTS)
                   + f"{med['padded'] / med['plain']:>14.2f}{med['row_tile'] / med['plain']:>12.2f}")
     print("batch invariant:", json.dumps(results["invariant"], indent=1))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"cpu_linear-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(results, indent=1))
-    print("raw samples:", path)
+    write_raw(results, args.out, "cpu_linear")
 
 
 if __name__ == "__main__":

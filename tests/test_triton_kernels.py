@@ -52,14 +52,16 @@ def _import_kernel(name):
 
 
 def _fixed_order_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-    """[M, K] @ [K, N] + d in d's dtype, every element summed over k in order."""
+    """d + [M, K] @ [K, N] in d's dtype, every product added to the accumulator in k order,
+    as the GPU's MMA steps add k-chunks into the running accumulator (so a K loop's BLOCK_K
+    does not regroup the sum: linear_cuda's table changes BLOCK_K with M)."""
     from triton.runtime.interpreter import TensorHandle
     acc_dtype = d.data.dtype
     a_data, b_data = a.data.astype(acc_dtype), b.data.astype(acc_dtype)
-    out = np.zeros(d.data.shape, dtype=acc_dtype)
+    out = d.data.copy()
     for k in range(a_data.shape[-1]):
         out += a_data[:, k, None] * b_data[None, k, :]
-    return TensorHandle(out + d.data, d.dtype.scalar)
+    return TensorHandle(out, d.dtype.scalar)
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +76,39 @@ def attention():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(InterpreterBuilder, "create_dot", _fixed_order_dot)
         yield module
+
+
+@pytest.fixture(scope="module")
+def linear_cuda():
+    module = _import_kernel("linear_cuda")
+    from triton.runtime.interpreter import InterpreterBuilder
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(InterpreterBuilder, "create_dot", _fixed_order_dot)
+        yield module
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16))  # bf16 is broken in the interpreter
+def check_gemm_rows_do_not_follow_m_or_the_tile_table(linear_cuda, dtype, fresh_seed):
+    """linear.consistent's CUDA entry: row i of every M (the launch table moves the tile with
+    M: 16/64/128/256 rows, BLOCK_K 128 or 64; fp32 its own tiles) equals row i of M = 300;
+    leading dims flatten into rows; a K that is not a multiple of any tile is masked."""
+    gen = torch.Generator().manual_seed(fresh_seed)
+    x = torch.randn(300, 200, generator=gen).to(dtype)
+    w = (torch.randn(48, 200, generator=gen) / 8).to(dtype)
+    largest = linear_cuda.forward(x, w)
+    assert len({linear_cuda._launch(m, dtype) for m in (1, 5, 16, 40, 100, 257, 300)}) > 1  # tiles did move
+    for m in (1, 5, 16, 40, 100, 257):
+        assert_bitwise_equal(linear_cuda.forward(x[:m], w), largest[:m], f"M={m} {dtype} seed={fresh_seed}")
+    shaped = linear_cuda.forward(x[:40].reshape(2, 20, 200), w)
+    assert_bitwise_equal(shaped.reshape(40, 48), largest[:40], f"leading dims {dtype} seed={fresh_seed}")
+    error = (largest.double() - x.double() @ w.double().T).abs().max()
+    assert error <= (1e-4 if dtype == torch.float32 else 2e-2), f"error {error} vs float64, seed={fresh_seed}"
+    with pytest.raises(ValueError, match="x is"):
+        linear_cuda.forward(x, w.to(torch.float64))
+    # negative control: a K split whose count follows M (2 slices for small M) moves the bits
+    split = linear_cuda.linear_triton.consistent(x[:64].contiguous(), w, config=(16, 64, 4, 4), num_splits=2,
+                                                 block_k=32)
+    assert first_bit_difference(split, largest[:64]) is not None, f"split-K control did not differ, seed={fresh_seed}"
 
 
 LENGTHS = (1, 200, 1000, 3000, 9000)  # one per BLOCK_TABLE entry, with ragged tails
