@@ -27,6 +27,7 @@ class PagedKVCache:
         self.num_blocks = num_blocks
         self._free = list(range(num_blocks))
         self.block_tables: dict[int, list[int]] = {}
+        self._slot_indices: dict[int, torch.Tensor] = {}
 
     def blocks_needed(self, num_tokens: int) -> int:
         return math.ceil(num_tokens / self.block_size)
@@ -47,6 +48,7 @@ class PagedKVCache:
 
     def release(self, seq_id: int) -> None:
         blocks = self.block_tables.pop(seq_id, [])
+        self._slot_indices.pop(seq_id, None)
         self.keys[:, blocks] = float("nan")
         self.values[:, blocks] = float("nan")
         self._free.extend(blocks)
@@ -59,6 +61,20 @@ class PagedKVCache:
     def kv(self, layer: int) -> "PagedLayerKV":
         return PagedLayerKV(self, layer)
 
+    def slot_indices(self, seq_id: int) -> torch.Tensor:
+        """[len(table) * block_size] flat pool slot of every position of the sequence, on the
+        pools' device: slot(p) = table[p // block_size] * block_size + p % block_size. Built
+        when the sequence's table changes, not per layer and call (a host-to-device copy of
+        the table per call dominated a GPU decode step)."""
+        table = self.block_tables[seq_id]
+        cached = self._slot_indices.get(seq_id)
+        if cached is None or cached.shape[0] != len(table) * self.block_size:
+            device = self.keys.device
+            blocks = torch.tensor(table, dtype=torch.long, device=device)
+            cached = (blocks[:, None] * self.block_size + torch.arange(self.block_size, device=device)).flatten()
+            self._slot_indices[seq_id] = cached
+        return cached
+
 
 class PagedLayerKV:
     """One layer's view of the paged cache, addressed by (sequence, position)."""
@@ -66,22 +82,20 @@ class PagedLayerKV:
     def __init__(self, cache: PagedKVCache, layer: int):
         self.cache, self.layer = cache, layer
 
-    def _slots(self, seq_id: int, lo: int, hi: int):
-        device = self.cache.keys.device
-        positions = torch.arange(lo, hi, device=device)
-        table = torch.tensor(self.cache.block_tables[seq_id], dtype=torch.long, device=device)
-        return table[positions // self.cache.block_size], positions % self.cache.block_size
+    def _pool(self, pools):
+        """This layer's pool as [num_blocks * block_size, Hkv, D] (a view: writes land in it)."""
+        return pools[self.layer].view(-1, *pools.shape[-2:])
 
     def write(self, segment, k, v) -> None:
-        blocks, offsets = self._slots(segment.seq_id, segment.start, segment.start + segment.length)
-        self.cache.keys[self.layer, blocks, offsets] = kv_encode(k, self.cache.kv_format)
-        self.cache.values[self.layer, blocks, offsets] = kv_encode(v, self.cache.kv_format)
+        slots = self.cache.slot_indices(segment.seq_id)[segment.start:segment.start + segment.length]
+        self._pool(self.cache.keys)[slots] = kv_encode(k, self.cache.kv_format)
+        self._pool(self.cache.values)[slots] = kv_encode(v, self.cache.kv_format)
 
     def read(self, segment):
         """K, V [start + length, Hkv, D] gathered from the sequence's blocks (exact copies)."""
-        blocks, offsets = self._slots(segment.seq_id, 0, segment.start + segment.length)
-        return (kv_decode(self.cache.keys[self.layer, blocks, offsets], self.cache.dtype),
-                kv_decode(self.cache.values[self.layer, blocks, offsets], self.cache.dtype))
+        slots = self.cache.slot_indices(segment.seq_id)[:segment.start + segment.length]
+        return (kv_decode(self._pool(self.cache.keys)[slots], self.cache.dtype),
+                kv_decode(self._pool(self.cache.values)[slots], self.cache.dtype))
 
 
 class EngineCache:
