@@ -31,7 +31,6 @@ def target() -> str:
     return _selected
 
 
-def place(*tensors):
-    """The tensors on the selected device (one tensor in, one out)."""
-    moved = tuple(t.to(_selected) for t in tensors)
-    return moved[0] if len(moved) == 1 else moved
+def place(tensor):
+    """The tensor on the selected device."""
+    return tensor.to(_selected)

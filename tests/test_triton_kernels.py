@@ -69,22 +69,23 @@ def reduction():
     return _import_kernel("reduction_triton")
 
 
-@pytest.fixture(scope="module")
-def attention():
-    module = _import_kernel("attention_triton")
+def _with_fixed_order_dot(name):
+    """The kernel module, with the interpreter's tl.dot replaced by _fixed_order_dot meanwhile."""
+    module = _import_kernel(name)
     from triton.runtime.interpreter import InterpreterBuilder
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(InterpreterBuilder, "create_dot", _fixed_order_dot)
         yield module
+
+
+@pytest.fixture(scope="module")
+def attention():
+    yield from _with_fixed_order_dot("attention_triton")
 
 
 @pytest.fixture(scope="module")
 def linear_cuda():
-    module = _import_kernel("linear_cuda")
-    from triton.runtime.interpreter import InterpreterBuilder
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(InterpreterBuilder, "create_dot", _fixed_order_dot)
-        yield module
+    yield from _with_fixed_order_dot("linear_cuda")
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16))  # bf16 is broken in the interpreter

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import gates
+from gates.device import DEVICES
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
 
 GATES_DIR = Path(gates.__file__).resolve().parent
-DEVICES = ("cpu", "cuda")
 
 
 def discover() -> dict:

@@ -37,11 +37,10 @@ class Trainer:
 
     def score(self, sequences, *, micro_batch_size=None, layout=None):
         """Per-token log-probs of each sequence's completion (no gradient)."""
-        if self.parallel is not None:
-            with torch.no_grad():
+        with torch.no_grad():
+            if self.parallel is not None:
                 return data_parallel.score(self, sequences, micro_batch_size or self.micro_batch_size,
                                            layout or self.layout)
-        with torch.no_grad():
             return sequence_logprobs(self.model, self.dispatch, sequences, "trainer_fwd",
                                      micro_batch_size=micro_batch_size or self.micro_batch_size,
                                      layout=layout or self.layout)
