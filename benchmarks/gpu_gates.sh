@@ -5,10 +5,7 @@
 #
 #   bash benchmarks/gpu_gates.sh OUT_DIR [GATES]      (GATES default: all, e.g. C1,C2,C7)
 #
-# The device tool's copy of .git can be stale (C00 then counts this session's committed files
-# as modified): make a bundle here first, `git bundle create .gitbundle/repo.bundle main --tags`
-# (.gitbundle/ is git-ignored; name it in the call's carry), and this script moves the copy's
-# HEAD and index to it, leaving the working tree as it came.
+# Carry .gitbundle (benchmarks/device_git_sync.sh says why and how to make it).
 #
 # The four harness calls run side by side (separate processes sharing the GPU: C10, the only
 # timed gate, is n/a on CUDA), each with its own time limit, so a slow one costs only its result.
@@ -24,10 +21,7 @@ run() {  # run NAME SECONDS ARGS...: one harness call, its output in NAME.log, i
     timeout "$limit" bash -c "$(declare -f harness); harness $*" >"$work/$name.log" 2>&1
     echo $? >"$work/$name.exit"
 }
-if [ -f .gitbundle/repo.bundle ]; then
-    git fetch -q .gitbundle/repo.bundle main && git reset -q FETCH_HEAD &&
-        git fetch -q -f .gitbundle/repo.bundle 'refs/tags/*:refs/tags/*' || echo "git sync from the bundle failed"
-fi
+source benchmarks/device_git_sync.sh
 gates=${only:+--only $only}
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$work/summary.txt"
 limit=${BITWISE_GATES_LIMIT_S:-480}

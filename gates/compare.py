@@ -69,3 +69,12 @@ def assert_bitwise_equal(left, right, what: str = "tensors") -> None:
     difference = first_bit_difference(left, right)
     if difference is not None:
         raise AssertionError(f"{what}: {difference}")
+
+
+def bit_figures(left: list, right: list, labels: list) -> dict:
+    """Two lists of tensors compared pairwise: elements compared, how many differ, and the
+    first difference with its label (what a gate records for a bit condition)."""
+    differences = [first_bit_difference(a, b) for a, b in zip(left, right)]
+    first = next((f"{label}: {d}" for label, d in zip(labels, differences) if d is not None), None)
+    return {"num_compared": sum(t.numel() for t in left),
+            "num_differing": sum(d.num_differing for d in differences if d), "first_difference": first}

@@ -27,6 +27,9 @@ def pytest_addoption(parser):
     group.addoption("--gate-out", default=None, help="run directory for C<NN>.json")
     group.addoption("--device", default="cpu", choices=device.DEVICES,
                     help="where the code under test runs (references stay on the CPU)")
+    group.addoption("--size", default="cut",
+                    help="model size C06 runs its layouts at (cut; wide-cut or full on GPUs); "
+                         "the other gates run the cut")
 
 
 def pytest_configure(config):
@@ -37,8 +40,8 @@ class GateRecord:
     """The conditions one gate test checked: `check` records each with its figures, `verdict`
     fails the test if any did not hold (every condition is recorded before that)."""
 
-    def __init__(self, gate: str, model: str, contract: str):
-        self.gate, self.model, self.contract = gate, model, contract
+    def __init__(self, gate: str, model: str, contract: str, size: str = "cut"):
+        self.gate, self.model, self.contract, self.size = gate, model, contract, size
         self.conditions, self.inputs, self.not_applicable = [], {}, None
         self.judged = False
 
@@ -65,7 +68,8 @@ class GateRecord:
 def gate(request):
     match = re.match(r"test_c(\d\d)_", Path(request.node.fspath).name)
     name = f"C{match.group(1)}" if match else "C??"
-    record = GateRecord(name, request.config.getoption("--model"), request.config.getoption("--contract"))
+    record = GateRecord(name, request.config.getoption("--model"), request.config.getoption("--contract"),
+                        request.config.getoption("--size"))
     _RECORDS.setdefault(name, []).append(record)
     yield record
     if not record.judged and record.not_applicable is None:

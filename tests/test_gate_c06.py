@@ -15,6 +15,7 @@ from kernels.contract.contract import CONTRACT_DIR
 TP_PAIRS = ("engine TP2 EP1 DP1 vs trainer TP1 EP1 DP1: per-token log-probs bitwise equal",
             "engine TP2 EP1 DP1 vs trainer TP4 EP1 DP1: per-token log-probs bitwise equal")
 EXPERT_PAIRS = ("engine TP1 EP2 DP1 vs trainer TP1 EP4 DP1: per-token log-probs bitwise equal",
+                "engine TP1 EP2 DP1 vs trainer TP1 EP1 DP1: per-token log-probs bitwise equal",
                 "engine TP2 EP1 DP1 vs trainer TP2 EP2 DP1: per-token log-probs bitwise equal")
 DP_SCORES = "trainer TP1 EP1 DP2 vs trainer TP1 EP1 DP1: per-token log-probs bitwise equal"
 DP_GRADIENTS = "trainer TP1 EP1 DP2 vs trainer TP1 EP1 DP1: one GRPO update's reduced gradients bitwise equal"
@@ -35,11 +36,11 @@ def test_consistent_contract_passes(tmp_path, model):
     code, result = _c06(tmp_path, model)
     statuses = _statuses(result)
     assert code == EXIT_OK and result["status"] == "pass", statuses
-    assert [statuses[name] for name in EXPERT_PAIRS] == ["n/a" if model == "qwen3" else "pass"] * 2
+    assert [statuses[name] for name in EXPERT_PAIRS] == ["n/a" if model == "qwen3" else "pass"] * 3
     assert {name for name, status in statuses.items() if status != "pass"} <= set(EXPERT_PAIRS)
     pairs = [c for c in result["conditions"] if c["name"] in (*TP_PAIRS, *EXPERT_PAIRS, DP_SCORES, DP_GRADIENTS)]
     assert all(c["num_compared"] > 0 for c in pairs if c["status"] == "pass")
-    assert len([c for c in pairs if c["status"] == "pass"]) == (4 if model == "qwen3" else 6)
+    assert len([c for c in pairs if c["status"] == "pass"]) == (4 if model == "qwen3" else 7)
     assert result["inputs"][0]["world_size"] == 4
 
 
@@ -58,3 +59,21 @@ def test_fast_contract_fails(tmp_path):
     code, result = _c06(tmp_path, "qwen3", "fast")
     failed = {name for name, status in _statuses(result).items() if status == "fail"}
     assert code == EXIT_DIFFERENT and {*TP_PAIRS, DP_GRADIENTS} <= failed
+
+
+def test_pairs_beyond_the_ranks_here_are_n_a_with_the_count(monkeypatch):
+    """As on a 2-GPU machine: the pairs that fit in 2 ranks run and pass, the others (and the
+    claimed TP4) are n/a naming the count, never passed."""
+    from gates import test_c06_layout as c06
+    from gates.conftest import GateRecord
+
+    monkeypatch.setattr(c06, "CPU_RANKS", 2)
+    record = GateRecord("C06", "nemotron", "consistent")
+    c06.test_layouts_give_identical_bits(record)
+    statuses = _statuses({"conditions": record.conditions})
+    two_rank = {TP_PAIRS[0], EXPERT_PAIRS[1], DP_SCORES, DP_GRADIENTS}
+    assert {name for name in two_rank if statuses[name] == "pass"} == two_rank
+    beyond = [c for c in record.conditions if c["name"] in (TP_PAIRS[1], EXPERT_PAIRS[0], EXPERT_PAIRS[2])]
+    assert [c["status"] for c in beyond] == ["n/a"] * 3 and all("needs 4 ranks" in c["reason"] for c in beyond)
+    assert statuses["claimed TP sizes [4] run"] == "n/a"
+    assert record.inputs["world_size"] == 2

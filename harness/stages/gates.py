@@ -64,7 +64,8 @@ def check_device(device: str) -> None:
             raise ValueError(f"device cuda: Triton is not importable ({error})") from error
 
 
-def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation=None, device="cpu") -> dict:
+def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation=None, device="cpu",
+              size="cut") -> dict:
     """Run each gate in turn; {gate: status} read back from the JSON it wrote. With an
     Isolation (harness/pristine.py) the gates judge another tree from a pristine copy."""
     statuses = {}
@@ -75,7 +76,7 @@ def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation
         where = ["--rootdir", str(GATES_DIR.parent)] if isolation is None else isolation.pytest_args()
         subprocess.run([sys.executable, "-m", "pytest", str(path if isolation is None else isolation.gate_path(path)),
                         "-q", "-p", "no:cacheprovider", *where, "--model", model, "--contract", contract,
-                        "--gate-out", str(out), "--device", device],
+                        "--gate-out", str(out), "--device", device, "--size", size],
                        cwd=GATES_DIR.parent if isolation is None else isolation.apparatus,
                        env=None if isolation is None else isolation.env(), capture_output=True, text=True)
         result = out / f"{name}.json"
@@ -101,18 +102,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--only", help="comma-separated gates, e.g. C3,C7")
     parser.add_argument("--contract", default="consistent", help="fast, consistent, or a YAML path")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--size", default="cut", help="model size C06 runs at (cut; wide-cut or full on GPUs)")
     parser.add_argument("--out", help="run directory (default runs/gates-<time>)")
     parser.add_argument("--list", action="store_true", help="print each gate's pass condition")
 
 
-def validate(model: str, contract: str, device: str) -> None:
-    """ValueError naming what is wrong with the model, contract or device asked for."""
+def validate(model: str, contract: str, device: str, size: str = "cut") -> None:
+    """ValueError naming what is wrong with the model, size, contract or device asked for."""
     from gates.faults import register_all
     from kernels.contract import load_contract
     from kernels.models.registry import config_name
 
     register_all()  # so a contract naming a planted fault validates here as in the gate process
     config_name(model, "cut")
+    config_name(model, size)
     load_contract(contract)
     check_device(device)
 
@@ -124,8 +127,9 @@ def run(args) -> int:
             title, condition = describe(path)
             print(f"{name}  {title}\n      {condition}")
         return EXIT_OK
-    validate(args.model, args.contract, args.device)
+    validate(args.model, args.contract, args.device, args.size)
     out = Path(args.out or f"runs/gates-{time.strftime('%Y%m%dT%H%M%S')}")
-    statuses = run_gates(selected, model=args.model, contract=args.contract, out=out, device=args.device)
+    statuses = run_gates(selected, model=args.model, contract=args.contract, out=out, device=args.device,
+                         size=args.size)
     print(format_table(statuses, out))
     return EXIT_DIFFERENT if "fail" in statuses.values() else EXIT_OK

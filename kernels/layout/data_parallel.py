@@ -3,9 +3,11 @@ from the replicas meet.
 
 fixed_tree: the micro-batches are the single-replica ones (consecutive runs of
 micro_batch_size sequences); replica d takes a contiguous block of them. Each micro-batch's
-gradient is a leaf (its share of the loss, backward alone); the leaves are all-gathered and
-added in one pairwise tree by micro-batch index in fp32, rounded once to the parameter dtype,
-so any DP degree sums the same leaves in the same order. Per-token log-probs do not depend on
+gradient is a leaf (its share of the loss, backward alone); the leaves are all-gathered one
+parameter at a time (tensors on the transport's device, so a full-width model never goes
+through pickling or host memory) and added in one pairwise tree by micro-batch index in
+fp32, rounded once to the parameter dtype, so any DP degree sums the same leaves in the same
+order. Per-token log-probs do not depend on
 which replica computed a micro-batch (the same arithmetic on the same rows).
 rank_order: sequences dealt round robin (as a distributed sampler does), micro-batched per
 replica, each replica's gradient accumulated by autograd and all-reduced (the transport's order).
@@ -28,12 +30,13 @@ def replica_shares(num_sequences: int, micro_batch_size: int, dp: int, dp_reduce
     return [list(enumerate(batches))[bounds[d]:bounds[d + 1]] for d in range(dp)]
 
 
-def _in_order(gathered, num_sequences: int) -> list:
-    """[(sequence index, value)] lists from every replica -> values in sequence order."""
+def _in_order(gathered, num_sequences: int, device) -> list:
+    """[(sequence index, log-probs)] lists from every replica (host copies) -> log-probs in
+    sequence order, back on this rank's device."""
     result = [None] * num_sequences
     for pairs in gathered:
         for index, value in pairs:
-            result[index] = value
+            result[index] = value.to(device)
     return result
 
 
@@ -46,7 +49,7 @@ def score(trainer, sequences, micro_batch_size: int, layout: str) -> list:
         logprobs = sequence_logprobs(trainer.model, trainer.dispatch, [sequences[i] for i in indices],
                                      "trainer_fwd", micro_batch_size=micro_batch_size, layout=layout)
         pairs.extend(zip(indices, logprobs))
-    return _in_order(groups.dp.gather_objects(pairs), len(sequences))
+    return _in_order(groups.dp.gather_objects(pairs), len(sequences), groups.device)
 
 
 def _leaf(trainer, sequences, advantages, old_logprobs, indices):
@@ -58,9 +61,18 @@ def _leaf(trainer, sequences, advantages, old_logprobs, indices):
     loss.backward()
     grads = {}
     for name, param in trainer.model.named_parameters():
-        grads[name] = torch.zeros(param.shape) if param.grad is None else param.grad.float()
+        grads[name] = torch.zeros(param.shape, device=param.device) if param.grad is None else param.grad.float()
         param.grad = None
     return [lp.detach() for lp in logprobs], loss.detach(), grads
+
+
+def _leaves_in_order(axis, mine: list, counts: list, like):
+    """Every replica's leaves of one tensor in micro-batch order: the replicas' blocks are
+    contiguous and in rank order, so the rank-order gather is the micro-batch order (each
+    replica pads its stack to the longest with zeros, which are then dropped)."""
+    longest = max(counts)
+    padded = torch.stack(mine + [torch.zeros_like(like)] * (longest - len(mine)))
+    return [leaf for part, count in zip(axis.gather(padded), counts) for leaf in part[:count]]
 
 
 def train_step(trainer, sequences, advantages, old_logprobs) -> dict:
@@ -76,17 +88,23 @@ def train_step(trainer, sequences, advantages, old_logprobs) -> dict:
              for batch, indices in share[groups.dp.rank] if indices]
     params = dict(trainer.model.named_parameters())
     if dp_reduce == "fixed_tree":
-        leaves = sorted((leaf for part in groups.dp.gather_objects(local) for leaf in part), key=lambda leaf: leaf[0])
-        gradients = {name: tree_sum([leaf[4][name] for leaf in leaves]).to(p.dtype) for name, p in params.items()}
-        loss = tree_sum([leaf[3] for leaf in leaves])
-        scored = [(leaf[1], leaf[2]) for leaf in leaves]
+        counts = [len([indices for _, indices in part if indices]) for part in share]
+        gradients = {}
+        for name, p in params.items():
+            like = torch.zeros(p.shape, device=p.device)
+            gradients[name] = tree_sum(_leaves_in_order(groups.dp, [leaf[4][name] for leaf in local], counts,
+                                                        like)).to(p.dtype)
+            for leaf in local:
+                del leaf[4][name]  # one parameter's leaves at a time: a full-width model fits
+        loss = tree_sum(_leaves_in_order(groups.dp, [leaf[3] for leaf in local], counts,
+                                         torch.zeros((), device=groups.device)))
     else:
-        grads = local[0][4] if local else {name: torch.zeros(p.shape) for name, p in params.items()}
+        grads = local[0][4] if local else {name: torch.zeros(p.shape, device=p.device) for name, p in params.items()}
         gradients = {name: groups.dp.all_reduce(grads[name].to(p.dtype)) for name, p in params.items()}
-        loss = groups.dp.all_reduce((local[0][3] if local else torch.zeros(())).reshape(1))
-        scored = [pair for part in groups.dp.gather_objects([(leaf[1], leaf[2]) for leaf in local]) for pair in part]
+        loss = groups.dp.all_reduce((local[0][3] if local else torch.zeros((), device=groups.device)).reshape(1))
+    scored = [pair for part in groups.dp.gather_objects([(leaf[1], leaf[2]) for leaf in local]) for pair in part]
     for name, param in params.items():
         param.grad = gradients[name]
     trainer.optimizer.step()
-    logprobs = _in_order([list(zip(indices, lps)) for indices, lps in scored], len(sequences))
+    logprobs = _in_order([list(zip(indices, lps)) for indices, lps in scored], len(sequences), groups.device)
     return {"loss": float(loss), "logprobs": logprobs, "gradients": gradients}

@@ -34,8 +34,8 @@ def routed_experts(op, x, ids, weights, up, down, *, axis):
     axis, tokens dispatched and returned by all-to-all."""
     per_rank, top_k = up.shape[0] // axis.size, ids.shape[1]
     lo, hi = _token_block(ids.shape[0], axis.rank, axis.size)
-    tokens = torch.arange(lo, hi).repeat_interleave(top_k)  # routing order: token, then slot
-    slots = torch.arange(top_k).repeat(hi - lo)
+    tokens = torch.arange(lo, hi, device=ids.device).repeat_interleave(top_k)  # routing order: token, then slot
+    slots = torch.arange(top_k, device=ids.device).repeat(hi - lo)
     order = torch.sort(ids[tokens, slots] // per_rank, stable=True).indices  # by destination
     tokens, slots = tokens[order], slots[order]
     experts = ids[tokens, slots]

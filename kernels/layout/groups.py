@@ -2,6 +2,9 @@
 the layouts use (all-gather, all-reduce, all-to-all, object gather; counted, so a gate can
 show the communication happened), and the comm fingerprint both sides report.
 
+Collectives run on the transport's device (the CPU on gloo, this rank's GPU on NCCL); objects
+cross as host copies, so a receiver never holds a tensor on another rank's GPU.
+
 Layouts of several sizes can share one world: `build_groups(layout)` places a layout on
 ranks [0, layout.world_size) and returns None on the others. new_group is collective, so
 every rank of the world calls build_groups for every layout, in the same order.
@@ -20,9 +23,11 @@ class Axis:
     """One parallel dimension (tp, ep or dp) as this rank sees it; a one-rank axis moves
     nothing (and keeps autograd's graph, as no collective runs)."""
 
-    def __init__(self, name: str, ranks: list, rank: int, calls: Counter, group=None):
+    def __init__(self, name: str, ranks: list, rank: int, calls: Counter, group=None, device="cpu"):
         self.name, self.ranks, self.calls, self.group = name, ranks, calls, group
         self.size, self.rank = len(ranks), ranks.index(rank)
+        self.device = torch.device(device)
+        """Where this transport's tensors live (the counts of an all-to-all too)."""
 
     def _count(self, kind: str) -> None:
         self.calls[f"{self.name}.{kind}"] += 1
@@ -49,8 +54,9 @@ class Axis:
         """How many rows each rank will receive from each other rank (all-to-all of counts)."""
         if self.size == 1:
             return list(send_counts)
-        recv = torch.empty(self.size, dtype=torch.int64)
-        dist.all_to_all_single(recv, torch.tensor(send_counts, dtype=torch.int64), group=self.group)
+        recv = torch.empty(self.size, dtype=torch.int64, device=self.device)
+        dist.all_to_all_single(recv, torch.tensor(send_counts, dtype=torch.int64, device=self.device),
+                               group=self.group)
         return recv.tolist()
 
     def all_to_all(self, tensor, send_counts: list, recv_counts: list):
@@ -65,13 +71,24 @@ class Axis:
         return out
 
     def gather_objects(self, obj) -> list:
-        """Every rank's picklable `obj`, in rank order."""
+        """Every rank's picklable `obj`, in rank order, its tensors as host copies."""
         if self.size == 1:
             return [obj]
         self._count("all_gather_object")
         out = [None] * self.size
-        dist.all_gather_object(out, obj, group=self.group)
+        dist.all_gather_object(out, host_copy(obj), group=self.group)
         return out
+
+
+def host_copy(obj):
+    """`obj` with every tensor inside its lists, tuples and dicts copied to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(host_copy(item) for item in obj)
+    if isinstance(obj, dict):
+        return {key: host_copy(value) for key, value in obj.items()}
+    return obj
 
 
 @dataclass
@@ -90,6 +107,8 @@ class LayoutGroups:
     """Data-parallel axis."""
     comm: dict
     """{"comm_backend", "comm_transport"}: part of the deployment identity."""
+    device: torch.device
+    """Where this rank computes and communicates."""
     calls: Counter = field(default_factory=Counter)
     """Collectives run, by "<axis>.<kind>" (shared with the axes)."""
 
@@ -111,15 +130,17 @@ def build_groups(layout: Layout):
     world, me = dist.get_world_size(), dist.get_rank()
     if layout.world_size > world:
         raise ValueError(f"layout {layout}: needs {layout.world_size} ranks, the world has {world}")
+    backend = dist.get_backend()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     calls, axes = Counter(), {}
     for name, rank_lists in _axis_groups(layout).items():
         for ranks in rank_lists:
             group = dist.new_group(ranks) if len(ranks) > 1 else None
             if me in ranks:
-                axes[name] = Axis(name, ranks, me, calls, group)
+                axes[name] = Axis(name, ranks, me, calls, group, device)
     if me >= layout.world_size:
         return None
-    return LayoutGroups(layout, me, axes["tp"], axes["ep"], axes["dp"], comm_fingerprint_of(dist.get_backend()), calls)
+    return LayoutGroups(layout, me, axes["tp"], axes["ep"], axes["dp"], comm_fingerprint_of(backend), device, calls)
 
 
 def _transport(backend: str) -> str:

@@ -2,9 +2,11 @@
 (`run_processes`), torchrun in deployments (`init_from_env`); gloo on CPU, NCCL on GPU, the
 rendezvous on a free loopback TCP port and gloo bound to the loopback interface.
 
-Children are forked where the platform allows, not spawned: spawn re-imports torch in every
-child (measured here: 4 children took ~10 s on 2 cores, fork 0.1 s). A forked worker sets
-its own thread count before any arithmetic, so no thread pool state of the parent is used.
+On gloo, children are forked where the platform allows, not spawned: spawn re-imports torch
+in every child (measured here: 4 children took ~10 s on 2 cores, fork 0.1 s). A forked worker
+sets its own thread count before any arithmetic, so no thread pool state of the parent is
+used. On NCCL they are spawned (CUDA cannot be used in a child forked after the parent
+touched it) and rank r takes GPU r, made current before the group starts.
 
   torchrun --nproc-per-node 4 my_script.py   # my_script calls init_from_env(), then build_groups
 """
@@ -48,12 +50,28 @@ def init_from_env(backend: str | None = None) -> int:
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "gloo":
         _loopback_only()
+    else:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend, timeout=TIMEOUT)
     return dist.get_rank()
 
 
+def rank_device(rank: int, backend: str) -> torch.device:
+    """Where a rank computes: GPU `rank` on NCCL, the CPU on gloo."""
+    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+
+
+def check_gpus(world_size: int) -> None:
+    """ValueError when NCCL would need more GPUs than this machine has (one per rank)."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < world_size:
+        raise ValueError(f"nccl: {world_size} ranks need {world_size} GPUs, this machine has {count}")
+
+
 def _worker(rank, world_size, port, backend, threads, fn, args, out):
     torch.set_num_threads(threads)
+    if backend == "nccl":
+        torch.cuda.set_device(rank_device(rank, backend))
     init_process(rank, world_size, port, backend)
     try:
         result = fn(rank, *args)
@@ -66,8 +84,12 @@ def _worker(rank, world_size, port, backend, threads, fn, args, out):
 def run_processes(fn, world_size: int, *args, threads: int = 1, backend: str = "gloo",
                   start_method: str | None = None):
     """Run fn(rank, *args) in `world_size` processes joined in one process group; returns
-    rank 0's result (fn must be importable by name). A failing rank fails the call."""
-    method = start_method or ("fork" if sys.platform == "linux" else "spawn")
+    rank 0's result (fn must be importable by name; rank 0 returns host tensors). A failing
+    rank fails the call."""
+    if backend == "nccl":
+        check_gpus(world_size)
+    forkable = sys.platform == "linux" and backend != "nccl"
+    method = start_method or ("fork" if forkable else "spawn")
     with tempfile.TemporaryDirectory(prefix="layout-") as folder:
         out = os.path.join(folder, "rank0.pt")
         mp.start_processes(_worker, args=(world_size, free_port(), backend, threads, fn, args, out),

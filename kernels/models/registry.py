@@ -5,10 +5,12 @@ from kernels.models.qwen3 import Qwen3Config, Qwen3Model
 
 FAMILIES = {"qwen3": (Qwen3Config, Qwen3Model), "nemotron": (NemotronConfig, NemotronModel)}
 
-# What `--model NAME --size SIZE` loads: the cut runs the CPU gates, full is the real shape.
+# What `--model NAME --size SIZE` loads: the cut runs the CPU gates, full is the real shape,
+# wide-cut is nemotron at full width with 6 layers (GPU benchmarks, C06 on NCCL).
 MODEL_CONFIGS = {
     "qwen3": {"cut": "qwen3-cut", "full": "qwen3-1.7b"},
-    "nemotron": {"cut": "nemotron-cut", "cut-quant": "nemotron-cut-quant", "full": "nemotron-30b-a3b"},
+    "nemotron": {"cut": "nemotron-cut", "cut-quant": "nemotron-cut-quant", "wide-cut": "nemotron-wide-cut",
+                 "full": "nemotron-30b-a3b"},
 }
 
 
