@@ -106,6 +106,15 @@ def check_gemm_rows_do_not_follow_m_or_the_tile_table(linear_cuda, dtype, fresh_
     assert error <= (1e-4 if dtype == torch.float32 else 2e-2), f"error {error} vs float64, seed={fresh_seed}"
     with pytest.raises(ValueError, match="x is"):
         linear_cuda.forward(x, w.to(torch.float64))
+    # fp32 out (a layout's K-leaf partials): the same accumulator unrounded, row-invariant too,
+    # and a K slice read in place (strided rows) gives the bits of a contiguous copy
+    unrounded = linear_cuda.forward(x, w, torch.float32)
+    assert_bitwise_equal(unrounded.to(dtype), largest, f"fp32 out rounded once {dtype} seed={fresh_seed}")
+    for m in (1, 40, 257):
+        assert_bitwise_equal(linear_cuda.forward(x[:m], w, torch.float32), unrounded[:m], f"fp32 out M={m}")
+    leaf = linear_cuda.forward(x[:40, 128:192], w[:, 128:192], torch.float32)
+    assert_bitwise_equal(leaf, linear_cuda.forward(x[:40, 128:192].contiguous(), w[:, 128:192].contiguous(),
+                                                   torch.float32), f"strided K leaf {dtype} seed={fresh_seed}")
     # negative control: a K split whose count follows M (2 slices for small M) moves the bits;
     # shown in fp32, where a 1-ulp change of the accumulator is not hidden by rounding to fp16
     x32, w32 = x[:64].float(), w.float()

@@ -3,7 +3,7 @@
 Column-parallel (y[M, N], N split): each leaf of N is one call of the region's own
 implementation; the all-gather only concatenates, so a column's bits never see the degree.
 Row-parallel (K split): fixed_tree computes one fp32 partial per K leaf (the region's
-implementation on fp32 inputs), adds the rank's leaves, gathers the ranks' roots and adds
+implementation with its fp32 sums left unrounded: out_dtype=float32), adds the rank's leaves, gathers the ranks' roots and adds
 them in the same tree (kernels/layout/tree.py), then rounds once; rank_order computes one
 partial per rank, rounded to the activation dtype as an engine's GEMM writes it, and lets
 all_reduce sum them in the transport's order (what engines do; the bits follow the degree).
@@ -41,7 +41,8 @@ def row_parallel(op, x, w, *, axis, policy):
     if policy.tp_reduce == "rank_order":
         (lo, hi), = slices
         return axis.all_reduce(op(x[..., lo:hi], w[:, lo:hi]))
-    partials = [op(x[..., lo:hi].float(), w[:, lo:hi].float()) for lo, hi in slices]  # fp32 [M, N] each
+    # fp32 [M, N] each: the region's own GEMM on the leaf, its fp32 sums left unrounded
+    partials = [op(x[..., lo:hi], w[:, lo:hi], out_dtype=torch.float32) for lo, hi in slices]
     return tree_sum(axis.gather(tree_sum(partials))).to(x.dtype)
 
 

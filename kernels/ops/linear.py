@@ -18,32 +18,34 @@ import torch.nn.functional as F
 from kernels.ops.padding import pad_to_multiple
 
 
-def _blas(x, w):
-    """One GEMM call; half precision goes through fp32 on CPU (see the module docstring)."""
-    if x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float16):
-        return F.linear(x.float(), w.float()).to(x.dtype)
+def _blas(x, w, out_dtype=None):
+    """One GEMM call; half precision goes through fp32 on CPU (see the module docstring).
+    out_dtype=torch.float32 keeps the fp32 sums unrounded (a layout's partials)."""
+    half = x.dtype in (torch.bfloat16, torch.float16)
+    if half and (x.device.type == "cpu" or out_dtype == torch.float32):
+        return F.linear(x.float(), w.float()).to(out_dtype or x.dtype)
     return F.linear(x, w)
 
 
-def fast(x, w):
+def fast(x, w, *, out_dtype=None):
     """Plain BLAS call, as an engine would issue it (the kernel follows M)."""
-    return _blas(x, w)
+    return _blas(x, w, out_dtype)
 
 
-def fast_split_k(x, w, *, split_k_below_rows: int, num_splits: int):
+def fast_split_k(x, w, *, split_k_below_rows: int, num_splits: int, out_dtype=None):
     """Split-K for small batches, as tuned GPU engines do for decode: K is cut into
     `num_splits` slices whose fp32 partials are summed; only when M < split_k_below_rows.
     On CUDA, cuBLAS itself picks split-K (and every other tile choice) by shape, as tuned
     engines rely on: the emulation would only make the baseline slower, so it is cuBLAS."""
     num_rows, k_dim = x.shape[0], x.shape[-1]
     if num_rows >= split_k_below_rows or k_dim < num_splits or x.device.type == "cuda":
-        return _blas(x, w)
+        return _blas(x, w, out_dtype)
     bounds = torch.linspace(0, k_dim, num_splits + 1).round().long().tolist()
     total = None
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         part = F.linear(x[..., lo:hi].float(), w[:, lo:hi].float())
         total = part if total is None else total + part
-    return total.to(x.dtype)
+    return total.to(out_dtype or x.dtype)
 
 
 def require_cpu(x, what: str) -> None:
@@ -61,11 +63,12 @@ def row_invariant_matmul(a, b, *, row_multiple: int):
     return torch.matmul(pad_to_multiple(a, -2, row_multiple), b)[..., :num_rows, :]
 
 
-def consistent(x, w, *, row_multiple: int):
-    """Batch invariant: each row's bits are independent of M and of its position."""
+def consistent(x, w, *, row_multiple: int, out_dtype=None):
+    """Batch invariant: each row's bits are independent of M and of its position. With
+    out_dtype=torch.float32 the fp32 sums come back unrounded (a layout's K-leaf partials)."""
     if x.device.type == "cuda":
         from kernels.ops import linear_cuda  # imports Triton: CUDA machines only
-        return linear_cuda.consistent(x, w)
+        return linear_cuda.consistent(x, w, out_dtype)
     require_cpu(x, "linear.consistent")
     num_rows = x.shape[0]
-    return _blas(pad_to_multiple(x.contiguous(), 0, row_multiple), w)[:num_rows]
+    return _blas(pad_to_multiple(x.contiguous(), 0, row_multiple), w, out_dtype)[:num_rows]

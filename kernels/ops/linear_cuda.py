@@ -35,13 +35,20 @@ def _launch(num_rows: int, dtype):
     raise AssertionError("the tile table ends with an open bucket")
 
 
-def forward(x, w):
-    """x [..., K] @ w[N, K]^T in x's dtype; leading dims are flattened into rows."""
+def _rows_along_k(t):
+    """The kernel takes any row stride, only K must be contiguous: a K slice of a weight or
+    an activation (a layout's leaf) is read in place, not copied."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def forward(x, w, out_dtype=None):
+    """x [..., K] @ w[N, K]^T in x's dtype (or out_dtype: fp32 keeps the sums unrounded);
+    leading dims are flattened into rows."""
     if w.dtype != x.dtype:
         raise ValueError(f"linear on CUDA: x is {x.dtype}, w is {w.dtype}")
-    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    rows = _rows_along_k(x.reshape(-1, x.shape[-1]))
     config, block_k = _launch(rows.shape[0], x.dtype)
-    y = linear_triton.consistent(rows, w.contiguous(), config=config, block_k=block_k)
+    y = linear_triton.consistent(rows, _rows_along_k(w), config=config, block_k=block_k, out_dtype=out_dtype)
     return y.reshape(x.shape[:-1] + (w.shape[0],))
 
 
@@ -49,18 +56,19 @@ class ConsistentLinear(torch.autograd.Function):
     """Forward: the consistent Triton GEMM. Backward: cuBLAS (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx, x, w):
+    def forward(ctx, x, w, out_dtype):
         ctx.save_for_backward(x, w)
-        return forward(x, w)
+        return forward(x, w, out_dtype)
 
     @staticmethod
     def backward(ctx, grad):
         x, w = ctx.saved_tensors
+        grad = grad.to(x.dtype)
         grad_x = grad @ w if ctx.needs_input_grad[0] else None
         grad_w = (grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
                   if ctx.needs_input_grad[1] else None)
-        return grad_x, grad_w
+        return grad_x, grad_w, None
 
 
-def consistent(x, w):
-    return ConsistentLinear.apply(x, w)
+def consistent(x, w, out_dtype=None):
+    return ConsistentLinear.apply(x, w, out_dtype)

@@ -92,15 +92,17 @@ def _input_precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel_splits: bool = False):
-    """x [M, K] (rows contiguous), w [N, K], both bf16/fp16/fp32 -> y [M, N] in x's dtype. `config` =
+def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel_splits: bool = False,
+               out_dtype=None):
+    """x [M, K], w [N, K] (K contiguous in both, any row stride), both bf16/fp16/fp32 -> y
+    [M, N] in out_dtype (default x's; fp32 stores the accumulator unrounded). `config` =
     (BLOCK_M, BLOCK_N, num_warps, num_stages), block_k (a divisor of SLICE_ALIGN) and
     `parallel_splits` may follow M; num_splits may not."""
     M, K = x.shape
     N = w.shape[0]
     if x.stride(1) != 1 or w.stride(1) != 1:
         raise ValueError("x and w need contiguous rows (stride 1 along K)")
-    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    y = torch.empty((M, N), dtype=out_dtype or x.dtype, device=x.device)
     precision = _input_precision(x.dtype)
     block_m, block_n, num_warps, num_stages = config
     if SLICE_ALIGN % block_k:

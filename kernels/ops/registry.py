@@ -37,6 +37,7 @@ FAMILY_VARIANTS = {
 }
 
 CALL_KEYWORDS = {
+    "linear": {"out_dtype"},  # fp32 partials for a layout's K leaves (kernels/layout/tensor_parallel.py)
     "norm": {"eps", "residual"},
     "rope": {"theta", "max_position"},
     "attention": {"scale"},
