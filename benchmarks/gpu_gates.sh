@@ -25,13 +25,14 @@ source benchmarks/device_git_sync.sh
 gates=${only:+--only $only}
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$work/summary.txt"
 limit=${BITWISE_GATES_LIMIT_S:-480}
-for model in qwen3 nemotron; do
+models=${BITWISE_GATES_MODELS:-qwen3 nemotron}
+for model in $models; do
     run "$model-consistent" "$limit" gates --model $model --device cuda $gates --out "$work/$model-consistent" &
     run "$model-fast" "$limit" gates --model $model --device cuda --contract fast --only C2,C3,C7 \
         --out "$work/$model-fast" &
 done
 wait
-for name in qwen3-consistent nemotron-consistent qwen3-fast nemotron-fast; do
+for name in $(for m in $models; do echo "$m-consistent $m-fast"; done); do
     echo "== $name: exit $(cat "$work/$name.exit")" | tee -a "$work/summary.txt"
     tail -n 16 "$work/$name.log" | tee -a "$work/summary.txt"
 done

@@ -1,4 +1,4 @@
-"""Logic tests of the Triton kernels (kernels/ops/reduction_triton.py, attention_triton.py)
+"""Logic tests of the Triton kernels (kernels/ops/*_triton.py and their CUDA entries)
 on CPU through the Triton interpreter: masking, loop bounds, and what a row's arithmetic may
 depend on (batch, tile slot, phase, chunk split). They prove logic, not GPU bits:
 benchmarks/gpu_kernel_check.py checks the bits on the device.
@@ -121,6 +121,63 @@ def check_gemm_rows_do_not_follow_m_or_the_tile_table(linear_cuda, dtype, fresh_
     split = linear_cuda.linear_triton.consistent(x32, w32, config=(16, 64, 4, 3), num_splits=2, block_k=32)
     assert first_bit_difference(split, linear_cuda.forward(x32, w32)) is not None, \
         f"split-K control did not differ, seed={fresh_seed}"
+
+
+@pytest.fixture(scope="module")
+def moe_cuda():
+    yield from _with_fixed_order_dot("moe_cuda")
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16))
+def check_grouped_experts_equal_the_per_expert_loop(moe_cuda, linear_cuda, dtype, fresh_seed):
+    """moe.experts_consistent's CUDA entry (two grouped GEMMs for all experts) gives the bits
+    of the per-expert loop of linear.consistent, an expert nobody chose included; a token's
+    rows do not follow the batch although the tile height does (16 rows at 7 tokens, 128 at
+    300)."""
+    from kernels.ops.moe import _relu2_once, _routing_groups
+    gen = torch.Generator().manual_seed(fresh_seed)
+    tokens, hidden, inner, num_experts, top_k = 300, 64, 48, 6, 2
+    x = torch.randn(tokens, hidden, generator=gen).to(dtype)
+    up = (torch.randn(num_experts, inner, hidden, generator=gen) / 8).to(dtype)
+    down = (torch.randn(num_experts, hidden, inner, generator=gen) / 8).to(dtype)
+    ids = torch.rand(tokens, num_experts - 1, generator=gen).topk(top_k, dim=-1).indices  # expert 5: no rows
+    got = moe_cuda.experts(x, ids, up, down, _relu2_once)
+    expected = x.new_empty(tokens, top_k, hidden)
+    for expert, (rows, slots) in _routing_groups(ids, num_experts).items():
+        h = _relu2_once(linear_cuda.forward(x[rows], up[expert]))
+        expected[rows, slots] = linear_cuda.forward(h, down[expert])
+    assert_bitwise_equal(got, expected, f"grouped vs loop {dtype} seed={fresh_seed}")
+    assert moe_cuda._block_m(7 * top_k, num_experts) != moe_cuda._block_m(tokens * top_k, num_experts)
+    assert_bitwise_equal(moe_cuda.experts(x[:7], ids[:7], up, down, _relu2_once), got[:7],
+                         f"7 tokens vs {tokens} {dtype} seed={fresh_seed}")
+    if dtype == torch.float32:  # the backward (per expert, torch matmuls) against float64 autograd
+        leaves = [t.clone().requires_grad_() for t in (x, up, down)]
+        weight = torch.randn(got.shape, generator=gen)
+        (moe_cuda.experts(*leaves[:1], ids, *leaves[1:], _relu2_once) * weight).sum().backward()
+        wide = [t.double().requires_grad_() for t in (x, up, down)]
+        reference = x.double().new_empty(got.shape)
+        for expert, (rows, slots) in _routing_groups(ids, num_experts).items():
+            h = torch.relu(wide[0][rows] @ wide[1][expert].T) ** 2
+            reference[rows, slots] = h @ wide[2][expert].T
+        (reference * weight.double()).sum().backward()
+        for name, ours, theirs in zip(("x", "up", "down"), leaves, wide):
+            error = ((ours.grad.double() - theirs.grad).abs().max() / theirs.grad.abs().max()).item()
+            assert error < 1e-5, f"grad {name}: relative error {error:.2e} (tolerance 1e-5), seed={fresh_seed}"
+
+
+def check_grouped_fast_experts_match_the_loop(moe_cuda, fresh_seed):
+    """The fast contract's grouped experts (torch._grouped_mm) compute experts_fast's
+    arithmetic: within bf16 rounding of the per-expert loop (a fast path: no bit claim)."""
+    from kernels.ops import moe
+    gen = torch.Generator().manual_seed(fresh_seed)
+    x = torch.randn(50, 64, generator=gen).to(torch.bfloat16)
+    up = (torch.randn(6, 48, 64, generator=gen) / 8).to(torch.bfloat16)
+    down = (torch.randn(6, 64, 48, generator=gen) / 8).to(torch.bfloat16)
+    ids = torch.rand(50, 5, generator=gen).topk(2, dim=-1).indices
+    weights = torch.rand(50, 2, generator=gen)
+    got, loop = moe_cuda.experts_fast(x, ids, weights, up, down), moe.experts_fast(x, ids, weights, up, down)
+    error = ((got.float() - loop.float()).abs().max() / loop.float().abs().max()).item()
+    assert error < 2e-2, f"grouped fast experts: relative error {error:.2e} vs the loop, seed={fresh_seed}"
 
 
 LENGTHS = (1, 200, 1000, 3000, 9000)  # one per BLOCK_TABLE entry, with ragged tails

@@ -101,7 +101,12 @@ def shared_consistent(x, up, down, *, row_multiple: int):
 def experts_fast(x, ids, weights, up, down):
     """Plain GEMMs per expert group (the kernel follows the group size); the routing weight
     is multiplied into the activation BEFORE down_proj and rounded there, as some engines
-    do. Returns the *weighted* per-slot outputs [M, k, H] (pair it with combine_fast)."""
+    do. Returns the *weighted* per-slot outputs [M, k, H] (pair it with combine_fast). On a
+    Hopper GPU in bf16: grouped GEMMs for all experts (kernels/ops/moe_cuda.py)."""
+    if x.device.type == "cuda":
+        from kernels.ops import moe_cuda  # imports Triton: CUDA machines only
+        if moe_cuda.grouped_mm_available(x):
+            return moe_cuda.experts_fast(x, ids, weights, up, down)
     out = x.new_empty(ids.shape + (down.shape[1],))
     for expert, (rows, slots) in _routing_groups(ids, up.shape[0]).items():
         h = torch.relu(linear.fast(x[rows], up[expert]))
@@ -113,7 +118,11 @@ def experts_fast(x, ids, weights, up, down):
 def experts_consistent(x, ids, weights, up, down, *, row_multiple: int):
     """Unweighted per-slot outputs [M, k, H] in the activation dtype; each expert's rows in
     routing order through the row-padded GEMM, so a row's bits ignore its group's size.
-    `weights` is not used here: combine_consistent applies it (pair the two)."""
+    `weights` is not used here: combine_consistent applies it (pair the two). On CUDA: two
+    grouped GEMMs for all experts, the same bits (kernels/ops/moe_cuda.py)."""
+    if x.device.type == "cuda":
+        from kernels.ops import moe_cuda  # imports Triton: CUDA machines only
+        return moe_cuda.experts(x, ids, up, down, _relu2_once)
     out = x.new_empty(ids.shape + (down.shape[1],))
     for expert, (rows, slots) in _routing_groups(ids, up.shape[0]).items():
         h = _relu2_once(linear.consistent(x[rows], up[expert], row_multiple=row_multiple))

@@ -1,0 +1,92 @@
+"""Device check and timing of the routed experts on CUDA (kernels/ops/moe_cuda.py), one call.
+
+Bits (int views; exits 1 on a mismatch): the consistent grouped experts equal the per-expert
+loop of linear.consistent for every token count, and the first 7 tokens' rows equal the same
+tokens run alone (the tile height follows the batch; the bits may not). Timing (do_bench,
+medians printed, raw samples saved): consistent grouped vs consistent loop, fast grouped
+(torch._grouped_mm) vs fast loop (cuBLAS per expert), at the Nemotron-3-Nano shape.
+
+  python3 benchmarks/gpu_moe_check.py --out DIR [--seed N]
+"""
+import argparse
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gates.compare import first_bit_difference  # noqa: E402
+from kernels.ops import linear, moe, moe_cuda  # noqa: E402
+
+SHAPE = dict(hidden=2688, inner=1856, experts=128, top_k=6)  # nemotron-30b-a3b's MoE
+TOKENS = (1, 3, 16, 64, 256, 1024, 4096)
+
+
+def _loop_consistent(x, ids, up, down):
+    """experts_consistent's CPU loop, run on the GPU with linear.consistent per expert."""
+    out = x.new_empty(ids.shape + (down.shape[1],))
+    for expert, (rows, slots) in moe._routing_groups(ids, up.shape[0]).items():
+        h = moe._relu2_once(linear.consistent(x[rows], up[expert], row_multiple=8))
+        out[rows, slots] = linear.consistent(h, down[expert], row_multiple=8)
+    return out
+
+
+def _loop_fast(x, ids, weights, up, down):
+    out = x.new_empty(ids.shape + (down.shape[1],))
+    for expert, (rows, slots) in moe._routing_groups(ids, up.shape[0]).items():
+        h = torch.relu(linear.fast(x[rows], up[expert]))
+        h = ((h * h).float() * weights[rows, slots, None]).to(x.dtype)
+        out[rows, slots] = linear.fast(h, down[expert])
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--seed", type=int, default=random.SystemRandom().randrange(2 ** 31))
+    args = parser.parse_args()
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    hidden, inner, experts, top_k = SHAPE["hidden"], SHAPE["inner"], SHAPE["experts"], SHAPE["top_k"]
+    up = (torch.randn(experts, inner, hidden, device="cuda", generator=gen) * 0.02).to(torch.bfloat16)
+    down = (torch.randn(experts, hidden, inner, device="cuda", generator=gen) * 0.02).to(torch.bfloat16)
+    largest = max(TOKENS)
+    x_all = torch.randn(largest, hidden, device="cuda", generator=gen).to(torch.bfloat16)
+    ids_all = torch.rand(largest, experts, device="cuda", generator=gen).topk(top_k, dim=-1).indices
+    w_all = torch.rand(largest, top_k, device="cuda", generator=gen).softmax(-1)
+    head = moe_cuda.experts(x_all[:7], ids_all[:7], up, down, moe._relu2_once)
+    records, failures = [], 0
+    print(f"{'tokens':>7}{'grouped==loop':>15}{'head==alone':>13}{'cons grouped':>14}{'cons loop':>11}"
+          f"{'fast grouped':>14}{'fast loop':>11}   (us, medians)")
+    for tokens in TOKENS:
+        x, ids, weights = x_all[:tokens], ids_all[:tokens], w_all[:tokens]
+        grouped = moe_cuda.experts(x, ids, up, down, moe._relu2_once)
+        same = first_bit_difference(grouped, _loop_consistent(x, ids, up, down))
+        head_same = first_bit_difference(grouped[:7], head[:tokens]) if tokens >= 7 else None
+        failures += (same is not None) + (head_same is not None)
+        fns = {"consistent_grouped": lambda: moe_cuda.experts(x, ids, up, down, moe._relu2_once),
+               "consistent_loop": lambda: _loop_consistent(x, ids, up, down),
+               "fast_grouped": lambda: moe_cuda.experts_fast(x, ids, weights, up, down),
+               "fast_loop": lambda: _loop_fast(x, ids, weights, up, down)}
+        samples = {name: triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="all") for name, fn in fns.items()}
+        med = {name: sorted(s)[len(s) // 2] * 1000 for name, s in samples.items()}
+        records.append({"tokens": tokens, "grouped_vs_loop": str(same) if same else "identical",
+                        "head_vs_alone": str(head_same) if head_same else "identical", "samples_ms": samples})
+        print(f"{tokens:>7}{'yes' if same is None else 'NO':>15}{'yes' if head_same is None else 'NO':>13}"
+              f"{med['consistent_grouped']:>14.1f}{med['consistent_loop']:>11.1f}{med['fast_grouped']:>14.1f}"
+              f"{med['fast_loop']:>11.1f}")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_moe_check.json").write_text(json.dumps(
+        {"environment": {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name(),
+                         "commit": commit, "seed": args.seed, "shape": SHAPE}, "records": records}, indent=1))
+    print(f"seed {args.seed}; {failures} bit mismatches")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

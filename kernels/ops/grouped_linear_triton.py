@@ -1,0 +1,73 @@
+"""Grouped GEMM on CUDA through Triton, for the MoE experts: rows sorted by expert, each
+expert's rows times its own weight, y[p] = x[p] @ w[e(p)]^T, in one launch for all experts.
+
+Consistency: every output element is reduced over K exactly as linear_triton's kernel does
+for one slice: from zero, in BLOCK_K steps, into one fp32 accumulator, then `0.0 + sum`
+(the looped kernel's start, so even a zero's sign agrees) and one rounding. Which rows share
+a tile (BLOCK_M, and so how many tokens chose the expert) moves which program computes a
+row, never the order of its reduction: a row's bits equal linear.consistent's on the same
+row and weight (checked bit for bit against the per-expert loop on the device and under the
+interpreter). The programs find their expert on the device (no host sync): tile t belongs to
+the expert whose cumulative tile count first exceeds t.
+Imports Triton, so only CUDA machines import this file.
+"""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _grouped_gemm_kernel(x_ptr, w_ptr, y_ptr, starts_ptr, counts_ptr, tile_ends_ptr, N, K,
+                         stride_xm, stride_we, stride_wn, NUM_EXPERTS: tl.constexpr,
+                         EXPERTS_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    tile = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    experts = tl.arange(0, EXPERTS_POW2)
+    ends = tl.load(tile_ends_ptr + experts, mask=experts < NUM_EXPERTS, other=2 ** 30)
+    if tile >= tl.load(tile_ends_ptr + NUM_EXPERTS - 1):
+        return  # the grid is an upper bound on the tiles
+    expert = tl.sum((ends <= tile).to(tl.int32), axis=0)
+    count = tl.load(counts_ptr + expert)
+    first_tile = tl.load(tile_ends_ptr + expert) - tl.cdiv(count, BLOCK_M)
+    row0 = tl.load(starts_ptr + expert) + (tile - first_tile) * BLOCK_M
+    row_end = tl.load(starts_ptr + expert) + count
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    w_base = w_ptr + expert.to(tl.int64) * stride_we
+    partial = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k
+        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
+                    mask=(offs_m[:, None] < row_end) & (k[None, :] < K), other=0.0)
+        b = tl.load(w_base + offs_n[None, :] * stride_wn + k[:, None],
+                    mask=(k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        partial = tl.dot(a, b, partial, input_precision=INPUT_PRECISION)
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + partial
+    mask = (offs_m[:, None] < row_end) & (offs_n[None, :] < N)
+    tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], total.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def grouped(x, w, starts, counts, *, block_m: int, config=(128, 64, 4, 3), out_dtype=None):
+    """x [P, K] (rows sorted by expert, K contiguous), w [E, N, K], starts/counts [E] int32 on
+    the device (expert e owns rows [starts[e], starts[e] + counts[e])) -> y [P, N] in
+    out_dtype (default x's). block_m may follow the batch; config = (BLOCK_N, BLOCK_K,
+    num_warps, num_stages)."""
+    num_rows, k_dim = x.shape
+    num_experts, n_dim = w.shape[0], w.shape[1]
+    if x.stride(1) != 1 or w.stride(2) != 1:
+        raise ValueError("x and w need K contiguous")
+    if w.dtype != x.dtype:
+        raise ValueError(f"grouped linear: x is {x.dtype}, w is {w.dtype}")
+    block_n, block_k, num_warps, num_stages = config
+    tile_ends = torch.cumsum((counts + block_m - 1) // block_m, 0).to(torch.int32)
+    y = torch.empty((num_rows, n_dim), dtype=out_dtype or x.dtype, device=x.device)
+    grid = (triton.cdiv(num_rows, block_m) + num_experts, triton.cdiv(n_dim, block_n))
+    _grouped_gemm_kernel[grid](x, w, y, starts, counts, tile_ends, n_dim, k_dim, x.stride(0), w.stride(0),
+                               w.stride(1), NUM_EXPERTS=num_experts,
+                               EXPERTS_POW2=triton.next_power_of_2(num_experts), BLOCK_M=block_m,
+                               BLOCK_N=block_n, BLOCK_K=block_k,
+                               INPUT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+                               num_warps=num_warps, num_stages=num_stages)
+    return y

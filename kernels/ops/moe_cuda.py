@@ -1,0 +1,88 @@
+"""The routed experts on CUDA as grouped GEMMs (one launch for all experts) instead of two
+GEMM launches per expert, in both contracts, as a tuned engine runs them.
+
+experts (moe.experts_consistent): two Triton grouped GEMMs (grouped_linear_triton.py) around
+relu^2; the same bits as the per-expert loop of linear.consistent (each row's K reduction is
+the same sequence), with no host sync in the forward.
+experts_fast (moe.experts_fast): torch._grouped_mm (cuBLAS/CUTLASS grouped GEMM, what
+torchtitan's MoE calls) with experts_fast's arithmetic: the routing weight multiplied in
+before down_proj. The kernel follows the group sizes, as a fast engine's does.
+
+Pairs (token, slot) are sorted by expert with a stable sort, so each expert's rows are in
+routing order, as moe._routing_groups orders them on the CPU. The tile height follows the
+mean rows per expert (a launch table: the tile may follow the batch, the reduction order
+may not). Backward (the trainer): dx and dw per expert through cuBLAS, like linear_cuda's
+backward; C8 compares gradients with a float64 reference within its stated tolerance.
+Imports Triton: only reached when a tensor is on CUDA.
+"""
+import torch
+
+from kernels.ops import grouped_linear_triton
+
+# (largest mean rows per expert, BLOCK_M)
+_ROW_TILES = ((16, 16), (48, 32), (96, 64), (None, 128))
+
+
+def _block_m(num_rows: int, num_experts: int) -> int:
+    mean = num_rows / max(num_experts, 1)
+    return next(block for largest, block in _ROW_TILES if largest is None or mean <= largest)
+
+
+class GroupedLinear(torch.autograd.Function):
+    """y[p] = x[p] @ w[e(p)]^T for rows grouped by expert (starts, counts on the device)."""
+
+    @staticmethod
+    def forward(ctx, x, w, starts, counts):
+        ctx.save_for_backward(x, w, starts, counts)
+        return grouped_linear_triton.grouped(x.contiguous(), w, starts, counts,
+                                             block_m=_block_m(x.shape[0], w.shape[0]))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w, starts, counts = ctx.saved_tensors
+        grad = grad.to(x.dtype)
+        grad_x = torch.zeros_like(x) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
+        for expert, (start, count) in enumerate(zip(starts.tolist(), counts.tolist())):
+            if count:
+                rows = slice(start, start + count)
+                if grad_x is not None:
+                    grad_x[rows] = grad[rows] @ w[expert]
+                if grad_w is not None:
+                    grad_w[expert] = grad[rows].t() @ x[rows]
+        return grad_x, grad_w, None, None
+
+
+def experts(x, ids, up, down, relu2_once):
+    """Unweighted per-slot outputs [M, k, H] of the routed experts (moe.experts_consistent)."""
+    top_k = ids.shape[1]
+    order, starts, counts = _sorted_pairs(ids, up.shape[0])
+    h = GroupedLinear.apply(x[order // top_k], up, starts, counts)
+    y = GroupedLinear.apply(relu2_once(h), down, starts, counts)
+    return y[torch.argsort(order)].view(ids.shape + (down.shape[1],))
+
+
+def _sorted_pairs(ids, num_experts: int):
+    """(order of the flat (token, slot) pairs by expert, routing order inside; group starts and
+    counts as int32 on the device), without a host sync."""
+    by_expert, order = torch.sort(ids.flatten(), stable=True)
+    # group bounds by search in the sorted ids: no atomics, no host sync (bincount would sync)
+    bounds = torch.searchsorted(by_expert, torch.arange(num_experts + 1, device=ids.device)).to(torch.int32)
+    return order, bounds[:-1].contiguous(), (bounds[1:] - bounds[:-1]).contiguous()
+
+
+def grouped_mm_available(x) -> bool:
+    """torch._grouped_mm runs bf16 on Hopper-class GPUs (torch >= 2.8)."""
+    return (hasattr(torch, "_grouped_mm") and x.dtype == torch.bfloat16
+            and torch.cuda.get_device_capability(x.device) >= (9, 0))
+
+
+def experts_fast(x, ids, weights, up, down):
+    """Weighted per-slot outputs [M, k, H] (moe.experts_fast's arithmetic) by grouped GEMMs."""
+    top_k = ids.shape[1]
+    order, starts, counts = _sorted_pairs(ids, up.shape[0])
+    ends = starts + counts
+    h = torch.relu(torch._grouped_mm(x[order // top_k], up.transpose(1, 2), offs=ends))
+    h = ((h * h).float() * weights.flatten()[order, None]).to(x.dtype)
+    y = torch._grouped_mm(h, down.transpose(1, 2), offs=ends)
+    return y[torch.argsort(order)].view(ids.shape + (down.shape[1],))
