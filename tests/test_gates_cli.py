@@ -32,6 +32,7 @@ def test_bad_input_is_a_clear_error(capsys):
     for argv, message in ((["gates", "--only", "C42"], "unknown gate 'C42'"),
                           (["gates", "--model", "llama"], "unknown model 'llama'"),
                           (["gates", "--device", "tpu"], "unknown device 'tpu'"),
+                          (["gates", "--model", "qwen3", "--size", "wide-cut"], "has sizes"),
                           (["gates", "--contract", "turbo"], "unknown contract 'turbo'")):
         assert main(argv) == EXIT_BAD_INPUT, argv
         assert message in capsys.readouterr().err
