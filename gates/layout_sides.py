@@ -22,7 +22,6 @@ from gates.workload import EngineShape, Workload, make_requests, seeded_weights
 from kernels.contract import load_contract
 from kernels.engine.engine import Engine
 from kernels.layout.groups import build_groups, host_copy
-from kernels.layout.launch import rank_device
 from kernels.models.config import load_model_config
 from kernels.trainer.logprobs import scored_sequences
 from kernels.trainer.trainer import Trainer

@@ -107,7 +107,7 @@ def test_layouts_give_identical_bits(gate):
     # gloo ranks share the CPU's cores for their arithmetic; a GPU rank's host work (seeding
     # full-width weights) gets its share of the cores
     threads = 1 if backend == "gloo" else max(1, (os.cpu_count() or 1) // plan.world_size)
-    result = run_processes(run_sides, plan.world_size, plan, backend=backend, threads=threads)
+    result = run_processes(run_sides, plan.world_size, plan, backend=plan.backend, threads=threads)
     engines, scorers, updates = result["engines"], result["scorers"], result["updates"]
     for pair in TP_PAIRS + EXPERT_PAIRS:
         name = f"{pair}: per-token log-probs bitwise equal"

@@ -71,3 +71,43 @@ def grouped(x, w, starts, counts, *, block_m: int, config=(128, 64, 4, 3), out_d
                                INPUT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                                num_warps=num_warps, num_stages=num_stages)
     return y
+
+
+@triton.jit
+def _grouped_weight_grad_kernel(dy_ptr, x_ptr, dw_ptr, starts_ptr, counts_ptr, N, K, stride_dym, stride_xm,
+                                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+                                INPUT_PRECISION: tl.constexpr):
+    expert = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.program_id(2) * BLOCK_K + tl.arange(0, BLOCK_K)
+    start = tl.load(starts_ptr + expert)
+    count = tl.load(counts_ptr + expert)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for r0 in range(0, count, BLOCK_R):  # the expert's rows in order, one accumulator
+        rows = r0 + tl.arange(0, BLOCK_R)
+        a = tl.load(dy_ptr + (start + rows)[None, :] * stride_dym + offs_n[:, None],
+                    mask=(rows[None, :] < count) & (offs_n[:, None] < N), other=0.0)
+        b = tl.load(x_ptr + (start + rows)[:, None] * stride_xm + offs_k[None, :],
+                    mask=(rows[:, None] < count) & (offs_k[None, :] < K), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    mask = (offs_n[:, None] < N) & (offs_k[None, :] < K)
+    tl.store(dw_ptr + expert.to(tl.int64) * N * K + offs_n[:, None] * K + offs_k[None, :],
+             acc.to(dw_ptr.dtype.element_ty), mask=mask)
+
+
+def weight_grad(dy, x, starts, counts, num_experts: int, *, config=(64, 64, 32, 4, 3)):
+    """dw[e] = dy[rows of e]^T @ x[rows of e] for every expert in one launch: dy [P, N] and
+    x [P, K] (rows sorted by expert, N and K contiguous) -> dw [E, N, K] in x's dtype, each
+    element summed over the expert's rows in row order into one fp32 accumulator (an expert
+    nobody chose gets zeros). config = (BLOCK_N, BLOCK_K, BLOCK_R, num_warps, num_stages)."""
+    n_dim, k_dim = dy.shape[1], x.shape[1]
+    if dy.stride(1) != 1 or x.stride(1) != 1:
+        raise ValueError("dy and x need contiguous rows")
+    block_n, block_k, block_r, num_warps, num_stages = config
+    dw = torch.empty((num_experts, n_dim, k_dim), dtype=x.dtype, device=x.device)
+    grid = (num_experts, triton.cdiv(n_dim, block_n), triton.cdiv(k_dim, block_k))
+    _grouped_weight_grad_kernel[grid](dy, x, dw, starts, counts, n_dim, k_dim, dy.stride(0), x.stride(0),
+                                      BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_R=block_r,
+                                      INPUT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+                                      num_warps=num_warps, num_stages=num_stages)
+    return dw

@@ -11,8 +11,10 @@ before down_proj. The kernel follows the group sizes, as a fast engine's does.
 Pairs (token, slot) are sorted by expert with a stable sort, so each expert's rows are in
 routing order, as moe._routing_groups orders them on the CPU. The tile height follows the
 mean rows per expert (a launch table: the tile may follow the batch, the reduction order
-may not). Backward (the trainer): dx and dw per expert through cuBLAS, like linear_cuda's
-backward; C8 compares gradients with a float64 reference within its stated tolerance.
+may not). Backward (the trainer), also without a host sync or a per-expert launch: dx by the
+same grouped kernel on the transposed weights, dw by a grouped kernel that sums each
+expert's rows in order (both fixed-order, so run-to-run deterministic); C8 compares
+gradients with a float64 reference within its stated tolerance.
 Imports Triton: only reached when a tensor is on CUDA.
 """
 import torch
@@ -28,6 +30,15 @@ def _block_m(num_rows: int, num_experts: int) -> int:
     return next(block for largest, block in _ROW_TILES if largest is None or mean <= largest)
 
 
+def _sorted_pairs(ids, num_experts: int):
+    """(order of the flat (token, slot) pairs by expert, routing order inside; group starts and
+    counts as int32 on the device), without a host sync."""
+    by_expert, order = torch.sort(ids.flatten(), stable=True)
+    # group bounds by search in the sorted ids: no atomics, no host sync (bincount would sync)
+    bounds = torch.searchsorted(by_expert, torch.arange(num_experts + 1, device=ids.device)).to(torch.int32)
+    return order, bounds[:-1].contiguous(), (bounds[1:] - bounds[:-1]).contiguous()
+
+
 class GroupedLinear(torch.autograd.Function):
     """y[p] = x[p] @ w[e(p)]^T for rows grouped by expert (starts, counts on the device)."""
 
@@ -40,35 +51,24 @@ class GroupedLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, w, starts, counts = ctx.saved_tensors
-        grad = grad.to(x.dtype)
-        grad_x = torch.zeros_like(x) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
-        for expert, (start, count) in enumerate(zip(starts.tolist(), counts.tolist())):
-            if count:
-                rows = slice(start, start + count)
-                if grad_x is not None:
-                    grad_x[rows] = grad[rows] @ w[expert]
-                if grad_w is not None:
-                    grad_w[expert] = grad[rows].t() @ x[rows]
+        grad = grad.to(x.dtype).contiguous()
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:  # dx[p] = dy[p] @ w[e]: the same kernel on w[e]^T
+            grad_x = grouped_linear_triton.grouped(grad, w.transpose(1, 2).contiguous(), starts, counts,
+                                                   block_m=_block_m(grad.shape[0], w.shape[0]))
+        if ctx.needs_input_grad[1]:
+            grad_w = grouped_linear_triton.weight_grad(grad, x.contiguous(), starts, counts, w.shape[0])
         return grad_x, grad_w, None, None
 
 
 def experts(x, ids, up, down, relu2_once):
-    """Unweighted per-slot outputs [M, k, H] of the routed experts (moe.experts_consistent)."""
+    """Unweighted per-slot outputs [M, k, H] of the routed experts (moe.experts_consistent,
+    which passes its relu2_once: the activation's single rounding stays defined in one place)."""
     top_k = ids.shape[1]
     order, starts, counts = _sorted_pairs(ids, up.shape[0])
     h = GroupedLinear.apply(x[order // top_k], up, starts, counts)
     y = GroupedLinear.apply(relu2_once(h), down, starts, counts)
     return y[torch.argsort(order)].view(ids.shape + (down.shape[1],))
-
-
-def _sorted_pairs(ids, num_experts: int):
-    """(order of the flat (token, slot) pairs by expert, routing order inside; group starts and
-    counts as int32 on the device), without a host sync."""
-    by_expert, order = torch.sort(ids.flatten(), stable=True)
-    # group bounds by search in the sorted ids: no atomics, no host sync (bincount would sync)
-    bounds = torch.searchsorted(by_expert, torch.arange(num_experts + 1, device=ids.device)).to(torch.int32)
-    return order, bounds[:-1].contiguous(), (bounds[1:] - bounds[:-1]).contiguous()
 
 
 def grouped_mm_available(x) -> bool:
