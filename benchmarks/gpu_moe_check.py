@@ -2,7 +2,9 @@
 
 Bits (int views; exits 1 on a mismatch): the consistent grouped experts equal the per-expert
 loop of linear.consistent for every token count, and the first 7 tokens' rows equal the same
-tokens run alone (the tile height follows the batch; the bits may not). Timing (do_bench,
+tokens run alone (the tile height follows the batch; the bits may not). Backward (--backward):
+the grouped kernels' dx, d_up, d_down equal themselves run to run, their error against the
+per-expert loop's autograd in float64 is recorded, and fwd+bwd is timed against the loop. Timing (do_bench,
 medians printed, raw samples saved): consistent grouped vs consistent loop, fast grouped
 (torch._grouped_mm) vs fast loop (cuBLAS per expert), at the Nemotron-3-Nano shape.
 
@@ -44,10 +46,48 @@ def _loop_fast(x, ids, weights, up, down):
     return out
 
 
+def _gradients(fn, x, up, down, weight):
+    leaves = [t.detach().clone().requires_grad_() for t in (x, up, down)]
+    (fn(*leaves).float() * weight).sum().backward()
+    return [t.grad for t in leaves]
+
+
+def check_backward(x, ids, up, down, gen) -> tuple:
+    """(records, mismatches): grouped gradients run to run, error vs the loop in float64, timing."""
+    weight = torch.randn(ids.shape + (down.shape[1],), device="cuda", generator=gen)
+
+    def grouped(xx, uu, dd):
+        return moe_cuda.experts(xx, ids, uu, dd, moe._relu2_once)
+
+    def loop64(xx, uu, dd):  # the experts' math in float64 torch ops
+        out = xx.new_zeros(ids.shape + (dd.shape[1],))
+        for expert, (rows, slots) in moe._routing_groups(ids, uu.shape[0]).items():
+            out[rows, slots] = (torch.relu(xx[rows] @ uu[expert].T) ** 2) @ dd[expert].T
+        return out
+    first, second = _gradients(grouped, x, up, down, weight), _gradients(grouped, x, up, down, weight)
+    reference = _gradients(loop64, x.double(), up.double(), down.double(), weight.double())
+    names = ("dx", "d_up", "d_down")
+    repeat = {n: str(first_bit_difference(a, b) or "identical") for n, a, b in zip(names, first, second)}
+    error = {n: float((a.double() - r).abs().max() / r.abs().max()) for n, a, r in zip(names, first, reference)}
+    samples = {"grouped_fwd_bwd": triton.testing.do_bench(lambda: _gradients(grouped, x, up, down, weight),
+                                                          warmup=5, rep=50, return_mode="all"),
+               "loop_fwd_bwd": triton.testing.do_bench(
+                   lambda: _gradients(lambda *t: _loop_consistent(*t[:1], ids, *t[1:]), x, up, down, weight),
+                   warmup=2, rep=20, return_mode="all")}
+    med = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+    print(f"backward, {x.shape[0]} tokens: run to run {repeat}; max error vs float64 loop (relative) "
+          f"{ {k: f'{v:.1e}' for k, v in error.items()} }; fwd+bwd grouped {med['grouped_fwd_bwd']:.2f} ms, "
+          f"loop {med['loop_fwd_bwd']:.2f} ms")
+    mismatches = sum(v != "identical" for v in repeat.values())
+    return {"tokens": x.shape[0], "run_to_run": repeat, "relative_error_vs_float64_loop": error,
+            "samples_ms": samples}, mismatches
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--seed", type=int, default=random.SystemRandom().randrange(2 ** 31))
+    parser.add_argument("--backward", default="256", help="token counts for the backward check ('' for none)")
     args = parser.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     hidden, inner, experts, top_k = SHAPE["hidden"], SHAPE["inner"], SHAPE["experts"], SHAPE["top_k"]
@@ -78,12 +118,18 @@ def main() -> int:
         print(f"{tokens:>7}{'yes' if same is None else 'NO':>15}{'yes' if head_same is None else 'NO':>13}"
               f"{med['consistent_grouped']:>14.1f}{med['consistent_loop']:>11.1f}{med['fast_grouped']:>14.1f}"
               f"{med['fast_loop']:>11.1f}")
+    backward = []
+    for tokens in [int(t) for t in args.backward.split(",") if t]:
+        record, mismatches = check_backward(x_all[:tokens], ids_all[:tokens], up, down, gen)
+        backward.append(record)
+        failures += mismatches
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_moe_check.json").write_text(json.dumps(
         {"environment": {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name(),
-                         "commit": commit, "seed": args.seed, "shape": SHAPE}, "records": records}, indent=1))
+                         "commit": commit, "seed": args.seed, "shape": SHAPE}, "records": records, "backward": backward},
+        indent=1))
     print(f"seed {args.seed}; {failures} bit mismatches")
     return 1 if failures else 0
 
