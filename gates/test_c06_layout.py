@@ -8,9 +8,9 @@ with routed experts, engine EP2's equal trainer EP4's and EP1's and engine TP2's
 TP2 EP2's; trainer DP2's scores and one GRPO update's reduced gradients equal trainer DP1's;
 every multi-rank layout ran its collectives, all sides report the same comm backend and
 transport, and every TP size the contract claims (claims: tp_sizes) that fits the ranks here
-was run. A pair needing more GPUs than the machine has is n/a, with the count. Negative
-control: layouts that reduce in rank order (the fast contract, or the consistent regions with
-the fast layout arithmetic) fail it (tests/test_gate_c06.py).
+was run. A pair needing more GPUs than the machine has is n/a, with the count.
+Negative control: layouts that reduce in rank order (the fast contract, or the consistent
+regions with the fast layout arithmetic) fail it (tests/test_gate_c06.py).
 """
 import os
 
