@@ -215,3 +215,10 @@ def test_layouts_that_do_not_fit_the_side_or_model_are_refused(tmp_path):
     (tmp_path / "bad.yaml").write_text(text)
     with pytest.raises(ContractError, match="layout.tp_reduce: 'magic' is not one of"):
         load_contract(tmp_path / "bad.yaml")
+
+
+def test_nccl_with_more_ranks_than_gpus_is_a_clear_error():
+    """One GPU per NCCL rank: asking for more ranks than GPUs fails before any process starts."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(ValueError, match=f"{gpus + 1} ranks need {gpus + 1} GPUs, this machine has {gpus}"):
+        run_processes(tree_sum, gpus + 1, backend="nccl")

@@ -56,11 +56,6 @@ def init_from_env(backend: str | None = None) -> int:
     return dist.get_rank()
 
 
-def rank_device(rank: int, backend: str) -> torch.device:
-    """Where a rank computes: GPU `rank` on NCCL, the CPU on gloo."""
-    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
-
-
 def check_gpus(world_size: int) -> None:
     """ValueError when NCCL would need more GPUs than this machine has (one per rank)."""
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -71,7 +66,7 @@ def check_gpus(world_size: int) -> None:
 def _worker(rank, world_size, port, backend, threads, fn, args, out):
     torch.set_num_threads(threads)
     if backend == "nccl":
-        torch.cuda.set_device(rank_device(rank, backend))
+        torch.cuda.set_device(rank)  # one GPU per rank
     init_process(rank, world_size, port, backend)
     try:
         result = fn(rank, *args)
