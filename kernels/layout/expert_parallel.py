@@ -3,7 +3,8 @@ routed experts [e * E/ep, (e+1) * E/ep).
 
 routing_order: each rank owns a contiguous block of the batch's tokens; their (token, slot)
 pairs, in routing order, go to the rank owning the chosen expert (all_to_all_single: gloo and
-NCCL both have it), which runs the region's own expert implementation on what it received;
+NCCL both have it; a pair's row, local expert id and weight travel packed as bytes in one
+all-to-all), which runs the region's own expert implementation on what it received;
 the outputs come back the same way into their (token, slot) place, and the blocks are
 all-gathered, so moe_combine runs unchanged, in slot order. A row's expert output does not
 depend on the rows sharing its group (C2), so no bit depends on ep.
@@ -29,6 +30,23 @@ def _gather_blocks(block, num_tokens: int, axis):
     return torch.cat([part[:size] for part, size in zip(axis.gather(padded), sizes)])
 
 
+def _pack(*columns):
+    """Per-row tensors ([P, ...] each, any dtypes) side by side as bytes [P, total bytes]: one
+    collective carries them all, bit for bit."""
+    return torch.cat([c.reshape(c.shape[0], -1).contiguous().view(torch.uint8) for c in columns], dim=1)
+
+
+def _unpack(packed, *specs):
+    """_pack's inverse: specs = (dtype, elements per row) for each column -> [P, n] ([P] for n = 1)."""
+    out, offset = [], 0
+    for dtype, width in specs:
+        size = width * torch.empty((), dtype=dtype).element_size()
+        column = packed[:, offset:offset + size].contiguous().view(dtype)
+        out.append(column[:, 0] if width == 1 else column)
+        offset += size
+    return out
+
+
 def routed_experts(op, x, ids, weights, up, down, *, axis):
     """Slot outputs [M, k, H] of `op` (an expert_gemm implementation), experts split over the
     axis, tokens dispatched and returned by all-to-all."""
@@ -41,9 +59,10 @@ def routed_experts(op, x, ids, weights, up, down, *, axis):
     experts = ids[tokens, slots]
     send = torch.bincount(experts // per_rank, minlength=axis.size).tolist()
     recv = axis.exchange_counts(send)
-    rows = axis.all_to_all(x[tokens], send, recv)  # [P', H]
-    local_ids = axis.all_to_all(experts % per_rank, send, recv)
-    local_weights = axis.all_to_all(weights[tokens, slots], send, recv)
+    # one all-to-all for each pair's row, local expert id and weight (packed as bytes)
+    rows, local_ids, local_weights = _unpack(
+        axis.all_to_all(_pack(x[tokens], experts % per_rank, weights[tokens, slots]), send, recv),
+        (x.dtype, x.shape[1]), (experts.dtype, 1), (weights.dtype, 1))  # [P', H], [P'], [P']
     first = axis.rank * per_rank
     mine = slice(first, first + per_rank)
     out = op(rows, local_ids[:, None], local_weights[:, None], up[mine], down[mine])[:, 0]
