@@ -222,3 +222,22 @@ def test_nccl_with_more_ranks_than_gpus_is_a_clear_error():
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     with pytest.raises(ValueError, match=f"{gpus + 1} ranks need {gpus + 1} GPUs, this machine has {gpus}"):
         run_processes(tree_sum, gpus + 1, backend="nccl")
+
+
+@pytest.mark.parametrize("num_pairs", [0, 7])
+def test_packed_dispatch_moves_every_bit(num_pairs):
+    """Routing-order EP sends a pair's row, expert id and weight packed as bytes in one
+    all-to-all: unpacking gives the same bits back (signed zeros included), also for a rank
+    that sends no pairs."""
+    rows = torch.randn(num_pairs, 6).to(torch.bfloat16)
+    ids = torch.randint(0, 64, (num_pairs,))
+    weights = torch.rand(num_pairs)
+    if num_pairs:
+        rows[0, 0], weights[1] = -0.0, -0.0
+        assert rows.view(torch.int16)[0, 0] != 0 and weights.view(torch.int32)[1] != 0  # the -0.0s are there
+    packed = expert_parallel._pack(rows, ids, weights)
+    assert packed.dtype == torch.uint8 and packed.shape == (num_pairs, 6 * 2 + 8 + 4)
+    got = expert_parallel._unpack(packed, (rows.dtype, 6), (ids.dtype, 1), (weights.dtype, 1))
+    for back, sent in zip(got, (rows, ids, weights)):
+        assert back.shape == sent.shape
+        assert_bitwise_equal(back, sent, "packed dispatch")

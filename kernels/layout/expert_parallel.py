@@ -12,6 +12,8 @@ rank_order: tokens stay whole; each rank runs its experts on the pairs that chos
 combines those slots into a partial output rounded to the activation dtype, and all_reduce
 sums the partials (an all-gather dispatcher with a reduce combine): the bits follow ep.
 """
+import math
+
 import torch
 
 
@@ -33,7 +35,8 @@ def _gather_blocks(block, num_tokens: int, axis):
 def _pack(*columns):
     """Per-row tensors ([P, ...] each, any dtypes) side by side as bytes [P, total bytes]: one
     collective carries them all, bit for bit."""
-    return torch.cat([c.reshape(c.shape[0], -1).contiguous().view(torch.uint8) for c in columns], dim=1)
+    return torch.cat([c.reshape(c.shape[0], math.prod(c.shape[1:])).contiguous().view(torch.uint8)
+                      for c in columns], dim=1)  # explicit widths: a rank may send no pairs
 
 
 def _unpack(packed, *specs):
@@ -41,8 +44,8 @@ def _unpack(packed, *specs):
     out, offset = [], 0
     for dtype, width in specs:
         size = width * torch.empty((), dtype=dtype).element_size()
-        column = packed[:, offset:offset + size].contiguous().view(dtype)
-        out.append(column[:, 0] if width == 1 else column)
+        column = packed[:, offset:offset + size].reshape(-1).view(dtype)  # flat: also for no rows
+        out.append(column if width == 1 else column.reshape(packed.shape[0], width))
         offset += size
     return out
 
