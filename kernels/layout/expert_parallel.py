@@ -44,8 +44,9 @@ def _unpack(packed, *specs):
     out, offset = [], 0
     for dtype, width in specs:
         size = width * torch.empty((), dtype=dtype).element_size()
-        column = packed[:, offset:offset + size].reshape(-1).view(dtype)  # flat: also for no rows
-        out.append(column if width == 1 else column.reshape(packed.shape[0], width))
+        # a fresh copy: a view at this byte offset cannot be reinterpreted (nor one of no rows)
+        column = packed.new_empty((packed.shape[0], size)).copy_(packed[:, offset:offset + size]).view(dtype)
+        out.append(column[:, 0] if width == 1 else column)
         offset += size
     return out
 
