@@ -14,6 +14,8 @@ regions with the fast layout arithmetic) fail it (tests/test_gate_c06.py).
 """
 import os
 
+import torch
+
 from gates import device
 from gates.compare import bit_figures
 from gates.inputs import fresh_seed
@@ -37,7 +39,6 @@ CPU_RANKS = 4
 def transport() -> tuple:
     """(backend, ranks available, how the ranks talk) for the selected device."""
     if device.target() == "cuda":
-        import torch
         return "nccl", torch.cuda.device_count(), "NCCL, one process per GPU"
     return "gloo", CPU_RANKS, "gloo over loopback, one process per rank"
 
@@ -51,14 +52,14 @@ def scorer_name(trainer: Layout, engine: Layout) -> str:
     return f"trainer {trainer} scoring engine {engine}"
 
 
-def make_plan(config_name_: str, pairs: tuple, contract: str, seed: int, backend: str) -> SidesPlan:
+def make_plan(config: str, pairs: tuple, contract: str, seed: int, backend: str) -> SidesPlan:
     """Engine runs, trainer scorings and updates for `pairs` and the DP pair."""
     engines = tuple({f"engine {p.engine}": p.engine for p in pairs}.items())
     source = TP_PAIRS[0].engine
     scorers = {scorer_name(p.trainer, p.engine): (p.trainer, f"engine {p.engine}") for p in pairs}
     scorers.update({scorer_name(layout, source): (layout, f"engine {source}") for layout in DP_PAIR})
     updates = tuple((f"update {layout}", layout, f"engine {source}") for layout in DP_PAIR)
-    return SidesPlan(config_name_, contract, seed, Workload(seed=seed, **WORKLOAD),
+    return SidesPlan(config, contract, seed, Workload(seed=seed, **WORKLOAD),
                      EngineShape(tokens_per_step=24, max_running=8), engines,
                      tuple((name, layout, src) for name, (layout, src) in scorers.items()), updates, backend)
 
