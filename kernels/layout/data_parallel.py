@@ -66,13 +66,11 @@ def _leaf(trainer, sequences, advantages, old_logprobs, indices):
     return [lp.detach() for lp in logprobs], loss.detach(), grads
 
 
-def _leaves_in_order(axis, mine: list, counts: list, like):
-    """Every replica's leaves of one tensor in micro-batch order: the replicas' blocks are
-    contiguous and in rank order, so the rank-order gather is the micro-batch order (each
-    replica pads its stack to the longest with zeros, which are then dropped)."""
-    longest = max(counts)
-    padded = torch.stack(mine + [torch.zeros_like(like)] * (longest - len(mine)))
-    return [leaf for part, count in zip(axis.gather(padded), counts) for leaf in part[:count]]
+def _leaves_in_order(axis, mine: list, counts: list, shape, device) -> list:
+    """Every replica's leaves of one tensor (fp32, `shape`) in micro-batch order: the replicas'
+    blocks are contiguous and in rank order, so the rank-order gather is the micro-batch order."""
+    stacked = torch.stack(mine) if mine else torch.zeros((0, *shape), device=device)
+    return [leaf for part in axis.gather_rows(stacked, counts) for leaf in part]
 
 
 def train_step(trainer, sequences, advantages, old_logprobs) -> dict:
@@ -91,13 +89,11 @@ def train_step(trainer, sequences, advantages, old_logprobs) -> dict:
         counts = [len([indices for _, indices in part if indices]) for part in share]
         gradients = {}
         for name, p in params.items():
-            like = torch.zeros(p.shape, device=p.device)
             gradients[name] = tree_sum(_leaves_in_order(groups.dp, [leaf[4][name] for leaf in local], counts,
-                                                        like)).to(p.dtype)
+                                                        p.shape, p.device)).to(p.dtype)
             for leaf in local:
                 del leaf[4][name]  # one parameter's leaves at a time: a full-width model fits
-        loss = tree_sum(_leaves_in_order(groups.dp, [leaf[3] for leaf in local], counts,
-                                         torch.zeros((), device=groups.device)))
+        loss = tree_sum(_leaves_in_order(groups.dp, [leaf[3] for leaf in local], counts, (), groups.device))
     else:
         grads = local[0][4] if local else {name: torch.zeros(p.shape, device=p.device) for name, p in params.items()}
         gradients = {name: groups.dp.all_reduce(grads[name].to(p.dtype)) for name, p in params.items()}

@@ -25,11 +25,9 @@ def _token_block(num_tokens: int, rank: int, size: int) -> tuple:
 
 
 def _gather_blocks(block, num_tokens: int, axis):
-    """The ranks' token blocks, all-gathered into [M, ...] (padded to one size for the gather)."""
-    longest = -(-num_tokens // axis.size)
-    padded = torch.cat([block, block.new_zeros((longest - block.shape[0],) + tuple(block.shape[1:]))])
+    """The ranks' token blocks, all-gathered into [M, ...]."""
     sizes = [hi - lo for lo, hi in (_token_block(num_tokens, r, axis.size) for r in range(axis.size))]
-    return torch.cat([part[:size] for part, size in zip(axis.gather(padded), sizes)])
+    return torch.cat(axis.gather_rows(block, sizes))
 
 
 def _pack(*columns):
@@ -43,7 +41,7 @@ def _unpack(packed, *specs):
     """_pack's inverse: specs = (dtype, elements per row) for each column -> [P, n] ([P] for n = 1)."""
     out, offset = [], 0
     for dtype, width in specs:
-        size = width * torch.empty((), dtype=dtype).element_size()
+        size = width * dtype.itemsize
         # a fresh copy: a view at this byte offset cannot be reinterpreted (nor one of no rows)
         column = packed.new_empty((packed.shape[0], size)).copy_(packed[:, offset:offset + size]).view(dtype)
         out.append(column[:, 0] if width == 1 else column)

@@ -41,6 +41,13 @@ class Axis:
         dist.all_gather(out, tensor.contiguous(), group=self.group)
         return out
 
+    def gather_rows(self, tensor, counts: list) -> list:
+        """Every rank's `tensor` when ranks hold different numbers of rows (rank r: counts[r]
+        along dim 0), in rank order: each rank pads to the longest with zeros for the
+        all-gather, and the padding is dropped again."""
+        padding = tensor.new_zeros((max(counts) - tensor.shape[0],) + tuple(tensor.shape[1:]))
+        return [part[:count] for part, count in zip(self.gather(torch.cat([tensor, padding])), counts)]
+
     def all_reduce(self, tensor, op=dist.ReduceOp.SUM):
         """The transport's reduction, in the transport's order (what the fast layouts use)."""
         if self.size == 1:
