@@ -11,6 +11,7 @@ medians printed, raw samples saved): consistent grouped vs consistent loop, fast
   python3 benchmarks/gpu_moe_check.py --out DIR [--seed N]
 """
 import argparse
+import functools
 import json
 import random
 import subprocess
@@ -29,21 +30,8 @@ TOKENS = (1, 3, 16, 64, 256, 1024, 4096)
 
 
 def _loop_consistent(x, ids, up, down):
-    """experts_consistent's CPU loop, run on the GPU with linear.consistent per expert."""
-    out = x.new_empty(ids.shape + (down.shape[1],))
-    for expert, (rows, slots) in moe._routing_groups(ids, up.shape[0]).items():
-        h = moe._relu2_once(linear.consistent(x[rows], up[expert], row_multiple=8))
-        out[rows, slots] = linear.consistent(h, down[expert], row_multiple=8)
-    return out
-
-
-def _loop_fast(x, ids, weights, up, down):
-    out = x.new_empty(ids.shape + (down.shape[1],))
-    for expert, (rows, slots) in moe._routing_groups(ids, up.shape[0]).items():
-        h = torch.relu(linear.fast(x[rows], up[expert]))
-        h = ((h * h).float() * weights[rows, slots, None]).to(x.dtype)
-        out[rows, slots] = linear.fast(h, down[expert])
-    return out
+    """experts_consistent's per-expert loop, run on the GPU with linear.consistent per expert."""
+    return moe.experts_loop(x, ids, up, down, functools.partial(linear.consistent, row_multiple=8))
 
 
 def _gradients(fn, x, up, down, weight):
@@ -110,7 +98,7 @@ def main() -> int:
         fns = {"consistent_grouped": lambda: moe_cuda.experts(x, ids, up, down, moe._relu2_once),
                "consistent_loop": lambda: _loop_consistent(x, ids, up, down),
                "fast_grouped": lambda: moe_cuda.experts_fast(x, ids, weights, up, down),
-               "fast_loop": lambda: _loop_fast(x, ids, weights, up, down)}
+               "fast_loop": lambda: moe.experts_fast_loop(x, ids, weights, up, down)}
         samples = {name: triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="all") for name, fn in fns.items()}
         med = {name: sorted(s)[len(s) // 2] * 1000 for name, s in samples.items()}
         records.append({"tokens": tokens, "grouped_vs_loop": str(same) if same else "identical",

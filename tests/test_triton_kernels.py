@@ -134,7 +134,7 @@ def check_grouped_experts_equal_the_per_expert_loop(moe_cuda, linear_cuda, dtype
     of the per-expert loop of linear.consistent, an expert nobody chose included; a token's
     rows do not follow the batch although the tile height does (16 rows at 7 tokens, 128 at
     300)."""
-    from kernels.ops.moe import _relu2_once, _routing_groups
+    from kernels.ops.moe import _relu2_once, _routing_groups, experts_loop
     gen = torch.Generator().manual_seed(fresh_seed)
     tokens, hidden, inner, num_experts, top_k = 300, 64, 48, 6, 2
     x = torch.randn(tokens, hidden, generator=gen).to(dtype)
@@ -142,10 +142,7 @@ def check_grouped_experts_equal_the_per_expert_loop(moe_cuda, linear_cuda, dtype
     down = (torch.randn(num_experts, hidden, inner, generator=gen) / 8).to(dtype)
     ids = torch.rand(tokens, num_experts - 1, generator=gen).topk(top_k, dim=-1).indices  # expert 5: no rows
     got = moe_cuda.experts(x, ids, up, down, _relu2_once)
-    expected = x.new_empty(tokens, top_k, hidden)
-    for expert, (rows, slots) in _routing_groups(ids, num_experts).items():
-        h = _relu2_once(linear_cuda.forward(x[rows], up[expert]))
-        expected[rows, slots] = linear_cuda.forward(h, down[expert])
+    expected = experts_loop(x, ids, up, down, linear_cuda.forward)
     assert_bitwise_equal(got, expected, f"grouped vs loop {dtype} seed={fresh_seed}")
     assert moe_cuda._block_m(7 * top_k, num_experts) != moe_cuda._block_m(tokens * top_k, num_experts)
     assert_bitwise_equal(moe_cuda.experts(x[:7], ids[:7], up, down, _relu2_once), got[:7],
@@ -175,7 +172,7 @@ def check_grouped_fast_experts_match_the_loop(moe_cuda, fresh_seed):
     down = (torch.randn(6, 64, 48, generator=gen) / 8).to(torch.bfloat16)
     ids = torch.rand(50, 5, generator=gen).topk(2, dim=-1).indices
     weights = torch.rand(50, 2, generator=gen)
-    got, loop = moe_cuda.experts_fast(x, ids, weights, up, down), moe.experts_fast(x, ids, weights, up, down)
+    got, loop = moe_cuda.experts_fast(x, ids, weights, up, down), moe.experts_fast_loop(x, ids, weights, up, down)
     error = ((got.float() - loop.float()).abs().max() / loop.float().abs().max()).item()
     assert error < 2e-2, f"grouped fast experts: relative error {error:.2e} vs the loop, seed={fresh_seed}"
 

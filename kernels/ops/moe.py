@@ -18,6 +18,8 @@ takes the same arguments, but the routing weight is applied in experts_fast (bef
 down_proj) and in combine_consistent: run experts and combine of one kind together.
 Reference: gates/reference/moe.py.
 """
+import functools
+
 import torch
 
 from kernels.ops import linear
@@ -107,6 +109,11 @@ def experts_fast(x, ids, weights, up, down):
         from kernels.ops import moe_cuda  # imports Triton: CUDA machines only
         if moe_cuda.grouped_mm_available(x):
             return moe_cuda.experts_fast(x, ids, weights, up, down)
+    return experts_fast_loop(x, ids, weights, up, down)
+
+
+def experts_fast_loop(x, ids, weights, up, down):
+    """experts_fast one expert at a time (the CPU path; the device benchmark's reference)."""
     out = x.new_empty(ids.shape + (down.shape[1],))
     for expert, (rows, slots) in _routing_groups(ids, up.shape[0]).items():
         h = torch.relu(linear.fast(x[rows], up[expert]))
@@ -123,10 +130,16 @@ def experts_consistent(x, ids, weights, up, down, *, row_multiple: int):
     if x.device.type == "cuda":
         from kernels.ops import moe_cuda  # imports Triton: CUDA machines only
         return moe_cuda.experts(x, ids, up, down, _relu2_once)
+    return experts_loop(x, ids, up, down, functools.partial(linear.consistent, row_multiple=row_multiple))
+
+
+def experts_loop(x, ids, up, down, gemm):
+    """experts_consistent one expert at a time, with `gemm(x, w)` as the GEMM: the CPU path,
+    and the reference the grouped CUDA kernels are checked against bit for bit."""
     out = x.new_empty(ids.shape + (down.shape[1],))
     for expert, (rows, slots) in _routing_groups(ids, up.shape[0]).items():
-        h = _relu2_once(linear.consistent(x[rows], up[expert], row_multiple=row_multiple))
-        out[rows, slots] = linear.consistent(h, down[expert], row_multiple=row_multiple)
+        h = _relu2_once(gemm(x[rows], up[expert]))
+        out[rows, slots] = gemm(h, down[expert])
     return out
 
 
