@@ -64,10 +64,15 @@ def make_plan(config: str, pairs: tuple, contract: str, seed: int, backend: str)
                      tuple((name, layout, src) for name, (layout, src) in scorers.items()), updates, backend)
 
 
+def check_figures(gate, name: str, figures: dict, same_count: bool = True) -> None:
+    """A bit condition from bit_figures: something compared (nothing compared proves nothing),
+    nothing differs."""
+    gate.check(name, same_count and figures["num_compared"] > 0 and figures["num_differing"] == 0, **figures)
+
+
 def check_pair(gate, name: str, left: list, right: list, labels=None) -> None:
     figures = bit_figures(left, right, labels or [f"sequence {i}" for i in range(len(left))])
-    compared = len(left) == len(right) and figures["num_compared"] > 0  # nothing compared proves nothing
-    gate.check(name, compared and figures["num_differing"] == 0, **figures)
+    check_figures(gate, name, figures, same_count=len(left) == len(right))
 
 
 def check_sides(gate, plan: SidesPlan, result: dict, contract, ranks: int) -> None:
@@ -124,8 +129,7 @@ def test_layouts_give_identical_bits(gate):
     source = TP_PAIRS[0].engine
     check_pair(gate, f"trainer {wide} vs trainer {one}: per-token log-probs bitwise equal",
                scorers[scorer_name(wide, source)]["logprobs"], scorers[scorer_name(one, source)]["logprobs"])
-    figures = updates[f"update {one}"]["gradients_vs_first"]
-    gate.check(f"trainer {wide} vs trainer {one}: one GRPO update's reduced gradients bitwise equal",
-               figures["num_compared"] > 0 and figures["num_differing"] == 0, **figures)
+    check_figures(gate, f"trainer {wide} vs trainer {one}: one GRPO update's reduced gradients bitwise equal",
+                  updates[f"update {one}"]["gradients_vs_first"])
     check_sides(gate, plan, result, load_contract(gate.contract), ranks)
     gate.verdict()

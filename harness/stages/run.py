@@ -91,7 +91,12 @@ def _gates(state, args, selected):
 
 def _device_note(args) -> str:
     """Only the gates stage runs on the GPU so far: the other stages say where they ran."""
-    return "" if args.device == "cpu" else " (ran on cpu: with --device cuda only the gates run on the GPU so far)"
+    return "" if args.device == "cpu" else "ran on cpu: with --device cuda only the gates run on the GPU so far"
+
+
+def _noted(message: str, args) -> str:
+    note = _device_note(args)
+    return f"{message} ({note})" if note else message
 
 
 def _diff(state, args):
@@ -101,7 +106,7 @@ def _diff(state, args):
     for name, contract in (("consistent", under_test), ("fast", "fast")):
         result = run_diff(args.model, "cut", contract, DIFF_WORKLOAD, per_token=True)
         (out / f"{name}.json").write_text(json.dumps(result, sort_keys=True))
-    return "done", _device_note(args).strip(" ()")
+    return "done", _device_note(args)
 
 
 def _failed_gates(state) -> list:
@@ -113,7 +118,7 @@ def _locate(state, args):
     if not _failed_gates(state):
         return "skipped", "every gate passed"
     result = locate_stage.locate(args.model, args.contract, state.out / "locate")
-    return "done", locate_stage.format_result(result).splitlines()[0] + _device_note(args)
+    return "done", _noted(locate_stage.format_result(result).splitlines()[0], args)
 
 
 def _shrink(state, args):
@@ -127,7 +132,7 @@ def _shrink(state, args):
 def _profile(state, args):
     result = profile_stage.profile(args.model, state.out / "profile", pairs=args.pairs)
     ratio = result["rollout_tokens_per_s"]["ratio"]
-    return "done", f"rollout throughput consistent / baseline = {ratio:.3f}" + _device_note(args)
+    return "done", _noted(f"rollout throughput consistent / baseline = {ratio:.3f}", args)
 
 
 def _summary(state) -> str:
