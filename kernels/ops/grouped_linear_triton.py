@@ -1,9 +1,10 @@
 """Grouped GEMM on CUDA through Triton, for the MoE experts: rows sorted by expert, each
 expert's rows times its own weight, y[p] = x[p] @ w[e(p)]^T, in one launch for all experts.
 
-Consistency: every output element is reduced over K exactly as linear_triton's kernel does
-for one slice: from zero, in BLOCK_K steps, into one fp32 accumulator, then `0.0 + sum`
-(the looped kernel's start, so even a zero's sign agrees) and one rounding. Which rows share
+Consistency: every output element is reduced over K by linear_triton's own slice loop
+(`_slice_sum`, called here with one slice: all of K): from zero, in BLOCK_K steps, into one
+fp32 accumulator, then `0.0 + sum` (the looped kernel's start, so even a zero's sign agrees)
+and one rounding. Which rows share
 a tile (BLOCK_M, and so how many tokens chose the expert) moves which program computes a
 row, never the order of its reduction: a row's bits equal linear.consistent's on the same
 row and weight (checked bit for bit against the per-expert loop on the device and under the
@@ -15,12 +16,14 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.ops.linear_triton import _slice_sum
+
 
 @triton.jit
 def _grouped_gemm_kernel(x_ptr, w_ptr, y_ptr, starts_ptr, counts_ptr, tile_ends_ptr, N, K,
                          stride_xm, stride_we, stride_wn, NUM_EXPERTS: tl.constexpr,
-                         EXPERTS_POW2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                         EXPERTS_POW2: tl.constexpr, K_PER_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     tile = tl.program_id(0)
     pid_n = tl.program_id(1)
     experts = tl.arange(0, EXPERTS_POW2)
@@ -34,16 +37,9 @@ def _grouped_gemm_kernel(x_ptr, w_ptr, y_ptr, starts_ptr, counts_ptr, tile_ends_
     row_end = tl.load(starts_ptr + expert) + count
     offs_m = row0 + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    w_base = w_ptr + expert.to(tl.int64) * stride_we
-    partial = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        k = k0 + offs_k
-        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
-                    mask=(offs_m[:, None] < row_end) & (k[None, :] < K), other=0.0)
-        b = tl.load(w_base + offs_n[None, :] * stride_wn + k[:, None],
-                    mask=(k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
-        partial = tl.dot(a, b, partial, input_precision=INPUT_PRECISION)
+    # the dense kernel's own K loop (one slice: all of K), rows bounded by the expert's end
+    partial = _slice_sum(x_ptr, w_ptr + expert.to(tl.int64) * stride_we, offs_m, offs_n, row_end, N, K,
+                         stride_xm, stride_wn, 0, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION)
     total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + partial
     mask = (offs_m[:, None] < row_end) & (offs_n[None, :] < N)
     tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], total.to(y_ptr.dtype.element_ty), mask=mask)
@@ -66,7 +62,8 @@ def grouped(x, w, starts, counts, *, block_m: int, config=(128, 64, 4, 3), out_d
     grid = (triton.cdiv(num_rows, block_m) + num_experts, triton.cdiv(n_dim, block_n))
     _grouped_gemm_kernel[grid](x, w, y, starts, counts, tile_ends, n_dim, k_dim, x.stride(0), w.stride(0),
                                w.stride(1), NUM_EXPERTS=num_experts,
-                               EXPERTS_POW2=triton.next_power_of_2(num_experts), BLOCK_M=block_m,
+                               EXPERTS_POW2=triton.next_power_of_2(num_experts), K_PER_SPLIT=k_dim,
+                               BLOCK_M=block_m,
                                BLOCK_N=block_n, BLOCK_K=block_k,
                                INPUT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                                num_warps=num_warps, num_stages=num_stages)
