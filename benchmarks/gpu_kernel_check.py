@@ -8,10 +8,12 @@ row inside batches of 1..1024 rows at several offsets, a [2, R/2, L] leading sha
 non-contiguous copy. attention (bf16; Qwen3-1.7B heads 16/8/128, Nemotron-like 32/2/128;
 contexts up to 4096): decode (over exactly its context and over a longer store) == prefill
 == chunked prefill (several splits and chunk sizes) == batched decode == strided q/k/v views
-== the trainer's autograd forward; backward run to run. Launch configs other than the pinned
+== the trainer's autograd forward == the engine's paged launch (decodes and a prefill chunk of
+other sequences in one step, K/V read through shuffled block tables); backward run to run. Launch configs other than the pinned
 one are tried for information only (the table pins one; a difference there fails nothing).
 Error vs float64 is recorded. Timing: a decode step over B contexts of C tokens,
-consistent_batched vs SDPA (enable_gqa), do_bench samples, medians printed, raw saved.
+consistent_batched, consistent_paged and the fast contract's split_kv_paged vs SDPA
+(enable_gqa, contiguous K/V), do_bench samples, medians printed, raw saved.
 """
 import argparse
 import json
@@ -26,6 +28,8 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gates.reference.attention import causal_gqa  # noqa: E402
+from kernels.engine.cache import PagedKVCache  # noqa: E402
+from kernels.models.batch import Segment  # noqa: E402
 from kernels.ops import attention_triton, reduction_triton  # noqa: E402
 
 LENGTHS = (1, 2, 7, 100, 255, 256, 257, 1000, 1024, 1025, 2048, 4095, 4096, 4097, 8192, 32768, 65537, 151936)
@@ -113,6 +117,7 @@ def check_attention(log, model, context, block_kv, generator, rng):
     out = attention_triton.consistent_batched(q[positions][:, None], k.expand(16, -1, -1, -1), v.expand(16, -1, -1, -1),
                                               positions, scale=scale, block_kv=block_kv)
     log.check(True, out[:, 0], full[positions], **base, case="batched decode, 16 sequences")
+    check_paged(log, base, q, k, v, full, scale, block_kv, rng)
     views = [t.view(context, -1, head_dim) for t in (q_view, k_view, v_view)]
     log.check(True, run(*views, 0), full, **base, case="strided q/k/v views")
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -125,6 +130,40 @@ def check_attention(log, model, context, block_kv, generator, rng):
     for name, g, h in zip("qkv", grads, again):
         log.check(True, g, h, **base, case=f"backward d{name} run to run")
     check_launch_variants(log, base, run, q, k, v, full)
+
+
+def paged_cache(num_kv_heads, head_dim, lengths, rng, keys, values):
+    """A paged cache whose sequence i holds keys[:lengths[i]] in blocks handed out in a
+    shuffled order (the pages of a sequence are not contiguous), with room up to the
+    whole of `keys` for each."""
+    block_size, room = 16, keys.shape[0] + 1
+    num_blocks = len(lengths) * -(-room // block_size) + 4
+    cache = PagedKVCache(num_layers=1, num_blocks=num_blocks, block_size=block_size, num_kv_heads=num_kv_heads,
+                         head_dim=head_dim, dtype=DTYPE, device=DEVICE)
+    rng.shuffle(cache._free)
+    for seq_id, length in enumerate(lengths):
+        cache.reserve(seq_id, room)
+        cache.kv(0).write(Segment(seq_id, 0, length, 0, "engine_prefill"), keys[:length], values[:length])
+    return cache
+
+
+def check_paged(log, base, q, k, v, full, scale, block_kv, rng):
+    """Decodes of 8 sequences at random positions and a prefill chunk of a ninth, one launch."""
+    context = q.shape[0]
+    positions = [rng.randrange(context) for _ in range(8)]
+    split = context // 3
+    cache = paged_cache(k.shape[1], k.shape[2], positions + [split], rng, k, v)
+    segments, row = [], 0
+    for seq_id, pos in enumerate(positions):
+        segments.append(Segment(seq_id, pos, 1, row, "engine_decode"))
+        row += 1
+    segments.append(Segment(len(positions), split, context - split, row, "engine_prefill"))
+    segments = tuple(segments)
+    rows = torch.tensor(positions + list(range(split, context)), device=DEVICE)
+    layer = cache.kv(0)
+    layer.write_segments(segments, k[rows], v[rows])
+    out = attention_triton.consistent_paged(q[rows], layer.paged(segments), scale=scale, block_kv=block_kv)
+    log.check(True, out, full[rows], **base, case="paged step: 8 decodes + a chunk")
 
 
 def check_launch_variants(log, base, run, q, k, v, full):
@@ -152,9 +191,22 @@ def time_decode(model, batch, context, block_kv, generator):
 
     def sdpa():
         return F.scaled_dot_product_attention(q_s, k_s, v_s, scale=scale, enable_gqa=True)
+    cache = paged_cache(num_kv_heads, head_dim, [context - 1] * batch, random.Random(batch), keys[0], values[0])
+    segments = tuple(Segment(b, context - 1, 1, b, "engine_decode") for b in range(batch))
+    layer = cache.kv(0)
+    layer.write_segments(segments, keys[0, context - 1:].expand(batch, -1, -1), values[0, context - 1:].expand(batch, -1, -1))
+    paged = layer.paged(segments)
+
+    def ours_paged():
+        return attention_triton.consistent_paged(q[:, 0], paged, scale=scale, block_kv=block_kv)
+
+    def fast_paged():
+        return attention_triton.split_kv_paged(q[:, 0], paged, scale=scale, block_kv=64, tokens_per_split=256,
+                                               max_splits=16)
     gap = float((ours().double() - sdpa().transpose(1, 2).double()).abs().max())
     samples = {name: triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="all")
-               for name, fn in (("consistent", ours), ("sdpa", sdpa))}
+               for name, fn in (("consistent", ours), ("sdpa", sdpa), ("consistent_paged", ours_paged),
+                                ("fast_split_kv_paged", fast_paged))}
     return {"model": model, "B": batch, "C": context, "block_kv": block_kv, "max_abs_gap_vs_sdpa": gap,
             "samples_ms": samples}
 
@@ -207,11 +259,13 @@ def print_tables(log, timings):
         flag = "" if required else "  (info)"
         print(f"{op:<10}{str(who):<16}{case:<34}{count:>7}{bad:>11}{error:>14.2e}{flag}")
     if timings:
-        print(f"\n{'decode timing':<14}{'B':>5}{'C':>6}{'ours us':>10}{'SDPA us':>10}{'SDPA/ours':>10}{'max gap':>10}")
+        print(f"\n{'decode timing':<14}{'B':>5}{'C':>6}{'ours us':>10}{'paged us':>10}{'fast us':>10}"
+              f"{'SDPA us':>10}{'SDPA/ours':>10}{'fast/paged':>11}{'max gap':>10}")
         for t in timings:
-            ours, sdpa = median(t["samples_ms"]["consistent"]), median(t["samples_ms"]["sdpa"])
-            print(f"{t['model']:<14}{t['B']:>5}{t['C']:>6}{ours * 1e3:>10.1f}{sdpa * 1e3:>10.1f}"
-                  f"{sdpa / ours:>10.2f}{t['max_abs_gap_vs_sdpa']:>10.1e}")
+            times = {name: median(samples) * 1e3 for name, samples in t["samples_ms"].items()}
+            ours, paged, fast, sdpa = (times[n] for n in ("consistent", "consistent_paged", "fast_split_kv_paged", "sdpa"))
+            print(f"{t['model']:<14}{t['B']:>5}{t['C']:>6}{ours:>10.1f}{paged:>10.1f}{fast:>10.1f}{sdpa:>10.1f}"
+                  f"{sdpa / ours:>10.2f}{fast / paged:>11.2f}{t['max_abs_gap_vs_sdpa']:>10.1e}")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ KIND = {"engine_prefill": "prefill", "engine_decode": "decode", "engine_graph": 
 PROBES = {"prefill": ((0, 1), (12, 7), (0, 21)), "decode": ((15, 1), (16, 1), (33, 1)),
           "trainer": ((0, 1), (0, 7), (0, 21))}
 MAX_ROWS = {"prefill": 128, "decode": 64, "trainer": 128}
-SEGMENT_REGIONS = ("attention", "ssm_conv", "ssm_scan")  # called once per segment, in order
+SEGMENT_REGIONS = ("ssm_conv", "ssm_scan")  # called once per segment, in order (attention: once, all rows)
 WHOLE_REGIONS = ("weight_quant",)  # outputs are weights, not rows
 POOL_SIZE, MAX_HISTORY, MAX_PIECE = 64, 10, 16
 PROBE_SEQ, POOL_SEQ = 1000, 2000

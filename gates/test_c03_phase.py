@@ -33,7 +33,8 @@ from kernels.models.registry import MODEL_CONFIGS, build_model, config_name
 from kernels.models.state import TransientCache
 
 SIZES = ("cut", "cut-quant")
-REGIONS = ("attention", "ssm_scan")  # per-segment regions whose rows are compared per token
+REGIONS = ("attention", "ssm_scan")  # per-sequence regions whose rows are compared per token
+ROW_REGIONS = ("attention",)  # called once over every segment (ssm_scan: once per segment)
 NUM_SEQUENCES, MIN_LENGTH, MAX_LENGTH = 2, 17, 40
 ENGINE_TOKENS_PER_STEP, ENGINE_BLOCK_SIZE = 12, 16
 
@@ -60,7 +61,12 @@ class Recorder:
         region, layer = call.region, call.layer
         if region in REGIONS:
             n = self.counts[(region, layer)] = self.counts.get((region, layer), -1) + 1
-            self._put(f"{region}@layer{layer}", self.batch.segments[n % len(self.batch.segments)], call.output)
+            if region in ROW_REGIONS:  # one call over the whole batch: each segment's rows
+                for segment in self.batch.segments:
+                    self._put(f"{region}@layer{layer}", segment, call.output[segment.rows])
+            else:
+                self._put(f"{region}@layer{layer}", self.batch.segments[n % len(self.batch.segments)],
+                          call.output)
 
     def end(self, hidden, logits) -> None:
         for segment in self.batch.segments:

@@ -68,10 +68,11 @@ class ReferenceDispatch:
     def rope(self, layer, q, k, positions, *, theta, max_position):
         return ref_rope.rope(q, positions, theta=theta), ref_rope.rope(k, positions, theta=theta)
 
-    def attention(self, layer, q, k, v, segment, kv, *, scale):
-        if segment.start != 0:
-            raise ValueError("the reference attends over a whole sequence (packed trainer layout)")
-        return ref_attention.causal_gqa(q, k, v, 0, scale=scale)
+    def attention(self, layer, q, k, v, segments, kv, *, scale):
+        if any(s.start != 0 for s in segments):
+            raise ValueError("the reference attends over whole sequences (packed trainer layout)")
+        return torch.cat([ref_attention.causal_gqa(q[s.rows], k[s.rows], v[s.rows], 0, scale=scale)
+                          for s in segments])
 
     def mlp_act(self, layer, gate, up):
         return ref_activation.silu_mul(gate, up)

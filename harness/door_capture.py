@@ -1,12 +1,14 @@
 """Capture one door call's inputs and output on each side, save them, load them back.
 
-What a door receives is tensors plus a few structured things: a Segment (plain fields), a
+What a door receives is tensors plus a few structured things: a Segment or a tuple of them
+(plain fields; a call over many segments is cut down to the watched token's), a
 sequence's Mamba state (copied *before* the call, which advances it), and a KV store (saved
 as the K/V it holds for the segment's sequence after the call, read back through the store:
 the exact bits attention read; on replay the store's write is a no-op). That is enough to
 re-run the door standalone with any implementation: the shrink stage's repro does so.
 """
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,10 +16,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kernels.models.batch import Segment
-from kernels.models.state import MambaSequenceState
+from kernels.models.state import KVStore, MambaSequenceState
 
 
-class SnapshotKV:
+class SnapshotKV(KVStore):
     """A KV store holding the K/V one sequence had when the door ran (replay only)."""
 
     def __init__(self, keys, values, kv_format="auto"):
@@ -59,7 +61,36 @@ class DoorCapture:
             self.captured = {"call": call, "args": self._before or list(call.args), "row": None}
         elif tokens is not None and self.token in map(tuple, tokens):
             row = [tuple(t) for t in tokens].index(self.token)
-            self.captured = {"call": call, "args": self._before or list(call.args), "row": row}
+            self.captured = _one_segment(call, self._before or list(call.args), row)
+
+
+def _one_segment(call, args, row: int) -> dict:
+    """A door called over many segments (attention), cut down to the segment holding `row`:
+    its rows of the row inputs and of the output, the segment renumbered from row 0. The
+    consistent kernels give a segment the same bits alone as in company (gate C2), so the
+    repro replays the small call; any other door is kept whole."""
+    segments = next((a for a in args if _is_segments(a)), None)
+    if segments is None or len(segments) == 1:
+        return {"call": call, "args": args, "row": row}
+    segment = next(s for s in segments if s.row <= row < s.row + s.length)
+    num_rows = sum(s.length for s in segments)
+
+    def cut(value):
+        if _is_segments(value):
+            return (Segment(segment.seq_id, segment.start, segment.length, 0, segment.case),)
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == num_rows:
+            return value[segment.rows]
+        return value
+
+    outputs = call.output if isinstance(call.output, (tuple, list)) else (call.output,)
+    narrowed = dataclasses.replace(call, args=tuple(cut(a) for a in call.args),
+                                   output=type(call.output)(cut(t) for t in outputs)
+                                   if isinstance(call.output, (tuple, list)) else cut(call.output))
+    return {"call": narrowed, "args": [cut(a) for a in args], "row": row - segment.row}
+
+
+def _is_segments(value) -> bool:
+    return isinstance(value, tuple) and bool(value) and all(isinstance(s, Segment) for s in value)
 
 
 class _SnapshotBefore:
@@ -82,6 +113,8 @@ def _spec(value, name: str, tensors: dict, segment):
         return {"tensor": name}
     if isinstance(value, Segment):
         return {"segment": {f: getattr(value, f) for f in Segment.__slots__}}
+    if _is_segments(value):
+        return {"segments": [{f: getattr(s, f) for f in Segment.__slots__} for s in value]}
     if isinstance(value, MambaSequenceState):
         pending = None if value.pending is None else [_spec(t, f"{name}.pending{i}", tensors, segment)
                                                       for i, t in enumerate(value.pending)]
@@ -103,7 +136,12 @@ def save_capture(out_dir: Path, captures: dict) -> dict:
     tensors, calls = {}, {}
     for side, captured in captures.items():
         call = captured["call"]
-        segment = next((a for a in captured["args"] if isinstance(a, Segment)), None)
+        segments = [a for a in captured["args"] if isinstance(a, Segment)] + [
+            s for a in captured["args"] if _is_segments(a) for s in a]
+        if len(segments) > 1:
+            raise ValueError(f"{side}: a {call.region} capture over {len(segments)} segments; capture "
+                             f"one token's call, which is cut down to its segment")
+        segment = segments[0] if segments else None
         outputs = call.output if isinstance(call.output, (tuple, list)) else (call.output,)
         calls[side] = {
             "region": call.region, "case": call.case, "layer": call.layer, "row": captured["row"],
@@ -121,6 +159,8 @@ def _value(spec: dict, tensors: dict):
         return tensors[spec["tensor"]]
     if "segment" in spec:
         return Segment(**spec["segment"])
+    if "segments" in spec:
+        return tuple(Segment(**fields) for fields in spec["segments"])
     if "mamba_state" in spec:
         state = spec["mamba_state"]
         pending = None if state["pending"] is None else [_value(p, tensors) for p in state["pending"]]

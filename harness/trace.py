@@ -9,9 +9,10 @@ Lines are written as calls happen (raw data first); `close()` writes the manifes
 hooked and sampled. A door whose rows are not tokens (weight_quant) gets a whole-tensor digest.
 
 Rows map to tokens through the forward's TokenBatch (a forward pre-hook on the model):
-token-parallel doors cover every row, per-segment doors (attention, ssm_conv, ssm_scan: a
-Segment or a sequence's state among their inputs) one segment each, in segment order, and
-head doors (lm_head, sampler, logprob) the rows the runtime names with `selecting_rows`.
+token-parallel doors cover every row, per-segment doors (ssm_conv, ssm_scan: a Segment or a
+sequence's state among their inputs) one segment each, in segment order, and doors called
+on a selection of rows (head doors: lm_head, sampler, logprob; one case's attention in a
+step that mixes prefill and decode) the rows the runtime names with `selecting_rows`.
 Tracing an engine that replays CUDA graphs is refused: the doors' Python would not run.
 """
 import hashlib
@@ -119,7 +120,12 @@ class Tracer:
     def _token_keys(self, call, first):
         """(ordinal, token keys of the rows or None for a whole-tensor door)."""
         if call.rows is not None:
-            return self._count(("head", call.region)), [self._keys[r] for r in call.rows.tolist()]
+            rows = call.rows.tolist()
+            if call.layer is None:
+                return self._count(("head", call.region)), [self._keys[r] for r in rows]
+            # one case group of a per-case door (kernels/models/batch.py call_per_case): the
+            # groups of a layer cover other rows, so each is that door's first call for its rows
+            return self._count(("rows", call.region, call.layer, tuple(rows))), [self._keys[r] for r in rows]
         if call.region in WHOLE_TENSOR_REGIONS:
             return self._count((call.region, call.layer)), None
         if _per_sequence(call) and len(self._segments) > 1:

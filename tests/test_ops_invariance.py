@@ -6,12 +6,15 @@ largest batch, must equal bit for bit the same row computed inside the largest b
 The sampler must draw the same token for a request whatever shares its batch. Run with
 `python -m pytest tests/test_ops_invariance.py -s` to see the negative-control counts.
 """
+import math
+import random
+
 import pytest
 import torch
 
 from gates.compare import assert_bitwise_equal, first_bit_difference
 from kernels.ops import activation, linear, logprob, norm, rope, sampler
-from kernels.ops.sampler import SamplingParams
+from kernels.ops.sampler import SamplingParams, mix_seed
 
 SIZES = (1, 2, 3, 5, 7, 8, 13, 16, 31, 64, 127, 128, 257)
 LARGEST = max(SIZES)
@@ -241,3 +244,42 @@ def test_sampler_top_k_ties_keep_lowest_token_ids(fresh_seed):
     greedy = sampler.consistent(greedy_row[None], [SamplingParams(temperature=0.0)], torch.zeros(1, dtype=torch.long))
     assert int(greedy) == int(greedy_tied[0]), (
         f"greedy over tied ids {greedy_tied.tolist()} chose {int(greedy)}, seed {fresh_seed}")
+
+
+def _python_draw(key: int, token: int) -> float:
+    """race_draws' formula in Python integers (the reference for torch's wrapping int64)."""
+    z = (key + (token + 1) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    z ^= z >> 31
+    return ((z >> 40) + 0.5) * 2.0 ** -24
+
+
+def test_race_draws_are_the_hash_and_exponential(fresh_seed):
+    """The consistent sampler's draws: torch's int64 arithmetic gives the Python-integer
+    hash's uniforms exactly (keys of both signs), and -log(u) has the Exp(1) mean."""
+    rng = random.Random(fresh_seed)
+    keys = [mix_seed(rng.randrange(2 ** 32), rng.randrange(10 ** 6)) for _ in range(3)] + [0, 2 ** 63 - 1]
+    draws = sampler.race_draws(torch.tensor(keys, dtype=torch.int64), 5000)
+    for b, key in enumerate(keys):
+        for token in (0, 1, rng.randrange(5000), 4999):
+            expected = torch.tensor(-math.log(_python_draw(key, token)), dtype=torch.float32)
+            assert abs(float(draws[b, token]) - float(expected)) <= 2e-6 * max(1.0, float(expected)), (
+                f"key {key} token {token}: {float(draws[b, token])} vs {float(expected)}, seed {fresh_seed}")
+    mean = float(draws.double().mean())
+    print(f"\nrace draws: mean {mean:.4f} over {draws.numel()} (Exp(1): 1, sd of the mean {1 / draws.numel() ** 0.5:.4f})")
+    assert abs(mean - 1.0) < 5 / draws.numel() ** 0.5, f"mean {mean}, seed {fresh_seed}"
+
+
+def test_sampler_consistent_draws_follow_the_distribution(fresh_seed):
+    """Token frequencies over 8000 draw indices match softmax(logits / T) within 5 sigma."""
+    generator = torch.Generator().manual_seed(fresh_seed)
+    logits = _randn(generator, (8,), scale=1.5)
+    params = SamplingParams(temperature=0.8, seed=fresh_seed)
+    drawn = sampler.consistent(logits.expand(8000, -1), [params] * 8000, torch.arange(8000))
+    counts = torch.bincount(drawn, minlength=8).double()
+    expected = torch.softmax(logits.double() / 0.8, dim=0) * 8000
+    sigma = (expected * (1 - expected / 8000)).sqrt()
+    worst = float(((counts - expected).abs() / sigma).max())
+    print(f"\nsampler.consistent: worst bin {worst:.2f} sigma from softmax(x/T) over 8000 draws")
+    assert worst < 5, f"counts {counts.tolist()} vs expected {expected.tolist()}, seed {fresh_seed}"

@@ -36,7 +36,7 @@ def _run(op, q, k, v, pieces):
     for start, length, case in pieces:
         segment = Segment(seq_id=0, start=start, length=length, row=0, case=case)
         rows = slice(start, start + length)
-        outputs.append(op(q[rows], k[rows], v[rows], segment, kv))
+        outputs.append(op(q[rows], k[rows], v[rows], (segment,), kv))
     return torch.cat(outputs)
 
 
@@ -44,8 +44,8 @@ def _chunks(chunk_size, case="engine_prefill", start=0, stop=SEQ_LEN):
     return [(lo, min(chunk_size, stop - lo), case) for lo in range(start, stop, chunk_size)]
 
 
-def _consistent(q, k, v, segment, kv):
-    return attention.consistent(q, k, v, segment, kv, scale=SCALE, block_kv=32, row_multiple=8)
+def _consistent(q, k, v, segments, kv):
+    return attention.consistent(q, k, v, segments, kv, scale=SCALE, block_kv=32, row_multiple=8)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -79,7 +79,7 @@ def test_attention(dtype, start, length, fresh_seed):
     if start:
         kv.write(Segment(0, 0, start, 0, "engine_prefill"), k[:start], v[:start])
     segment = Segment(0, start, length, 0, "engine_prefill")
-    out = attention.consistent(q[start:], k[start:], v[start:], segment, kv, scale=scale,
+    out = attention.consistent(q[start:], k[start:], v[start:], (segment,), kv, scale=scale,
                                block_kv=32, row_multiple=8)
     ref = ref_attention.causal_gqa(q[start:], k, v, start, scale=scale)
     assert_matches_reference(out, ref, f"attention.consistent {dtype} start={start} length={length} seed {fresh_seed}")

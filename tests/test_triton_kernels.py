@@ -339,3 +339,77 @@ def check_negative_control_block_kv_following_context(attention, fresh_seed):
     assert first_bit_difference(decode, full) is not None, f"control decode did not differ, seed={fresh_seed}"
     chunked = torch.cat([_call(attention, q[:20], k[:20], v[:20], 0, by_context(20)), full[20:]])
     assert first_bit_difference(chunked, full) is not None, f"control chunks did not differ, seed={fresh_seed}"
+
+
+def _paged_step(pieces, dtype, kv_format="auto", fresh_seed=0):
+    """A paged cache holding each sequence's first `start` positions, then one forward's
+    segments [(seq_id, start, length, case)] written through write_segments. Returns
+    (q rows of the step, {seq: (q, k, v) of the whole sequence}, paged batch)."""
+    from kernels.engine.cache import PagedKVCache
+    from kernels.models.batch import Segment
+    cache = PagedKVCache(num_layers=1, num_blocks=24, block_size=8, num_kv_heads=2, head_dim=32,
+                         dtype=dtype, kv_format=kv_format)
+    layer, sequences, segments, row = cache.kv(0), {}, [], 0
+    for n, (seq_id, start, length, case) in enumerate(pieces):
+        q, k, v = _sequence(fresh_seed + n, start + length, dtype=dtype)
+        sequences[seq_id] = (q, k, v)
+        cache.reserve(seq_id, start + length + 5)
+        if start:
+            layer.write(Segment(seq_id, 0, start, 0, "engine_prefill"), k[:start], v[:start])
+        segments.append(Segment(seq_id, start, length, row, case))
+        row += length
+    segments = tuple(segments)
+    step = [torch.cat([sequences[s.seq_id][i][s.start:s.start + s.length] for s in segments]) for i in range(3)]
+    layer.write_segments(segments, step[1], step[2])
+    return step[0], sequences, segments, layer.paged(segments)
+
+
+# decodes at block bounds and inside blocks, a prefill chunk from 0 and one from the middle
+MIXED_STEP = ((3, 22, 1, "engine_decode"), (7, 0, 13, "engine_prefill"), (1, 8, 1, "engine_decode"),
+              (5, 9, 6, "engine_prefill"), (2, 31, 1, "engine_decode"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_paged_launch_equals_each_sequence_alone(attention, dtype, fresh_seed):
+    """consistent_paged: one launch over every segment of a step, K/V read from the pool
+    through block tables (non-contiguous, shuffled blocks), gives each sequence the bits
+    of the contiguous kernel on that sequence alone."""
+    q, sequences, segments, paged = _paged_step(MIXED_STEP, dtype, fresh_seed=fresh_seed)
+    # the free list hands out blocks in order; interleaving the reservations shuffles the pages
+    assert paged.tables.block_table.shape == (5, 5)
+    out = attention.consistent_paged(q, paged, scale=32 ** -0.5, block_kv=BLOCK_KV)
+    for segment in segments:
+        sq, sk, sv = sequences[segment.seq_id]
+        end = segment.start + segment.length
+        alone = _call(attention, sq[segment.start:end], sk[:end], sv[:end], segment.start)
+        assert_bitwise_equal(out[segment.rows], alone, f"paged {segment} {dtype} seed={fresh_seed}")
+
+
+def check_paged_fp8_pool_reads_as_kv_decode(attention, fresh_seed):
+    """An FP8 pool: the kernel's dequantisation (e4m3 -> fp32 -> dtype) gives the bits of
+    attention over kv_decode's copies."""
+    from kernels.ops.quant_regions import kv_round_trip
+    q, sequences, segments, paged = _paged_step(MIXED_STEP[:3], torch.float16, "fp8", fresh_seed)
+    assert paged.key_pool.dtype == torch.float8_e4m3fn
+    out = attention.consistent_paged(q, paged, scale=32 ** -0.5, block_kv=BLOCK_KV)
+    for segment in segments:
+        sq, sk, sv = sequences[segment.seq_id]
+        end = segment.start + segment.length
+        alone = _call(attention, sq[segment.start:end], kv_round_trip(sk[:end], "fp8"),
+                      kv_round_trip(sv[:end], "fp8"), segment.start)
+        assert_bitwise_equal(out[segment.rows], alone, f"fp8 paged {segment} seed={fresh_seed}")
+
+
+def check_split_kv_paged_is_attention_and_follows_the_context(attention, fresh_seed):
+    """The fast flash-decoding kernel: within fp32 rounding of the float64 reference; its
+    split count follows the context, so its bits differ from the consistent walk's."""
+    q, sequences, segments, paged = _paged_step(MIXED_STEP, torch.float32, fresh_seed=fresh_seed)
+    fast = attention.split_kv_paged(q, paged, scale=32 ** -0.5, block_kv=16, tokens_per_split=8, max_splits=4)
+    for segment in segments:
+        sq, sk, sv = sequences[segment.seq_id]
+        end = segment.start + segment.length
+        exact = causal_gqa(sq[segment.start:end], sk[:end], sv[:end], segment.start, scale=32 ** -0.5)
+        error = float((fast[segment.rows].double() - exact).abs().max())
+        assert error < 1e-5, f"split-KV {segment}: error {error} vs float64, seed={fresh_seed}"
+    consistent = attention.consistent_paged(q, paged, scale=32 ** -0.5, block_kv=16)
+    assert first_bit_difference(fast, consistent) is not None, f"split-KV bits equal the walk's, seed={fresh_seed}"

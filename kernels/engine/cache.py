@@ -5,10 +5,11 @@ output instead of silently using stale values. `kv(layer)` gives the store atten
 to and reads from (the same interface as the trainer's kernels/models/state.py).
 """
 import math
+from dataclasses import dataclass
 
 import torch
 
-from kernels.models.state import MambaStateStore
+from kernels.models.state import KVStore, MambaStateStore
 from kernels.ops.quant_regions import kv_decode, kv_encode
 
 
@@ -28,6 +29,7 @@ class PagedKVCache:
         self._free = list(range(num_blocks))
         self.block_tables: dict[int, list[int]] = {}
         self._slot_indices: dict[int, torch.Tensor] = {}
+        self._step_tables = None  # (segments, StepTables) of the last forward: every layer reuses it
 
     def blocks_needed(self, num_tokens: int) -> int:
         return math.ceil(num_tokens / self.block_size)
@@ -45,10 +47,12 @@ class PagedKVCache:
                                f"{len(self._free)} free")
         for _ in range(max(0, extra)):
             table.append(self._free.pop(0))
+        self._step_tables = None
 
     def release(self, seq_id: int) -> None:
         blocks = self.block_tables.pop(seq_id, [])
         self._slot_indices.pop(seq_id, None)
+        self._step_tables = None
         self.keys[:, blocks] = float("nan")
         self.values[:, blocks] = float("nan")
         self._free.extend(blocks)
@@ -76,7 +80,67 @@ class PagedKVCache:
         return cached
 
 
-class PagedLayerKV:
+    def step_tables(self, segments) -> "StepTables":
+        """The block tables and row slots of one forward's segments, built once on the host
+        and copied to the device in one go; every layer of the forward reuses them."""
+        if self._step_tables is not None and self._step_tables[0] == segments:
+            return self._step_tables[1]
+        if len({s.seq_id for s in segments}) != len(segments):
+            raise ValueError(f"a forward holds one segment per sequence: {segments}")
+        width = max(len(self.block_tables[s.seq_id]) for s in segments)
+        tables = [self.block_tables[s.seq_id] + [0] * (width - len(self.block_tables[s.seq_id]))
+                  for s in segments]
+        slots = [self.block_tables[s.seq_id][p // self.block_size] * self.block_size + p % self.block_size
+                 for s in segments for p in range(s.start, s.start + s.length)]
+        fields = [[s.row for s in segments], [s.length for s in segments], [s.start for s in segments]]
+        device = self.keys.device
+        packed = torch.tensor([value for row in tables for value in row] + [v for f in fields for v in f],
+                              dtype=torch.int32).to(device, non_blocking=True)
+        count = len(segments)
+        tables_out = StepTables(
+            block_table=packed[:count * width].view(count, width),
+            rows=packed[count * width:count * width + count],
+            lengths=packed[count * width + count:count * width + 2 * count],
+            starts=packed[count * width + 2 * count:],
+            write_slots=torch.tensor(slots, dtype=torch.long).to(device, non_blocking=True),
+            max_length=max(s.length for s in segments),
+            max_context=max(s.start + s.length for s in segments))
+        self._step_tables = (segments, tables_out)
+        return tables_out
+
+
+@dataclass(frozen=True)
+class StepTables:
+    """One forward's segments as device tables (int32 unless noted)."""
+
+    block_table: torch.Tensor
+    """[B, max blocks] the pool blocks of each segment's sequence, padded with block 0."""
+    rows: torch.Tensor
+    """[B] first row of each segment in the forward's flat batch."""
+    lengths: torch.Tensor
+    """[B] rows of each segment."""
+    starts: torch.Tensor
+    """[B] absolute position of each segment's first row."""
+    write_slots: torch.Tensor
+    """[M] long: the pool slot each row's K/V goes to."""
+    max_length: int
+    max_context: int
+
+
+@dataclass(frozen=True)
+class PagedBatch:
+    """What a paged attention kernel reads for one layer and one forward."""
+
+    key_pool: torch.Tensor
+    """[num_blocks * block_size, Hkv, D] this layer's keys (FP8 when the cache is)."""
+    value_pool: torch.Tensor
+    tables: StepTables
+    page_size: int
+    dtype: torch.dtype
+    """The activation dtype reads dequantize to."""
+
+
+class PagedLayerKV(KVStore):
     """One layer's view of the paged cache, addressed by (sequence, position)."""
 
     def __init__(self, cache: PagedKVCache, layer: int):
@@ -90,6 +154,16 @@ class PagedLayerKV:
         slots = self.cache.slot_indices(segment.seq_id)[segment.start:segment.start + segment.length]
         self._pool(self.cache.keys)[slots] = kv_encode(k, self.cache.kv_format)
         self._pool(self.cache.values)[slots] = kv_encode(v, self.cache.kv_format)
+
+    def write_segments(self, segments, k, v) -> None:
+        """All segments' rows in one scatter per pool."""
+        slots = self.cache.step_tables(segments).write_slots
+        self._pool(self.cache.keys)[slots] = kv_encode(k, self.cache.kv_format)
+        self._pool(self.cache.values)[slots] = kv_encode(v, self.cache.kv_format)
+
+    def paged(self, segments) -> PagedBatch:
+        return PagedBatch(self._pool(self.cache.keys), self._pool(self.cache.values),
+                          self.cache.step_tables(segments), self.cache.block_size, self.cache.dtype)
 
     def read(self, segment):
         """K, V [start + length, Hkv, D] gathered from the sequence's blocks (exact copies)."""

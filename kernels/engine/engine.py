@@ -156,10 +156,12 @@ class Engine:
             full = (self.dispatch("logprob", batch.case, None, logits, tokens, temperatures, full=True)
                     if wants_full else None)
         finished = []
+        token_ids = tokens.tolist()  # one device-to-host copy for the step, not one per row
+        row_logprobs = logprobs.unbind(0)  # views of this step's fresh tensor
         for index, (item, _) in enumerate(chosen):
             completion = item.sequence.completion
-            completion.tokens.append(int(tokens[index]))
-            completion.logprobs.append(logprobs[index].clone())
+            completion.tokens.append(token_ids[index])
+            completion.logprobs.append(row_logprobs[index])
             if full is not None and completion.request.return_full_logprobs:
                 completion.full_logprobs.append(full[index].clone())
             if item.sequence.is_finished:

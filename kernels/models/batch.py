@@ -60,6 +60,24 @@ class TokenBatch:
         device = self.tokens.device
         return torch.cat([torch.arange(s.start, s.start + s.length, device=device) for s in self.segments])
 
+    def case_groups(self) -> list:
+        """[CaseGroup] the segments by case, in order of first appearance: one door call each
+        for the per-segment regions (an engine step may mix prefill chunks and decodes)."""
+        by_case = {}
+        for segment in self.segments:
+            by_case.setdefault(segment.case, []).append(segment)
+        if len(by_case) == 1:
+            return [CaseGroup(self.segments[0].case, self.segments, None)]
+        groups = []
+        for case, members in by_case.items():
+            rebased, row = [], 0
+            for segment in members:
+                rebased.append(Segment(segment.seq_id, segment.start, segment.length, row, case))
+                row += segment.length
+            rows = torch.cat([torch.arange(s.row, s.row + s.length) for s in members]).to(self.tokens.device)
+            groups.append(CaseGroup(case, tuple(rebased), rows))
+        return groups
+
     @classmethod
     def from_sequences(cls, pieces, case, segment_case=None, device="cpu"):
         """pieces: [(seq_id, start, token list)], laid end to end; tokens on `device`."""
@@ -69,3 +87,31 @@ class TokenBatch:
             tokens.extend(ids)
             row += len(ids)
         return cls(torch.tensor(tokens, dtype=torch.long, device=device), tuple(segments), case)
+
+
+@dataclass(frozen=True)
+class CaseGroup:
+    """The segments of one case, renumbered from row 0 over their own rows."""
+
+    case: str
+    segments: tuple
+    rows: torch.Tensor | None
+    """[R] long: which batch rows the group's rows are; None when it is the whole batch."""
+
+
+def call_per_case(dispatch, region: str, batch: TokenBatch, layer, row_inputs, *args, **kwargs):
+    """`region` once per case group: dispatch(region, case, layer, *row inputs of the group,
+    segments, *args, **kwargs), outputs put back in batch row order. A group that is not the
+    whole batch names its rows to the observers (dispatch.selecting_rows)."""
+    groups = batch.case_groups()
+    if groups[0].rows is None:
+        return dispatch(region, groups[0].case, layer, *row_inputs, groups[0].segments, *args, **kwargs)
+    out = None
+    for group in groups:
+        with dispatch.selecting_rows(group.rows):
+            part = dispatch(region, group.case, layer, *(t[group.rows] for t in row_inputs), group.segments,
+                            *args, **kwargs)
+        if out is None:
+            out = part.new_empty((batch.tokens.shape[0], *part.shape[1:]))
+        out[group.rows] = part
+    return out

@@ -3,15 +3,16 @@ attention without positional encoding, MoE (sigmoid router with a selection-only
 relu^2 experts, a shared expert) or a dense relu^2 MLP; final norm; untied lm_head.
 
 ONE definition for both runtimes: every region goes through `dispatch(region, case, layer,
-...)`; per-sequence work (attention, conv, scan) runs segment by segment in the segment's
-case against the cache the runtime passes (paged KV and Mamba state in the engine,
-transient ones in the trainer). kernels/models/nemotron_config.py holds the config.
+...)`; attention runs once per case over all that case's segments, conv and scan segment by
+segment in the segment's case, against the cache the runtime passes (paged KV and Mamba
+state in the engine, transient ones in the trainer). kernels/models/nemotron_config.py holds the config.
 """
 import math
 
 import torch
 from torch import nn
 
+from kernels.models.batch import call_per_case
 from kernels.models.nemotron_config import NemotronConfig
 
 
@@ -134,10 +135,9 @@ class NemotronModel(nn.Module):
                              c.num_kv_heads * c.head_dim], dim=-1)
         q = q.reshape(rows, c.num_heads, c.head_dim)
         k, v = (t.reshape(rows, c.num_kv_heads, c.head_dim) for t in (k, v))
-        kv = cache.kv(index)
-        outputs = [dispatch("attention", s.case, index, q[s.rows], k[s.rows], v[s.rows], s, kv,
-                            scale=c.head_dim ** -0.5) for s in batch.segments]
-        return dispatch("o_proj", case, index, torch.cat(outputs).reshape(rows, -1), layer.o_proj)
+        attended = call_per_case(dispatch, "attention", batch, index, (q, k, v), cache.kv(index),
+                                 scale=c.head_dim ** -0.5)
+        return dispatch("o_proj", case, index, attended.reshape(rows, -1), layer.o_proj)
 
     def _mamba(self, dispatch, batch, index, layer, normed, cache):
         c, case = self.config, batch.case

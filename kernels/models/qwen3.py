@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from kernels.models.batch import call_per_case
 from kernels.models.config import DTYPES
 
 
@@ -157,11 +158,8 @@ class Qwen3Model(nn.Module):
         k, _ = dispatch("qk_norm", case, index, k, layer.k_norm, eps=config.rms_norm_eps)
         q, k = dispatch("rope", case, index, q, k, positions,
                         theta=config.rope_theta, max_position=config.max_position)
-        kv = cache.kv(index)
-        outputs = [dispatch("attention", segment.case, index, q[segment.rows], k[segment.rows],
-                            v[segment.rows], segment, kv, scale=head_dim ** -0.5)
-                   for segment in batch.segments]
-        attended = torch.cat(outputs).reshape(num_rows, q_width)
+        attended = call_per_case(dispatch, "attention", batch, index, (q, k, v), cache.kv(index),
+                                 scale=head_dim ** -0.5).reshape(num_rows, q_width)
         return dispatch("o_proj", case, index, attended, layer.o_proj)
 
     def _mlp(self, dispatch, case, index, layer, normed):

@@ -13,7 +13,22 @@ import torch
 from kernels.ops.quant_regions import kv_round_trip
 
 
-class ContiguousKV:
+class KVStore:
+    """What attention needs from a store: write(segment, k, v), read(segment) -> (K, V) of
+    positions [0, start + length), and the two batch forms below."""
+
+    def write_segments(self, segments, k, v) -> None:
+        """Write every segment's rows of k, v [M, Hkv, D] (rows numbered as in `segments`)."""
+        for segment in segments:
+            self.write(segment, k[segment.rows], v[segment.rows])
+
+    def paged(self, segments):
+        """A PagedBatch over `segments` for a kernel that reads the pool itself, or None:
+        this store hands out contiguous K/V through read()."""
+        return None
+
+
+class ContiguousKV(KVStore):
     """One layer's K/V per sequence, appended in position order (trainer side). With an FP8
     KV format it keeps decode(encode(k)), the bits the engine's paged FP8 store reads back."""
 

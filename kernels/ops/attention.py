@@ -1,9 +1,13 @@
-"""Causal GQA attention for one sequence segment over its KV store (paged in the engine,
-contiguous in the trainer): out_t = softmax(q_t . K[:start+t+1]^T * scale) V.
+"""Causal GQA attention for the segments of one forward over their KV store (paged in the
+engine, contiguous in the trainer): for each segment's token t, out_t = softmax(q_t .
+K[:start+t+1]^T * scale) V over its own sequence's context.
 
-Every variant first *writes* the segment's K/V into the store and then *reads* the whole
-context back through it, so prefill, chunked prefill, decode and the trainer share one KV
-read path (and, later, one FP8 dequantisation).
+One door call covers every segment of a case (q, k, v [M, Hq|Hkv, D] rows in segment order),
+as an engine runs one attention launch per layer. Every variant first *writes* all segments'
+K/V into the store and then reads each context back through it, so prefill, chunked
+prefill, decode and the trainer share one KV read path (and one FP8 dequantisation). On
+CUDA, over the engine's paged cache, the kernels read the pool through the block tables
+(no gathered copy); a row's bits are those of its segment alone, in either case.
 Consistency: the consistent kernel walks the keys in blocks of `block_kv` from absolute
 position 0 with an fp32 online softmax, whatever the phase: a decode step re-plays exactly
 the arithmetic prefill did for that row (fully masked blocks leave m, l and acc unchanged,
@@ -13,12 +17,15 @@ kernel (kernels/ops/attention_triton.py; `row_multiple` is the CPU's constant).
 Reference: gates/reference/attention.py.
 """
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 from kernels.ops.linear import row_invariant_matmul
 from kernels.ops.padding import pad_to_multiple
+
+FAST_BLOCK_KV = 64  # the fast flash-decoding kernel's key block (its bits may follow anything)
 
 
 def _grouped_rows(q, num_kv_heads):
@@ -42,10 +49,19 @@ def _query_positions(segment, num_kv_heads_group, device):
     return positions.repeat_interleave(num_kv_heads_group)  # row (t, g) -> position of t
 
 
-def fast_sdpa(q, k, v, segment, kv, *, scale):
-    """torch SDPA in the activation dtype (its CPU flash kernel picks tiles by shape)."""
-    kv.write(segment, k, v)
-    keys, values = kv.read(segment)
+def _each_segment(attend, q, segments, kv):
+    """[M, Hq, D]: attend(q rows, segment, keys, values) for each segment, in row order."""
+    return torch.cat([attend(q[s.rows], s, *kv.read(s)) for s in segments])
+
+
+def fast_sdpa(q, k, v, segments, kv, *, scale):
+    """torch SDPA in the activation dtype, one call per segment (its CPU flash kernel picks
+    tiles by shape; on CUDA it is flash/efficient attention, as engines run prefill)."""
+    kv.write_segments(segments, k, v)
+    return _each_segment(partial(_sdpa, scale=scale), q, segments, kv)
+
+
+def _sdpa(q, segment, keys, values, *, scale):
     causal = None
     if segment.start:  # chunked prefill: the chunk sees the whole cached prefix
         causal = torch.ones(segment.length, keys.shape[0], dtype=torch.bool, device=q.device).tril(
@@ -56,14 +72,24 @@ def fast_sdpa(q, k, v, segment, kv, *, scale):
     return out.transpose(0, 1)
 
 
-def fast_split_kv(q, k, v, segment, kv, *, scale, tokens_per_split: int, max_splits: int):
+def fast_split_kv(q, k, v, segments, kv, *, scale, tokens_per_split: int, max_splits: int):
     """Flash-decoding: the context is cut into a number of splits that grows with its
     length, each split's softmax is local, and the splits are merged by log-sum-exp. On CUDA
-    it is torch SDPA, whose flash kernels choose their own KV splits by shape."""
+    over the paged cache, one Triton launch for every segment (kernels/ops/attention_triton.py
+    split_kv_paged); over contiguous K/V (the trainer's store), torch SDPA."""
+    kv.write_segments(segments, k, v)
+    paged = kv.paged(segments) if q.device.type == "cuda" else None
+    if paged is not None:
+        from kernels.ops import attention_triton
+        return attention_triton.split_kv_paged(q, paged, scale=scale, block_kv=FAST_BLOCK_KV,
+                                               tokens_per_split=tokens_per_split, max_splits=max_splits)
     if q.device.type == "cuda":
-        return fast_sdpa(q, k, v, segment, kv, scale=scale)
-    kv.write(segment, k, v)
-    keys, values = kv.read(segment)
+        return _each_segment(partial(_sdpa, scale=scale), q, segments, kv)
+    return _each_segment(partial(_split_kv, scale=scale, tokens_per_split=tokens_per_split,
+                                 max_splits=max_splits), q, segments, kv)
+
+
+def _split_kv(q, segment, keys, values, *, scale, tokens_per_split, max_splits):
     context, num_kv_heads = keys.shape[0], keys.shape[1]
     num_splits = max(1, min(max_splits, math.ceil(context / tokens_per_split)))
     rows = _grouped_rows(q.float(), num_kv_heads)
@@ -83,14 +109,21 @@ def fast_split_kv(q, k, v, segment, kv, *, scale, tokens_per_split: int, max_spl
     return _ungrouped(out, segment.length, q.shape[1]).to(q.dtype)
 
 
-def consistent(q, k, v, segment, kv, *, scale, block_kv: int, row_multiple: int):
+def consistent(q, k, v, segments, kv, *, scale, block_kv: int, row_multiple: int):
     """One arithmetic for prefill, chunked prefill, decode and the trainer."""
-    kv.write(segment, k, v)
-    keys, values = kv.read(segment)
+    kv.write_segments(segments, k, v)
     if q.device.type == "cuda":  # the same walk as one Triton kernel (imports Triton: CUDA only)
         from kernels.ops import attention_triton
-        return attention_triton.consistent_autograd(q, keys, values, segment.start, scale=scale,
-                                                    block_kv=block_kv)
+        paged = kv.paged(segments)
+        if paged is not None:  # the engine: one launch for every segment, read from the pool
+            return attention_triton.consistent_paged(q, paged, scale=scale, block_kv=block_kv)
+        return _each_segment(lambda rows, segment, keys, values: attention_triton.consistent_autograd(
+            rows, keys, values, segment.start, scale=scale, block_kv=block_kv), q, segments, kv)
+    return _each_segment(partial(_consistent_cpu, scale=scale, block_kv=block_kv, row_multiple=row_multiple),
+                         q, segments, kv)
+
+
+def _consistent_cpu(q, segment, keys, values, *, scale, block_kv, row_multiple):
     context, num_kv_heads, head_dim = keys.shape
     rows = _grouped_rows(q.float(), num_kv_heads)  # [Hkv, R, D]
     query_pos = _query_positions(segment, q.shape[1] // num_kv_heads, q.device)

@@ -1,11 +1,14 @@
 """Token sampler: temperature, top-k, top-p, seeded per request; greedy at temperature 0.
 
-Consistency: the consistent sampler draws each token from its own generator, seeded by
-(request seed, index of the token in the request), so a request samples the same tokens
-whatever else shares the batch or when it was scheduled. Top-k keeps the k best by the
-unique key (logit descending, token id ascending); top-p keeps the shortest prefix of that
-order whose fp32 cumulative probability reaches p; the draw is an exponential race
-argmax(p_i / e_i) whose ties go to the lowest token id (torch.argmax returns the first).
+Consistency: the consistent sampler draws each token from its own counter-based stream,
+keyed by (request seed, index of the token in the request): token t's draw is a hash of
+(key, t) (race_draws), so a request samples the same tokens whatever else shares the batch
+or when it was scheduled, and the whole batch is sampled in a few launches on the logits'
+device (no host generator, no per-row loop). Top-k keeps the k best by the unique key
+(logit descending, token id ascending); top-p keeps the shortest prefix of that order whose
+fp32 cumulative probability reaches p; the draw is an exponential race over the kept tokens,
+argmax(w_t / e_t) with w_t = exp(x_t - max x), whose ties go to the lowest token id
+(torch.argmax returns the first).
 Log-probs reported on both sides are of the whole distribution at the request's temperature
 (before top-k/top-p), as engines report "raw" log-probs: the RL policy is the temperature-
 scaled model, the truncation is part of the behaviour, not of pi_old.
@@ -53,55 +56,99 @@ def mix_seed(seed: int, index: int) -> int:
     return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFF
 
 
-def _filtered_probs(row, params: SamplingParams):
-    """fp32 probabilities after temperature, top-k and top-p, in unique-key order."""
-    x = row.float() / params.temperature
+def _wrapping(value: int) -> int:
+    """A 64-bit constant as the int64 with the same bits (torch multiplies int64 wrapping)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+GOLDEN, MIX_1, MIX_2 = (_wrapping(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _shift_right(z, bits: int):
+    """Logical right shift of int64 bit patterns (torch's >> is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def race_draws(keys, vocab: int):
+    """[B, V] fp32 Exp(1) draws: token t of row b gets -log(u) with u the top 24 bits of
+    SplitMix64(keys[b] + (t + 1) * golden), + 1/2, over 2^24. Integer ops only up to the log
+    (elementwise), so a row's draws are the same bits whatever the batch, on any device."""
+    tokens = torch.arange(1, vocab + 1, dtype=torch.int64, device=keys.device)
+    z = keys[:, None] + tokens[None, :] * GOLDEN
+    z = (z ^ _shift_right(z, 30)) * MIX_1
+    z = (z ^ _shift_right(z, 27)) * MIX_2
+    z = z ^ _shift_right(z, 31)
+    uniform = (_shift_right(z, 40).to(torch.float32) + 0.5) * 2.0 ** -24  # exact: 24 bits + 1/2
+    return -torch.log(uniform)
+
+
+def _kept_mask(x, params: SamplingParams):
+    """[V] bool: the tokens top-k and top-p keep of one row of scaled logits x, by the unique
+    key (logit descending, token id ascending); the top-p mass is fp32 probabilities summed
+    in that order."""
     order = torch.sort(x, descending=True, stable=True).indices  # ties: lower id first
     if params.top_k > 0:
         order = order[:params.top_k]
-    sorted_x = x[order]
-    probs = torch.exp(sorted_x - sorted_x[0])
-    probs = probs / row_sum(probs)
     if params.top_p < 1.0:
+        sorted_x = x[order]
+        probs = torch.exp(sorted_x - sorted_x[0])
+        probs = probs / row_sum(probs)
         before = torch.cumsum(probs, dim=0) - probs  # mass strictly before each token
-        keep = int((before < params.top_p).sum())
-        order, probs = order[:keep], probs[:keep]
-    return order, probs
+        order = order[:int((before < params.top_p).sum())]
+    return torch.zeros_like(x, dtype=torch.bool).index_fill_(0, order, True)
+
+
+def _scaled(logits, params_list, draw_indices):
+    """fp32 logits / temperature per row (greedy rows by 1), and the greedy rows."""
+    if not (logits.shape[0] == len(params_list) == len(draw_indices)):
+        raise ValueError(f"sampler: {logits.shape[0]} rows, {len(params_list)} params, "
+                         f"{len(draw_indices)} draw indices")
+    temperatures = torch.tensor([p.logprob_temperature for p in params_list], dtype=torch.float32,
+                                device=logits.device)
+    greedy = torch.tensor([p.temperature == 0 for p in params_list], device=logits.device)
+    return logits.float() / temperatures[:, None], greedy
+
+
+def _truncated(x, params_list):
+    """x with the tokens top-k / top-p drop set to -inf (rows without them untouched)."""
+    filtered = [i for i, p in enumerate(params_list) if p.temperature > 0 and (p.top_k > 0 or p.top_p < 1.0)]
+    if not filtered:
+        return x
+    kept = torch.stack([_kept_mask(x[i], params_list[i]) for i in filtered])
+    x = x.clone()
+    x[filtered] = x[filtered].masked_fill(~kept, float("-inf"))
+    return x
 
 
 def fast(logits, params_list, draw_indices):
-    """One generator for the whole batch, seeded from all its rows, so a request's draw
-    depends on what else is in the batch and in which order; torch.topk ties."""
+    """As engines sample: one batched exponential race over softmax probabilities on the
+    logits' device, its draws from one generator seeded from all the batch's rows (so a
+    request's draw depends on what else is in the batch and in which order); torch.topk ties."""
     batch_seed = sum(mix_seed(p.seed, int(i)) for p, i in zip(params_list, draw_indices))
-    generator = torch.Generator().manual_seed(batch_seed & 0x7FFFFFFFFFFFFFFF)
-    tokens = []
-    for row, params in zip(logits, params_list):
-        if params.temperature == 0:
-            tokens.append(int(row.argmax()))
-            continue
-        x = row.float() / params.temperature
-        if 0 < params.top_k < x.numel():
-            threshold = torch.topk(x, params.top_k).values[-1]
-            x = x.masked_fill(x < threshold, float("-inf"))
-        probs = torch.softmax(x, dim=-1)
-        if params.top_p < 1.0:
-            sorted_probs, order = torch.sort(probs, descending=True)
+    generator = torch.Generator(device=logits.device).manual_seed(batch_seed & 0x7FFFFFFFFFFFFFFF)
+    x, greedy = _scaled(logits, params_list, draw_indices)
+    for i, params in enumerate(params_list):
+        if params.temperature > 0 and 0 < params.top_k < x.shape[1]:
+            threshold = torch.topk(x[i], params.top_k).values[-1]
+            x[i] = x[i].masked_fill(x[i] < threshold, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    for i, params in enumerate(params_list):
+        if params.temperature > 0 and params.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs[i], descending=True)
             drop = torch.cumsum(sorted_probs, dim=0) - sorted_probs >= params.top_p
-            probs = probs.index_fill(0, order[drop], 0.0)
-        tokens.append(int(torch.multinomial(probs.cpu(), 1, generator=generator)))  # CPU generator
-    return torch.tensor(tokens, dtype=torch.long, device=logits.device)
+            probs[i] = probs[i].index_fill(0, order[drop], 0.0)
+    race = torch.empty_like(probs).exponential_(generator=generator)
+    return torch.where(greedy, logits.float().argmax(dim=-1), (probs / race).argmax(dim=-1))
 
 
 def consistent(logits, params_list, draw_indices):
-    """Per-request, per-index draws; independent of the batch."""
-    tokens = []
-    for row, params, index in zip(logits, params_list, draw_indices):
-        if params.temperature == 0:
-            tokens.append(int(row.float().argmax()))
-            continue
-        order, probs = _filtered_probs(row, params)
-        generator = torch.Generator().manual_seed(mix_seed(params.seed, int(index)))
-        # drawn on the CPU generator whatever the device: the same stream on every machine
-        race = torch.empty(probs.shape[0]).exponential_(generator=generator).to(probs.device)
-        tokens.append(int(order[torch.argmax(probs / race)]))
-    return torch.tensor(tokens, dtype=torch.long, device=logits.device)
+    """Per-request, per-index draws, batched; independent of the batch by construction:
+    elementwise ops, exact row max and argmax, per-row keys."""
+    x, greedy = _scaled(logits, params_list, draw_indices)
+    x = _truncated(x, params_list)
+    keys = torch.tensor([mix_seed(p.seed, int(i)) for p, i in zip(params_list, draw_indices)],
+                        dtype=torch.int64, device=logits.device)
+    weights = torch.exp(x - x.amax(dim=-1, keepdim=True))  # unnormalised: the race needs no sum
+    drawn = (weights / race_draws(keys, x.shape[1])).argmax(dim=-1)  # ties: the lowest token id
+    return torch.where(greedy, logits.float().argmax(dim=-1), drawn)
+
