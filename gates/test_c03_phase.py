@@ -26,7 +26,7 @@ from gates.inputs import fresh_seed
 from gates.workload import Workload, make_requests
 from kernels.contract import load_contract
 from kernels.engine.engine import Engine
-from kernels.models.batch import TokenBatch
+from kernels.models.batch import Segment, TokenBatch
 from kernels.models.config import load_model_config
 from kernels.models.dispatch import RegionDispatch
 from kernels.models.registry import MODEL_CONFIGS, build_model, config_name
@@ -34,7 +34,7 @@ from kernels.models.state import TransientCache
 
 SIZES = ("cut", "cut-quant")
 REGIONS = ("attention", "ssm_scan")  # per-sequence regions whose rows are compared per token
-ROW_REGIONS = ("attention",)  # called once over every segment (ssm_scan: once per segment)
+ROW_REGIONS = ("attention",)  # called once per case over its segments (ssm_scan: once per segment)
 NUM_SEQUENCES, MIN_LENGTH, MAX_LENGTH = 2, 17, 40
 ENGINE_TOKENS_PER_STEP, ENGINE_BLOCK_SIZE = 12, 16
 
@@ -61,8 +61,9 @@ class Recorder:
         region, layer = call.region, call.layer
         if region in REGIONS:
             n = self.counts[(region, layer)] = self.counts.get((region, layer), -1) + 1
-            if region in ROW_REGIONS:  # one call over the whole batch: each segment's rows
-                for segment in self.batch.segments:
+            if region in ROW_REGIONS:  # one call over a case's segments, rows numbered as they say
+                segments = next(a for a in call.args if isinstance(a, tuple) and a and isinstance(a[0], Segment))
+                for segment in segments:
                     self._put(f"{region}@layer{layer}", segment, call.output[segment.rows])
             else:
                 self._put(f"{region}@layer{layer}", self.batch.segments[n % len(self.batch.segments)],

@@ -1,0 +1,123 @@
+"""CUDA graphs for the engine's decode steps: one captured forward per padded batch size.
+
+A decode step of B sequences replays the graph captured for the smallest size >= B. The
+graph reads everything that changes from step to step from static device buffers filled
+just before the replay (token ids, positions, the paged cache's step tables: block tables,
+segment rows, lengths, starts and KV write slots); rows past B are padding that attends to
+a scratch block of the pool, no sequence's blocks. Capture runs on dummy sequences, so
+nothing a kernel decides from the host at capture time may depend on the real batch: the
+consistent kernels decide tiles by the padded size only and read positions and contexts
+from the buffers (gate C5 compares replays with eager steps bit for bit).
+
+Not captured: models with Mamba layers (their conv/SSM state lives in per-sequence Python
+objects the forward swaps in, so a replay would reuse the capture's), layouts across
+processes, and the head (lm_head, sampler, log-probs run eagerly on the replayed hidden).
+"""
+import torch
+
+from kernels.engine.cache import StepTables
+from kernels.models.batch import Segment, TokenBatch
+
+GRAPH_CASE = "engine_graph"
+SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+def graphs_unsupported(config, parallel) -> str | None:
+    """Why this engine cannot replay decode graphs, or None."""
+    if "mamba" in getattr(config, "block_types", ()):
+        return (f"{config.family}: Mamba layers keep per-sequence conv/SSM state in Python objects "
+                f"the forward swaps in; a replay would reuse the captured ones")
+    if parallel is not None:
+        return "a TP/EP layout across processes: its collectives are not captured"
+    return None
+
+
+class DecodeGraphs:
+    """Captured decode forwards of one engine's model, keyed by padded batch size."""
+
+    def __init__(self, model, dispatch, cache, max_batch: int, device):
+        if torch.device(device).type != "cuda":
+            raise ValueError(f"cuda_graphs: the engine runs on {device}; CUDA graphs need a CUDA device")
+        self.model, self.dispatch, self.cache = model, dispatch, cache
+        self.sizes = tuple(s for s in SIZES if s < max_batch) + (max_batch,)
+        paged = cache.paged
+        width = paged.num_blocks  # a sequence may hold every block
+        self.tokens = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.positions = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.write_slots = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.block_table = torch.zeros(max_batch, width, dtype=torch.int32, device=device)
+        self.rows_lengths_starts = torch.zeros(3, max_batch, dtype=torch.int32, device=device)
+        self._graphs: dict[int, tuple] = {}
+        self._pool = None
+        self.replays: dict[int, int] = {}
+        """Replays per padded size (gate C5 checks that padded sizes were exercised)."""
+
+    def fits(self, batch: TokenBatch) -> bool:
+        return all(s.length == 1 for s in batch.segments) and len(batch.segments) <= self.sizes[-1]
+
+    def run(self, batch: TokenBatch) -> torch.Tensor:
+        """Hidden states [B, hidden] of a decode batch, by replaying the size's graph."""
+        count = len(batch.segments)
+        size = next(s for s in self.sizes if s >= count)
+        if size not in self._graphs:
+            self._graphs[size] = self._capture(size)
+        self._fill(batch.tokens, batch.segments, size)
+        graph, hidden = self._graphs[size]
+        graph.replay()
+        self.replays[size] = self.replays.get(size, 0) + 1
+        return hidden[:count]
+
+    def _tables(self, size: int) -> StepTables:
+        rows, lengths, starts = self.rows_lengths_starts[:, :size]
+        return StepTables(block_table=self.block_table[:size], rows=rows, lengths=lengths, starts=starts,
+                          write_slots=self.write_slots[:size], max_length=1)
+
+    def _fill(self, tokens, segments, size: int) -> None:
+        """Copy the real rows' inputs and tables in, the padding rows' after them."""
+        count, paged = len(segments), self.cache.paged
+        pad_block = paged.scratch_block
+        tables = [paged.block_tables[s.seq_id] for s in segments] + [[pad_block]] * (size - count)
+        starts = [s.start for s in segments] + [0] * (size - count)
+        slots = [table[p // paged.block_size] * paged.block_size + p % paged.block_size
+                 for table, p in zip(tables, starts)]
+        width = self.block_table.shape[1]
+        host_table = torch.zeros(size, width, dtype=torch.int32)
+        for row, table in enumerate(tables):
+            host_table[row, :len(table)] = torch.tensor(table, dtype=torch.int32)
+        host_longs = torch.tensor([starts, slots], dtype=torch.long)
+        host_ints = torch.tensor([list(range(size)), [1] * size, starts], dtype=torch.int32)
+        self.tokens[:count].copy_(tokens)
+        self.tokens[count:size].fill_(0)
+        self.positions[:size].copy_(host_longs[0], non_blocking=True)
+        self.write_slots[:size].copy_(host_longs[1], non_blocking=True)
+        self.block_table[:size].copy_(host_table, non_blocking=True)
+        self.rows_lengths_starts[:, :size].copy_(host_ints, non_blocking=True)
+
+    def _capture(self, size: int):
+        """Warm up (Triton compiles, cuBLAS picks) and capture one forward over dummy rows."""
+        dummy = tuple(Segment(-1 - row, 0, 1, row, GRAPH_CASE) for row in range(size))
+        self._fill_dummy(size)
+        batch = TokenBatch(self.tokens[:size], dummy, GRAPH_CASE, position_ids=self.positions[:size])
+        self.cache.paged.use_step_tables(dummy, self._tables(size))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.inference_mode():
+            for _ in range(2):
+                self.model(batch, self.dispatch, self.cache)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool), torch.inference_mode():
+            hidden = self.model(batch, self.dispatch, self.cache)
+        self._pool = graph.pool()
+        return graph, hidden
+
+    def _fill_dummy(self, size: int) -> None:
+        """Every row a one-token sequence at position 0 in the scratch block."""
+        paged = self.cache.paged
+        self.tokens[:size].fill_(0)
+        self.positions[:size].fill_(0)
+        self.write_slots[:size].fill_(paged.scratch_block * paged.block_size)
+        self.block_table[:size].fill_(paged.scratch_block)
+        self.rows_lengths_starts[0, :size].copy_(torch.arange(size, dtype=torch.int32))
+        self.rows_lengths_starts[1, :size].fill_(1)
+        self.rows_lengths_starts[2, :size].fill_(0)
