@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: every gate on CUDA for both model cuts under the consistent contract, then
-# the fast contract on the gates it must fail (the negative controls), each gate's JSON and
+# the fast contract on the gates it must fail (the negative controls) and C05 under its planted
+# fault (a graph-baked host decision), each gate's JSON and
 # the logs packed into OUT/gates-<time>.tgz (the device tool returns at most 8 files).
 #
 #   bash benchmarks/gpu_gates.sh OUT_DIR [GATES]      (GATES default: all, e.g. C1,C2,C7)
@@ -31,8 +32,23 @@ for model in $models; do
     run "$model-fast" "$limit" gates --model $model --device cuda --contract fast --only C2,C3,C7 \
         --out "$work/$model-fast" &
 done
+# C05's negative control: decode attention choosing its key block on the host (gates/faults.py),
+# which a graph capture bakes at its dummy rows' context: the replay must differ from eager
+planted="$work/c05-planted.yaml"
+python3 - "$planted" <<'PY'
+import sys, yaml
+from kernels.contract.contract import CONTRACT_DIR
+document = yaml.safe_load((CONTRACT_DIR / "consistent.yaml").read_text())
+document["name"] = "consistent-graph-baked-block-kv"
+for case in ("engine_decode", "engine_graph"):
+    document["regions"]["attention"][case] = {"impl": "attention.planted_graph_baked_block_kv",
+                                              "constants": {"block_kv": 32, "row_multiple": 8}}
+open(sys.argv[1], "w").write(yaml.safe_dump(document))
+PY
+run "qwen3-c05-planted" "$limit" gates --model qwen3 --device cuda --only C5 --contract "$planted" \
+    --out "$work/qwen3-c05-planted" &
 wait
-for name in $(for m in $models; do echo "$m-consistent $m-fast"; done); do
+for name in $(for m in $models; do echo "$m-consistent $m-fast"; done) qwen3-c05-planted; do
     echo "== $name: exit $(cat "$work/$name.exit")" | tee -a "$work/summary.txt"
     tail -n 16 "$work/$name.log" | tee -a "$work/summary.txt"
 done

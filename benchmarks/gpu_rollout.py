@@ -5,7 +5,8 @@
 
 Per (model, batch): the engine generates `batch` requests (all arriving at step 0, sampled at
 temperature 1) with the fast and the consistent contract alternately (A B A B ..., after one
-warm-up each, which compiles the Triton kernels); every engine step is timed (CUDA-synced)
+warm-up each, which compiles the Triton kernels and captures the decode CUDA graphs where the
+model allows them, in both contracts); every engine step is timed (CUDA-synced)
 and labelled by its phases, so decode step times come out beside tokens/s. The trainer's
 fwd+bwd+update step on the same completions is timed the same way. Then: the decode step at
 the largest batch against the memory roofline (weights + the KV the step reads, over the
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kernels.contract import load_contract  # noqa: E402
 from kernels.contract.identity import deployment_fingerprint  # noqa: E402
 from kernels.engine.engine import Engine  # noqa: E402
+from kernels.engine.graphs import graphs_unsupported  # noqa: E402
 from kernels.engine.request import Request  # noqa: E402
 from kernels.models.config import load_model_config  # noqa: E402
 from kernels.models.registry import build_model  # noqa: E402
@@ -51,11 +53,18 @@ def _requests(config, batch, prompt_len, new_tokens, seed):
                     new_tokens, SamplingParams(1.0, seed=seed * 1000 + i)) for i in range(batch)]
 
 
-def timed_rollout(config, contract, weights, batch, prompt_len, new_tokens, seed):
-    """(completions, [(phases, seconds)] per engine step, total seconds)."""
-    engine = Engine(config, contract, weights, device=DEVICE, max_running=batch,
-                    max_tokens_per_step=max(batch * prompt_len, 512),
-                    num_blocks=batch * -(-(prompt_len + new_tokens) // 16))
+def make_engine(config, contract, weights, batch, prompt_len, new_tokens):
+    """An engine for `batch` sequences; decode replays CUDA graphs where the model allows
+    (kernels/engine/graphs.py: not with Mamba layers), in both contracts alike."""
+    graphs = DEVICE == "cuda" and graphs_unsupported(config, None) is None
+    return Engine(config, contract, weights, device=DEVICE, max_running=batch,
+                  max_tokens_per_step=max(batch * prompt_len, 512),
+                  num_blocks=batch * -(-(prompt_len + new_tokens) // 16), cuda_graphs=graphs)
+
+
+def timed_rollout(engine, config, batch, prompt_len, new_tokens, seed):
+    """(completions, [(phases, seconds)] per engine step, total seconds) on a warmed engine
+    (its graphs captured by an earlier rollout: capture is a one-off, not a step's cost)."""
     requests = _requests(config, batch, prompt_len, new_tokens, seed)
     for request in requests:
         engine.add_request(request)
@@ -137,7 +146,7 @@ def transformers_generate(config, batch, prompt_len, new_tokens, repeats=2):
 
 
 def top_kernels(config, contract, weights, batch, prompt_len, limit=12):
-    """The CUDA kernels of one decode step (after prefill), by total time."""
+    """The CUDA kernels of one eager decode step (after prefill), by total time."""
     engine = Engine(config, contract, weights, device=DEVICE, max_running=batch,
                     max_tokens_per_step=max(batch * prompt_len, 512),
                     num_blocks=batch * -(-(prompt_len + 4) // 16))
@@ -186,11 +195,14 @@ def main() -> int:
                 print(f"budget reached: skipping {model_name} batch {batch}")
                 continue
             cell = {"model": model_name, "batch": batch, "samples": {c: [] for c in CONTRACTS}}
-            for name in CONTRACTS:  # warm-up: compiles Triton kernels, fills allocator pools
-                timed_rollout(config, contracts[name], weights, batch, args.prompt_len, 4, seed=1)
+            engines = {name: make_engine(config, contracts[name], weights, batch, args.prompt_len, args.new_tokens)
+                       for name in CONTRACTS}
+            cell["cuda_graphs"] = engines["fast"].replays_cuda_graphs
+            for name in CONTRACTS:  # warm-up: compiles Triton kernels, captures graphs, fills pools
+                timed_rollout(engines[name], config, batch, args.prompt_len, 4, seed=1)
             for pair in range(args.pairs):
                 for name in CONTRACTS:
-                    completions, steps, total = timed_rollout(config, contracts[name], weights, batch,
+                    completions, steps, total = timed_rollout(engines[name], config, batch,
                                                               args.prompt_len, args.new_tokens, seed=100 + pair)
                     train_s = timed_train_step(config, contracts[name], weights, completions)
                     cell["samples"][name].append({
@@ -212,12 +224,14 @@ def main() -> int:
                 summary["decode_roofline_ms"] = 1e3 * roof
             cell["summary"] = summary
             record["cells"].append(cell)
+            del engines
             path.write_text(json.dumps(record, indent=1))  # raw data first, after every cell
             f, c = summary["fast"], summary["consistent"]
             print(f"{model_name:<18}{batch:>6}{f['tokens_per_s']:>12.1f}{c['tokens_per_s']:>12.1f}"
                   f"{summary['rollout_ratio']:>7.2f}{f['decode_step_ms']:>12.2f}{c['decode_step_ms']:>12.2f}"
                   f"{f['train_step_s']:>7.2f}/{c['train_step_s']:<6.2f}{summary['train_ratio']:>7.2f}"
-                  + (f"  roofline {summary['decode_roofline_ms']:.2f} ms" if "decode_roofline_ms" in summary else ""),
+                  + (f"  roofline {summary['decode_roofline_ms']:.2f} ms" if "decode_roofline_ms" in summary else "")
+                  + ("  graphs" if cell["cuda_graphs"] else "  eager"),
                   flush=True)
         if DEVICE == "cuda" and time.perf_counter() - started < args.budget_s:
             for name in CONTRACTS:

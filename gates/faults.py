@@ -8,7 +8,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from kernels.ops import activation, moe
+from kernels.ops import activation, attention, moe
 from kernels.ops.registry import register_variant
 from kernels.trainer.rl_loop import GRPORun
 
@@ -55,6 +55,16 @@ def linear_atomic_split_k(x, w, *, num_splits: int):
     return total
 
 
+def attention_graph_baked_block_kv(q, k, v, segments, kv, *, scale, block_kv: int, row_multiple: int):
+    """The consistent walk, but its key block doubled once the step's longest context (read
+    on the host from the segments) passes block_kv: eager steps choose from the real batch,
+    a CUDA-graph capture bakes the choice for its dummy one-token rows (a shape shortcut:
+    C05's negative control; eager, every phase of a sequence sees the same bits only by luck)."""
+    longest = max(s.start + s.length for s in segments)
+    chosen = 2 * block_kv if longest > block_kv else block_kv
+    return attention.consistent(q, k, v, segments, kv, scale=scale, block_kv=chosen, row_multiple=row_multiple)
+
+
 _TRUE_RESUME = GRPORun.resume  # bound before a test replaces GRPORun.resume with the fault below
 
 
@@ -73,6 +83,7 @@ PLANTED = {
     ("moe_combine", "planted_reverse_order"): combine_reverse_order,
     ("topk", "planted_highest_id_wins"): topk_highest_id_wins,
     ("activation", "planted_wrong_gradient"): silu_mul_wrong_gradient,
+    ("attention", "planted_graph_baked_block_kv"): attention_graph_baked_block_kv,
 }
 
 

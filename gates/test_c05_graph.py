@@ -1,17 +1,21 @@
 """Gate C05: graph == eager.
 
-Passes when CUDA-graph replays of the engine's decode steps give the bits of eager execution,
-with capture at dummy sizes baking no shape shortcut. torch.compile is not used by the
-consistent path, so there is no compiled variant to compare: the gate verifies that claim by
-parsing every source that decides bits (kernels.contract.identity.policy_source_files and the
-file of every implementation the contract binds) for torch.compile or torch._dynamo, and those
-sources for CUDA-graph capture. On a machine without CUDA the gate is n/a ("no CUDA device:
-CUDA graphs need a GPU"); on a GPU it is n/a until the engine captures graphs (the Triton
-issue). The scan is a precondition of the n/a, not a pass condition: its result is kept under
-the inputs and only a finding becomes a condition, a failing one, since compiled code runs on
-CPU too and would then have to be compared here (a gate with a passing condition would report
-"pass", not "n/a"). Negative control: a scanned source that calls torch.compile turns the n/a
-into a fail (tests/test_gate_c04_c09.py exercises the scan).
+Passes when the engine's decode steps replayed from CUDA graphs (kernels/engine/graphs.py)
+give the bits of the same engine run eagerly: every sampled token and every log-prob bit of a
+continuous-batching workload whose decode batches take sizes between the captured ones, so
+replays ran padded (capture at dummy sizes must bake no shape shortcut: a kernel deciding
+anything from the capture's dummy rows would change the bits of the real ones). The graphed
+run must have replayed graphs, padded ones included, or the comparison is vacuous and fails.
+torch.compile is not used by the consistent path: the gate parses every source that decides
+bits (kernels.contract.identity.policy_source_files and the file of every implementation the
+contract binds) for torch.compile or torch._dynamo; a use is a failing condition, since
+compiled code would need its own comparison here. n/a without CUDA ("no CUDA device: CUDA
+graphs need a GPU") and for models whose decode the engine does not capture (Mamba state
+lives in per-sequence Python objects; the reason is printed). Negative control: the planted
+fault `attention.planted_graph_baked_block_kv` (gates/faults.py: the walk's key block chosen on the
+host from the step's longest context, which a capture bakes at its dummy context) fails it
+on the GPU (benchmarks/gpu_gates.sh runs it); a scanned source that calls torch.compile
+fails it anywhere (tests/test_gate_c04_c09.py).
 """
 import ast
 import inspect
@@ -19,12 +23,21 @@ from pathlib import Path
 
 import torch
 
+from gates.compare import first_bit_difference
+from gates.inputs import fresh_seed
+from gates.workload import EngineShape, Workload, make_requests, seeded_weights
 from kernels.contract import load_contract
 from kernels.contract.identity import policy_source_files
+from kernels.engine.engine import Engine
+from kernels.engine.graphs import graphs_unsupported
+from kernels.models.config import load_model_config
+from kernels.models.registry import config_name
 from kernels.ops import registry
 
 COMPILERS = ("compile", "_dynamo")
-GRAPH_CALLS = ("CUDAGraph", "make_graphed_callables")
+# decode batches pass through sizes between the captured ones (e.g. 3, 5-7, 9-15): padded replays
+WORKLOAD = dict(num_sequences=13, new_tokens=10, min_prompt_len=4, max_prompt_len=40, arrival_spread=9)
+SHAPE = EngineShape(tokens_per_step=48, max_running=13, block_size=16)
 
 
 def _uses_compile(node) -> bool:
@@ -49,16 +62,42 @@ def scanned_sources(contract) -> list:
     return sorted({str(p) for p in policy_source_files()} | bound)
 
 
+def _generate(config, contract, weights, requests, cuda_graphs: bool):
+    blocks = -(-(WORKLOAD["max_prompt_len"] + WORKLOAD["new_tokens"]) // SHAPE.block_size) * SHAPE.max_running
+    engine = Engine(config, contract, weights, block_size=SHAPE.block_size, num_blocks=blocks,
+                    max_tokens_per_step=SHAPE.tokens_per_step, max_running=SHAPE.max_running, device="cuda",
+                    cuda_graphs=cuda_graphs)
+    return engine.generate(requests), engine
+
+
 def test_graph_replay_equals_eager(gate):
-    sources = scanned_sources(load_contract(gate.contract))
+    contract = load_contract(gate.contract)
+    sources = scanned_sources(contract)
     uses = compile_uses(sources)
-    captures = [f"{path}: {name}" for path in sources for name in GRAPH_CALLS if name in Path(path).read_text()]
-    gate.inputs = {"scanned_sources": len(sources), "torch_compile_uses": uses, "graph_captures": captures}
-    if uses or captures:
-        gate.check("the consistent path uses no torch.compile and the engine captures no graph "
-                   "(else this gate must compare them with eager)", False, torch_compile_uses=uses,
-                   graph_captures=captures)
+    gate.inputs = {"scanned_sources": len(sources), "torch_compile_uses": uses}
+    if uses:
+        gate.check("the consistent path uses no torch.compile (else this gate must compare it with eager)",
+                   False, torch_compile_uses=uses)
         gate.verdict()
     if not torch.cuda.is_available():
         gate.n_a("no CUDA device: CUDA graphs need a GPU")
-    gate.n_a("the engine captures no CUDA graphs yet: nothing to replay (lands with the Triton kernels)")
+    config = load_model_config(config_name(gate.model, "cut"))
+    reason = graphs_unsupported(config, None)
+    if reason:
+        gate.n_a(f"the engine captures no decode graphs for this model: {reason}")
+    seed = fresh_seed()
+    gate.inputs.update(seed=seed, workload=WORKLOAD)
+    weights, requests = seeded_weights(config), make_requests(Workload(**WORKLOAD, seed=seed), config.vocab_size)
+    eager, _ = _generate(config, contract, weights, requests, cuda_graphs=False)
+    graphed, engine = _generate(config, contract, weights, requests, cuda_graphs=True)
+    replays, padded = dict(engine.graphs.replays), engine.graphs.padded_replays
+    gate.check("decode steps were replayed from CUDA graphs, padded batches among them",
+               sum(replays.values()) > 0 and padded > 0, replays_by_size=replays, padded_replays=padded)
+    differing = [c.request.request_id for c, e in zip(graphed, eager) if c.tokens != e.tokens]
+    logprobs = [first_bit_difference(torch.stack(e.logprobs), torch.stack(c.logprobs))
+                for c, e in zip(graphed, eager) if c.tokens == e.tokens]
+    gate.check("every sampled token and log-prob bit of the graphed run equals the eager run's",
+               not differing and all(d is None for d in logprobs),
+               sequences=len(eager), tokens=sum(len(e.tokens) for e in eager), token_mismatch_requests=differing,
+               logprob_differences=[str(d) for d in logprobs if d is not None][:5])
+    gate.verdict()

@@ -104,6 +104,39 @@ def test_requests_that_cannot_run_are_refused():
         engine.add_request(Request(1, (4, 5), 4))
     with pytest.raises(ValueError, match="needs 5 KV blocks"):
         engine.add_request(Request(2, tuple(range(1, 70)), 8))
+    with pytest.raises(ValueError, match="reaches position 4099; qwen3 has positions below 4096"):
+        engine.add_request(Request(3, (1, 2, 3, 4), CONFIG.max_position))
+
+
+def test_cuda_graphs_are_refused_where_they_cannot_replay():
+    """On the CPU, and for a model whose Mamba state the forward swaps in per sequence."""
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        Engine(CONFIG, load_contract("consistent"), seeded_weights(CONFIG), cuda_graphs=True)
+    nemotron = load_model_config("nemotron-cut")
+    with pytest.raises(ValueError, match="cuda_graphs: nemotron: Mamba layers keep per-sequence"):
+        Engine(nemotron, load_contract("consistent"), seeded_weights(nemotron), cuda_graphs=True)
+
+
+def test_a_mixed_step_calls_attention_once_per_case_and_names_its_rows(fresh_seed):
+    """A step holding prefill chunks and decodes: one attention call per case, over that
+    case's segments renumbered from row 0, its rows named to observers; the rows come back
+    in batch order and equal the same sequences run alone."""
+    calls = []
+    engine = Engine(CONFIG, load_contract("consistent"), seeded_weights(CONFIG), max_tokens_per_step=40,
+                    observers=[lambda call: calls.append(call) if call.region == "attention" else None])
+    alone = Engine(CONFIG, load_contract("consistent"), seeded_weights(CONFIG), max_running=1)
+    requests = _requests(fresh_seed, count=5, new_tokens=6, spread=3)
+    mixed = engine.generate(requests)
+    for request, completion in zip(requests, mixed):
+        single = alone.generate([request])[0]
+        assert single.tokens == completion.tokens
+        assert_bitwise_equal(torch.stack(completion.logprobs), torch.stack(single.logprobs), f"request {request.request_id}")
+    grouped = [c for c in calls if c.rows is not None]
+    assert grouped, "no step mixed prefill and decode: the workload did not exercise case groups"
+    for call in grouped:
+        segments = call.args[3]
+        assert {s.case for s in segments} == {call.case} and segments[0].row == 0
+        assert call.rows.shape[0] == sum(s.length for s in segments) == call.output.shape[0]
 
 
 def test_weight_sync_changes_the_policy_and_rejects_wrong_names():

@@ -19,13 +19,15 @@ class PagedKVCache:
 
     def __init__(self, *, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype,
                  kv_format="auto", device="cpu"):
-        shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
+        shape = (num_layers, num_blocks + 1, block_size, num_kv_heads, head_dim)  # + the scratch block
         storage = torch.float8_e4m3fn if kv_format == "fp8" else dtype
         self.kv_format, self.dtype = kv_format, dtype
         self.keys = torch.full(shape, float("nan"), dtype=storage, device=device)
         self.values = torch.full(shape, float("nan"), dtype=storage, device=device)
         self.block_size = block_size
         self.num_blocks = num_blocks
+        self.scratch_block = num_blocks
+        """Never handed out: a CUDA graph's padding rows write and read there (kernels/engine/graphs.py)."""
         self._free = list(range(num_blocks))
         self.block_tables: dict[int, list[int]] = {}
         self._slot_indices: dict[int, torch.Tensor] = {}
@@ -103,10 +105,13 @@ class PagedKVCache:
             lengths=packed[count * width + count:count * width + 2 * count],
             starts=packed[count * width + 2 * count:],
             write_slots=torch.tensor(slots, dtype=torch.long).to(device, non_blocking=True),
-            max_length=max(s.length for s in segments),
-            max_context=max(s.start + s.length for s in segments))
+            max_length=max(s.length for s in segments))
         self._step_tables = (segments, tables_out)
         return tables_out
+
+    def use_step_tables(self, segments, tables: "StepTables") -> None:
+        """Serve `tables` for `segments` (a CUDA graph's static buffers, filled by its runner)."""
+        self._step_tables = (segments, tables)
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,7 @@ class StepTables:
     write_slots: torch.Tensor
     """[M] long: the pool slot each row's K/V goes to."""
     max_length: int
-    max_context: int
+    """The longest segment's rows (a kernel's grid; the same for every decode step)."""
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 scheduler and a sampler; every sampled token comes back with its log-prob.
 
 A step is one forward over a flat batch of prefill chunks and decode tokens. Token-parallel
-regions run in case engine_decode when the step holds only decodes (the CUDA-graph-able
-steps) and engine_prefill otherwise; each segment's attention runs in its own phase's case.
+regions run in case engine_decode when the step holds only decodes and engine_prefill
+otherwise; each segment's attention runs in its own phase's case. With cuda_graphs, a
+decode-only step replays a captured graph instead and runs in case engine_graph.
 """
 from collections import Counter
 
@@ -25,9 +26,11 @@ class Engine:
     """Generates completions with log-probs; `load_weights` is the trainer's weight sync."""
 
     def __init__(self, config, contract, state_dict=None, *, num_blocks=256, block_size=16,
-                 max_tokens_per_step=64, max_running=16, observers=(), device="cpu", parallel=None):
+                 max_tokens_per_step=64, max_running=16, observers=(), device="cpu", parallel=None,
+                 cuda_graphs=False):
         """`parallel`: this rank's LayoutGroups (kernels/layout/) when the engine runs in a
-        TP/EP layout; None: one process."""
+        TP/EP layout; None: one process. `cuda_graphs`: replay decode steps from CUDA graphs
+        (kernels/engine/graphs.py; CUDA only, models without Mamba layers; ValueError else)."""
         contract.require_regions(config.REGIONS)
         self.config = config
         self.device = torch.device(device)
@@ -44,13 +47,23 @@ class Engine:
         self.scheduler = Scheduler(self.cache, max_tokens_per_step=max_tokens_per_step,
                                    max_running=max_running)
         self.step_count = 0
-        self.replays_cuda_graphs = False
+        self.graphs = self._decode_graphs(cuda_graphs, max_running)
+        self.replays_cuda_graphs = self.graphs is not None
         """True when decode steps replay captured CUDA graphs: the region doors' Python does
-        not run then, so a tracer must refuse (never on CPU; the GPU engine sets it)."""
+        not run then, so a tracer must refuse."""
         self.weight_version = 0
         self.step_phases = Counter()
         """How many steps held which phases: ("decode",), ("prefill",), ("decode", "prefill")."""
         self._pending: list = []
+
+    def _decode_graphs(self, wanted: bool, max_running: int):
+        if not wanted:
+            return None
+        from kernels.engine.graphs import DecodeGraphs, graphs_unsupported  # CUDA graphs: GPU engines
+        reason = graphs_unsupported(self.config, self.parallel)
+        if reason:
+            raise ValueError(f"cuda_graphs: {reason}")
+        return DecodeGraphs(self.model, self.dispatch, self.cache, max_running, self.device)
 
     def load_weights(self, state_dict) -> None:
         """Weight sync: copy bit-exact, drop all cached KV, recompute running sequences."""
@@ -84,7 +97,12 @@ class Engine:
         in_use = {s.request.request_id for s in self._sequences()}
         if request.request_id in in_use:
             raise ValueError(f"request id {request.request_id} is already in the engine")
-        needed = self.cache.blocks_needed(len(request.prompt) + request.max_new_tokens)
+        length = len(request.prompt) + request.max_new_tokens
+        limit = getattr(self.config, "max_position", None)
+        if limit is not None and length > limit:
+            raise ValueError(f"request {request.request_id} reaches position {length - 1}; "
+                             f"{self.config.family} has positions below {limit}")
+        needed = self.cache.blocks_needed(length)
         if needed > self.cache.num_blocks:
             raise ValueError(f"request {request.request_id} needs {needed} KV blocks; "
                              f"the cache has {self.cache.num_blocks}")
@@ -108,7 +126,10 @@ class Engine:
         self.step_phases[tuple(sorted({item.phase for item in work}))] += 1
         batch = self._batch(work)
         with torch.inference_mode():
-            hidden = self.model(batch, self.dispatch, self.cache)
+            if batch.case == "engine_graph":
+                hidden = self.graphs.run(batch)
+            else:
+                hidden = self.model(batch, self.dispatch, self.cache)
             finished = self._sample(work, batch, hidden)
         for item in work:
             item.sequence.num_computed += item.num_tokens
@@ -135,6 +156,9 @@ class Engine:
             row += item.num_tokens
         all_decode = all(item.phase == "decode" for item in work)
         case = "engine_decode" if all_decode else "engine_prefill"
+        if all_decode and self.graphs is not None and len(segments) <= self.graphs.sizes[-1]:
+            case = "engine_graph"  # replayed: the graph case, for the head regions too
+            segments = [Segment(s.seq_id, s.start, s.length, s.row, case) for s in segments]
         return TokenBatch(torch.tensor(tokens, dtype=torch.long, device=self.device), tuple(segments), case)
 
     def _sample(self, work, batch, hidden) -> list:

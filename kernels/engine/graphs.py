@@ -50,10 +50,9 @@ class DecodeGraphs:
         self._graphs: dict[int, tuple] = {}
         self._pool = None
         self.replays: dict[int, int] = {}
-        """Replays per padded size (gate C5 checks that padded sizes were exercised)."""
-
-    def fits(self, batch: TokenBatch) -> bool:
-        return all(s.length == 1 for s in batch.segments) and len(batch.segments) <= self.sizes[-1]
+        """Replays per padded size."""
+        self.padded_replays = 0
+        """Replays with fewer real rows than the graph's size (gate C5 needs some)."""
 
     def run(self, batch: TokenBatch) -> torch.Tensor:
         """Hidden states [B, hidden] of a decode batch, by replaying the size's graph."""
@@ -65,6 +64,7 @@ class DecodeGraphs:
         graph, hidden = self._graphs[size]
         graph.replay()
         self.replays[size] = self.replays.get(size, 0) + 1
+        self.padded_replays += count < size
         return hidden[:count]
 
     def _tables(self, size: int) -> StepTables:
@@ -80,17 +80,16 @@ class DecodeGraphs:
         starts = [s.start for s in segments] + [0] * (size - count)
         slots = [table[p // paged.block_size] * paged.block_size + p % paged.block_size
                  for table, p in zip(tables, starts)]
-        width = self.block_table.shape[1]
-        host_table = torch.zeros(size, width, dtype=torch.int32)
-        for row, table in enumerate(tables):
-            host_table[row, :len(table)] = torch.tensor(table, dtype=torch.int32)
+        width = max(map(len, tables))  # entries past a sequence's blocks are never read
+        host_table = torch.tensor([table + [pad_block] * (width - len(table)) for table in tables],
+                                  dtype=torch.int32)
         host_longs = torch.tensor([starts, slots], dtype=torch.long)
         host_ints = torch.tensor([list(range(size)), [1] * size, starts], dtype=torch.int32)
         self.tokens[:count].copy_(tokens)
         self.tokens[count:size].fill_(0)
         self.positions[:size].copy_(host_longs[0], non_blocking=True)
         self.write_slots[:size].copy_(host_longs[1], non_blocking=True)
-        self.block_table[:size].copy_(host_table, non_blocking=True)
+        self.block_table[:size, :width].copy_(host_table, non_blocking=True)
         self.rows_lengths_starts[:, :size].copy_(host_ints, non_blocking=True)
 
     def _capture(self, size: int):

@@ -42,6 +42,8 @@ class TokenBatch:
     """Segments in row order, covering all M rows."""
     case: str
     """Case of the token-parallel regions."""
+    position_ids: torch.Tensor | None = None
+    """[M] positions already on the device (a CUDA graph's static buffer); None: from segments."""
 
     def __post_init__(self):
         if self.case not in CASES:
@@ -57,6 +59,8 @@ class TokenBatch:
     @property
     def positions(self) -> torch.Tensor:
         """[M] absolute position of each row."""
+        if self.position_ids is not None:
+            return self.position_ids
         device = self.tokens.device
         return torch.cat([torch.arange(s.start, s.start + s.length, device=device) for s in self.segments])
 

@@ -34,14 +34,23 @@ def fast(q, k, positions, *, theta, max_position):
     return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
+@functools.lru_cache(maxsize=8)
+def _device_table(theta: float, head_dim: int, max_position: int, device: torch.device):
+    """The fp32 table copied once to `device` (the same bits: a copy)."""
+    return tuple(t.to(device) for t in _fp32_table(theta, head_dim, max_position))
+
+
 def consistent(q, k, positions, *, theta, max_position):
-    """Table lookup by absolute position; fp32 rotation, one rounding."""
-    if positions.numel() and int(positions.max()) >= max_position:
+    """Table lookup by absolute position; fp32 rotation, one rounding. On a GPU the lookup
+    stays on the device, with no host sync (a CUDA graph replays it): an out-of-range
+    position is then the indexing kernel's device-side error, and the engine refuses such
+    requests up front (Engine.add_request)."""
+    if positions.device.type == "cpu" and positions.numel() and int(positions.max()) >= max_position:
         raise ValueError(f"position {int(positions.max())} >= max_position {max_position}")
-    cos_table, sin_table = _fp32_table(float(theta), q.shape[-1], int(max_position))
-    positions = positions.to(cos_table.device)
-    cos = cos_table[positions][:, None, :].to(q.device)
-    sin = sin_table[positions][:, None, :].to(q.device)
+    cos_table, sin_table = _device_table(float(theta), q.shape[-1], int(max_position), q.device)
+    positions = positions.to(q.device)
+    cos = cos_table[positions][:, None, :]
+    sin = sin_table[positions][:, None, :]
 
     def rotate(x):
         x32 = x.float()
