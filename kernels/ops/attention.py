@@ -81,12 +81,21 @@ def fast_split_kv(q, k, v, segments, kv, *, scale, tokens_per_split: int, max_sp
     paged = kv.paged(segments) if q.device.type == "cuda" else None
     if paged is not None:
         from kernels.ops import attention_triton
+        splits = _splits_to_fill(q.device, len(segments) * k.shape[1], max_splits)
         return attention_triton.split_kv_paged(q, paged, scale=scale, block_kv=FAST_BLOCK_KV,
-                                               tokens_per_split=tokens_per_split, max_splits=max_splits)
+                                               tokens_per_split=tokens_per_split, max_splits=splits)
     if q.device.type == "cuda":
         return _each_segment(partial(_sdpa, scale=scale), q, segments, kv)
     return _each_segment(partial(_split_kv, scale=scale, tokens_per_split=tokens_per_split,
                                  max_splits=max_splits), q, segments, kv)
+
+
+def _splits_to_fill(device, programs: int, max_splits: int) -> int:
+    """Flash-decoding's heuristic: split the contexts only as far as it takes to give every
+    SM two programs (a batch that fills the GPU gets no splits): a count that follows the
+    batch, as tuned engines choose it."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(max_splits, (2 * sms) // max(1, programs)))
 
 
 def _split_kv(q, segment, keys, values, *, scale, tokens_per_split, max_splits):

@@ -199,9 +199,12 @@ def consistent_paged(q, paged, *, scale: float, block_kv: int):
 
 def split_kv_paged(q, paged, *, scale: float, block_kv: int, tokens_per_split: int, max_splits: int):
     """The fast contract's flash-decoding over the paged pool: each sequence's context is
-    cut into min(max_splits, ceil(C / tokens_per_split)) splits (a count that follows C),
-    each split runs its own online softmax, and the partials merge by their maxima."""
+    cut into min(max_splits, ceil(C / tokens_per_split)) splits (a count that follows C;
+    the caller's max_splits follows the batch), each split runs its own online softmax, and
+    the partials merge by their maxima."""
     tables = paged.tables
+    if max_splits == 1:  # nothing to merge: the walk alone (at the fast key block)
+        return consistent_paged(q, paged, scale=scale, block_kv=block_kv)
     acc, m, l = _launch(q, paged.key_pool, paged.value_pool, scale=scale, block_kv=block_kv,
                         segments=(tables.rows, tables.lengths, tables.starts), table=tables.block_table,
                         page_size=paged.page_size, max_tokens=tables.max_length,
