@@ -162,6 +162,29 @@ def top_kernels(config, contract, weights, batch, prompt_len, limit=12):
     return [{"kernel": k[:90], "us": round(t, 1), "calls": n} for k, t, n in rows[:limit]]
 
 
+def step_profile(config, contract, weights, batch, prompt_len, limit=10):
+    """One decode step of a warmed engine (graphs where the model allows) under the profiler:
+    its wall time, the GPU time of its kernels and the host ops that took longest."""
+    engine = make_engine(config, contract, weights, batch, prompt_len, 8)
+    timed_rollout(engine, config, batch, prompt_len, 8, seed=3)  # captures, compiles
+    for request in _requests(config, batch, prompt_len, 4, seed=9):
+        engine.add_request(request)
+    engine.step()  # prefill
+    engine.step()
+    sync()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        started = time.perf_counter()
+        engine.step()
+        sync()
+        wall = time.perf_counter() - started
+    events = prof.key_averages()
+    gpu_us = sum(e.self_device_time_total for e in events)
+    host = sorted(((e.key, e.self_cpu_time_total, e.count) for e in events), key=lambda r: -r[1])[:limit]
+    return {"wall_ms": 1e3 * wall, "gpu_kernel_ms": gpu_us / 1e3, "graphs": engine.replays_cuda_graphs,
+            "host_self_us": [{"op": k[:80], "us": round(t, 1), "calls": n} for k, t, n in host]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -198,8 +221,8 @@ def main() -> int:
             engines = {name: make_engine(config, contracts[name], weights, batch, args.prompt_len, args.new_tokens)
                        for name in CONTRACTS}
             cell["cuda_graphs"] = engines["fast"].replays_cuda_graphs
-            for name in CONTRACTS:  # warm-up: compiles Triton kernels, captures graphs, fills pools
-                timed_rollout(engines[name], config, batch, args.prompt_len, 4, seed=1)
+            for name in CONTRACTS:  # warm-up, the timed shape: compiles Triton kernels, captures graphs
+                timed_rollout(engines[name], config, batch, args.prompt_len, args.new_tokens, seed=1)
             for pair in range(args.pairs):
                 for name in CONTRACTS:
                     completions, steps, total = timed_rollout(engines[name], config, batch,
@@ -237,7 +260,9 @@ def main() -> int:
             for name in CONTRACTS:
                 record["kernels"].append({"model": model_name, "contract": name, "batch": max(batches),
                                           "top": top_kernels(config, contracts[name], weights, max(batches),
-                                                             args.prompt_len)})
+                                                             args.prompt_len),
+                                          "step": step_profile(config, contracts[name], weights, max(batches),
+                                                               args.prompt_len)})
             path.write_text(json.dumps(record, indent=1))
         if config.family == "qwen3" and time.perf_counter() - started < args.budget_s:
             batch = max(int(b) for b in args.batches.split(","))
@@ -251,6 +276,11 @@ def main() -> int:
         print(f"\n{entry['model']} {entry['contract']} decode step, batch {entry['batch']}: top kernels (us, calls)")
         for row in entry["top"]:
             print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row['kernel']}")
+        step = entry["step"]
+        print(f"  profiled step ({'graphs' if step['graphs'] else 'eager'}): wall {step['wall_ms']:.2f} ms, "
+              f"GPU kernels {step['gpu_kernel_ms']:.2f} ms; host ops by self time (us, calls):")
+        for row in step["host_self_us"]:
+            print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row['op']}")
     return 0
 
 

@@ -413,3 +413,93 @@ def check_split_kv_paged_is_attention_and_follows_the_context(attention, fresh_s
         assert error < 1e-5, f"split-KV {segment}: error {error} vs float64, seed={fresh_seed}"
     consistent = attention.consistent_paged(q, paged, scale=32 ** -0.5, block_kv=16)
     assert first_bit_difference(fast, consistent) is not None, f"split-KV bits equal the walk's, seed={fresh_seed}"
+
+
+@pytest.fixture(scope="module")
+def fused():
+    return {name: _import_kernel(name) for name in ("norm_triton", "rope_triton", "activation_triton")}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_fused_norm_rows_do_not_follow_the_batch(fused, dtype, fresh_seed):
+    """RMSNorm (+ residual): a row alone, in batches and as a strided 3D view gives the
+    bits of the same row in the largest batch; close to float64; the fast variant (norm
+    reads the unrounded sum) differs in bits where the residual sum rounds."""
+    from gates.reference.norm import rmsnorm
+    norm = fused["norm_triton"]
+    gen = torch.Generator().manual_seed(fresh_seed)
+    x, res = (torch.randn(37, 300, generator=gen).to(dtype) for _ in range(2))
+    w = (1 + 0.1 * torch.randn(300, generator=gen)).to(dtype)
+    for residual in (None, res):
+        whole, h_whole = norm.consistent(x, w, eps=1e-6, residual=residual)
+        for lo, hi in ((0, 1), (5, 6), (3, 20), (36, 37)):
+            part, h_part = norm.consistent(x[lo:hi], w, eps=1e-6, residual=None if residual is None else res[lo:hi])
+            assert_bitwise_equal(part, whole[lo:hi], f"rows {lo}:{hi} residual={residual is not None} seed={fresh_seed}")
+            if residual is not None:
+                assert_bitwise_equal(h_part, h_whole[lo:hi], f"residual stream {lo}:{hi} seed={fresh_seed}")
+        exact, _ = rmsnorm(x, w, eps=1e-6, residual=residual)
+        error = float((whole.double() - exact).abs().max())
+        assert error < (1e-5 if dtype == torch.float32 else 8e-3), f"error {error} seed={fresh_seed}"
+    strided = torch.cat([x, res], dim=1).reshape(37, 2, 300)  # rows [t, 0] are x: a [T, H, D]-style view
+    view_out, _ = norm.consistent(strided[:, :1, :], w, eps=1e-6)
+    assert_bitwise_equal(view_out[:, 0], norm.consistent(x, w, eps=1e-6)[0], f"strided view seed={fresh_seed}")
+    fast_out, fast_h = norm.fast_fused(x, w, eps=1e-6, residual=res)
+    consistent_out, consistent_h = norm.consistent(x, w, eps=1e-6, residual=res)
+    assert_bitwise_equal(fast_h, consistent_h, f"both keep the rounded residual stream seed={fresh_seed}")
+    if dtype != torch.float32:  # in fp32 the sum is the same rounded or not
+        assert first_bit_difference(fast_out, consistent_out) is not None, f"fast == consistent seed={fresh_seed}"
+
+
+def check_fused_norm_gradients_match_float64(fused, fresh_seed):
+    from gates.reference.norm import rmsnorm
+    norm = fused["norm_triton"]
+    gen = torch.Generator().manual_seed(fresh_seed)
+    leaves = [torch.randn(9, 64, generator=gen).requires_grad_(), (1 + 0.1 * torch.randn(64, generator=gen)).requires_grad_(),
+              torch.randn(9, 64, generator=gen).requires_grad_()]
+    out, h = norm.consistent(leaves[0], leaves[1], eps=1e-6, residual=leaves[2])
+    grad_out, grad_h = torch.randn(9, 64, generator=gen), torch.randn(9, 64, generator=gen)
+    grads = torch.autograd.grad([out, h], leaves, [grad_out, grad_h])
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref_out, ref_h = rmsnorm(ref_leaves[0], ref_leaves[1], eps=1e-6, residual=ref_leaves[2])
+    ref_grads = torch.autograd.grad([ref_out, ref_h], ref_leaves, [grad_out.double(), grad_h.double()])
+    for name, grad, ref in zip(("x", "w", "residual"), grads, ref_grads):
+        relative = float((grad.double() - ref).norm() / ref.norm())
+        print(f"norm d{name}: relative error vs float64 = {relative:.2e} (tolerance 1e-5)")
+        assert relative < 1e-5, f"d{name} relative error {relative} seed={fresh_seed}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_fused_rope_and_silu_rows_do_not_follow_the_batch(fused, dtype, fresh_seed):
+    """RoPE from the table and SiLU*up: a token alone equals the same token in the batch,
+    a strided q view equals its copy; both within rounding of float64; the fast RoPE (angles
+    computed per call, products rounded) differs from the table's bits."""
+    from gates.reference.activation import silu_mul
+    from gates.reference.rope import rope as rope_reference
+    from kernels.ops.rope import _fp32_table
+    rope, act = fused["rope_triton"], fused["activation_triton"]
+    gen = torch.Generator().manual_seed(fresh_seed)
+    qkv = torch.randn(23, 6 * 32, generator=gen).to(dtype)
+    q, k = qkv[:, :128].view(23, 4, 32), qkv[:, 128:].view(23, 2, 32)
+    positions = torch.randint(0, 500, (23,), generator=gen)
+    cos, sin = _fp32_table(1e6, 32, 512)
+    whole_q, whole_k = rope.consistent(q, k, positions, cos, sin)
+    for lo, hi in ((0, 1), (7, 8), (2, 15)):
+        part_q, part_k = rope.consistent(q[lo:hi], k[lo:hi], positions[lo:hi], cos, sin)
+        assert_bitwise_equal(part_q, whole_q[lo:hi], f"rope q {lo}:{hi} seed={fresh_seed}")
+        assert_bitwise_equal(part_k, whole_k[lo:hi], f"rope k {lo}:{hi} seed={fresh_seed}")
+    assert_bitwise_equal(rope.consistent(q.contiguous(), k, positions, cos, sin)[0], whole_q, "strided q")
+    exact = rope_reference(q, positions, theta=1e6)
+    tolerance = 1e-5 if dtype == torch.float32 else 4e-3
+    assert float((whole_q.double() - exact).abs().max()) < tolerance, f"rope error seed={fresh_seed}"
+    fast_q, _ = rope.fast(q, k, positions, 1e6)
+    assert float((fast_q.double() - exact).abs().max()) < 64 * tolerance, f"fast rope error seed={fresh_seed}"
+    assert first_bit_difference(fast_q, whole_q) is not None, f"fast rope == table rope seed={fresh_seed}"
+    gate, up = (torch.randn(19, 100, generator=gen).to(dtype) for _ in range(2))
+    whole = act.consistent(gate, up)
+    for lo, hi in ((0, 1), (4, 11)):
+        assert_bitwise_equal(act.consistent(gate[lo:hi], up[lo:hi]), whole[lo:hi], f"silu rows {lo}:{hi}")
+    error = float((whole.double() - silu_mul(gate, up)).abs().max())
+    assert error < (1e-5 if dtype == torch.float32 else 8e-3), f"silu error {error} seed={fresh_seed}"
+    fast = act.fast(gate, up)
+    if dtype != torch.float32:
+        assert first_bit_difference(fast, whole) is not None, f"fast silu == consistent seed={fresh_seed}"

@@ -16,11 +16,19 @@ def position_independent_sigmoid(x):
 
 
 def fast(gate, up):
-    """SiLU and the product each rounded to the activation dtype, as HF and most engines do."""
+    """SiLU and the product each rounded to the activation dtype, as HF and most engines do
+    (on CUDA without autograd, one fused Triton kernel: kernels/ops/activation_triton.py)."""
+    if gate.device.type == "cuda" and not torch.is_grad_enabled():
+        from kernels.ops import activation_triton
+        return activation_triton.fast(gate, up)
     return F.silu(gate) * up
 
 
 def consistent(gate, up):
-    """fp32 throughout, one rounding at the end; position independent on CPU."""
+    """fp32 throughout, one rounding at the end; position independent on CPU. On CUDA one
+    Triton kernel for both runtimes (kernels/ops/activation_triton.py)."""
+    if gate.device.type == "cuda":
+        from kernels.ops import activation_triton
+        return activation_triton.consistent(gate, up)
     gate32 = gate.float()
     return (gate32 * position_independent_sigmoid(gate32) * up.float()).to(gate.dtype)

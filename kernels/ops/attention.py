@@ -55,9 +55,15 @@ def _each_segment(attend, q, segments, kv):
 
 
 def fast_sdpa(q, k, v, segments, kv, *, scale):
-    """torch SDPA in the activation dtype, one call per segment (its CPU flash kernel picks
-    tiles by shape; on CUDA it is flash/efficient attention, as engines run prefill)."""
+    """Prefill as engines run it. Over the engine's paged cache on CUDA: one varlen launch
+    for every segment, read through the block tables (vLLM's FlashAttention varlen with paged
+    KV), here the Triton walk at the fast key block. Otherwise torch SDPA per segment (its
+    CPU flash kernel picks tiles by shape; on CUDA flash/efficient attention)."""
     kv.write_segments(segments, k, v)
+    paged = kv.paged(segments) if q.device.type == "cuda" else None
+    if paged is not None:
+        from kernels.ops import attention_triton
+        return attention_triton.consistent_paged(q, paged, scale=scale, block_kv=FAST_BLOCK_KV)
     return _each_segment(partial(_sdpa, scale=scale), q, segments, kv)
 
 

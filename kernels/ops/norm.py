@@ -18,7 +18,11 @@ def _normalize_fp32(h32, w, eps):
 
 def fast_fused(x, w, *, eps, residual=None):
     """vLLM-style fused add+norm: the norm reads the *unrounded* fp32 sum, the residual
-    stream keeps the rounded one; one rounding of the output."""
+    stream keeps the rounded one; one rounding of the output. On CUDA without autograd (the
+    engine), one fused Triton kernel (kernels/ops/norm_triton.py), as engines run it."""
+    if x.device.type == "cuda" and not torch.is_grad_enabled():
+        from kernels.ops import norm_triton
+        return norm_triton.fast_fused(x, w, eps=eps, residual=residual)
     h32 = x.float() if residual is None else x.float() + residual.float()
     variance = h32.pow(2).mean(dim=-1, keepdim=True)
     normed = (h32 * torch.rsqrt(variance + eps) * w.float()).to(x.dtype)
@@ -36,6 +40,10 @@ def fast_hf(x, w, *, eps, residual=None):
 
 
 def consistent(x, w, *, eps, residual=None):
-    """The residual sum rounded first, then the norm from fp32, one rounding."""
+    """The residual sum rounded first, then the norm from fp32, one rounding. On CUDA one
+    Triton kernel per call for both runtimes (kernels/ops/norm_triton.py)."""
+    if x.device.type == "cuda":
+        from kernels.ops import norm_triton
+        return norm_triton.consistent(x, w, eps=eps, residual=residual)
     h = x if residual is None else x + residual
     return _normalize_fp32(h.float(), w, eps).to(x.dtype), (None if residual is None else h)

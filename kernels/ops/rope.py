@@ -25,7 +25,11 @@ def _fp32_table(theta: float, head_dim: int, max_position: int):
 
 
 def fast(q, k, positions, *, theta, max_position):
-    """Angles and cos/sin computed per call in fp32, rotation in the activation dtype."""
+    """Angles and cos/sin computed per call in fp32, rotation in the activation dtype (on
+    CUDA without autograd, one Triton launch each for q and k: kernels/ops/rope_triton.py)."""
+    if q.device.type == "cuda" and not torch.is_grad_enabled():
+        from kernels.ops import rope_triton
+        return rope_triton.fast(q, k, positions, float(theta))
     head_dim = q.shape[-1]
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=q.device) / head_dim))
     angles = positions.float()[:, None] * inv_freq[None, :]
@@ -49,6 +53,9 @@ def consistent(q, k, positions, *, theta, max_position):
         raise ValueError(f"position {int(positions.max())} >= max_position {max_position}")
     cos_table, sin_table = _device_table(float(theta), q.shape[-1], int(max_position), q.device)
     positions = positions.to(q.device)
+    if q.device.type == "cuda":  # one Triton launch each for q and k, both runtimes
+        from kernels.ops import rope_triton
+        return rope_triton.consistent(q, k, positions, cos_table, sin_table)
     cos = cos_table[positions][:, None, :]
     sin = sin_table[positions][:, None, :]
 

@@ -1,0 +1,121 @@
+"""RMSNorm (+ residual add) on CUDA as one Triton kernel per call, both contracts (the CUDA
+backend of kernels/ops/norm.py): h = x + residual, y = h * 1/sqrt(mean(h^2) + eps) * w.
+
+One program per row. The sum of squares runs over the row in blocks of BLOCK lanes (lane i
+adds elements i, i + BLOCK, ... in order) and the lanes are then summed by tl.sum's fixed
+tree: an order fixed by the row length alone (BLOCK and the launch follow D, never the row
+count), so a row's bits do not depend on its batch, its slot or the phase. Variants:
+consistent: the residual sum is rounded to the activation dtype before the norm reads it,
+  and the output is rounded once from fp32 (norm.consistent's arithmetic, not its bits:
+  CPU and CUDA are separate machines; engine and trainer share this kernel);
+fast_fused: vLLM's fused add+norm, the norm reads the unrounded fp32 sum.
+The trainer's backward recomputes the norm in fp32 torch ops from the saved h and
+differentiates that (deterministic; C8 compares it with float64 within its tolerance).
+Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+"""
+import torch
+import triton
+import triton.language as tl
+
+MAX_BLOCK = 4096
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, inner, stride_xa, stride_xb, stride_ra, stride_rb,
+                     width, eps, HAS_RESIDUAL: tl.constexpr, NORM_READS_ROUNDED: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + (row // inner) * stride_xa + (row % inner) * stride_xb
+    r_row = res_ptr + (row // inner) * stride_ra + (row % inner) * stride_rb
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for lo in range(0, width, BLOCK):
+        mask = lo + offs < width
+        h = tl.load(x_row + lo + offs, mask=mask, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            h = h + tl.load(r_row + lo + offs, mask=mask, other=0.0).to(tl.float32)
+            rounded = h.to(h_ptr.dtype.element_ty)
+            tl.store(h_ptr + row * width + lo + offs, rounded, mask=mask)  # the residual stream
+            if NORM_READS_ROUNDED:
+                h = rounded.to(tl.float32)
+        acc += h * h
+    rstd = 1.0 / tl.sqrt_rn(tl.sum(acc, axis=0) / width + eps)
+    for lo in range(0, width, BLOCK):  # h again from the inputs (no read of this program's own stores)
+        mask = lo + offs < width
+        h = tl.load(x_row + lo + offs, mask=mask, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            h = h + tl.load(r_row + lo + offs, mask=mask, other=0.0).to(tl.float32)
+            if NORM_READS_ROUNDED:
+                h = h.to(h_ptr.dtype.element_ty).to(tl.float32)
+        w = tl.load(w_ptr + lo + offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * width + lo + offs, (h * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _rows(t):
+    """(t as [A, B, D] with a unit last stride, A, B): a 2D or 3D tensor's rows in place."""
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    if t.dim() == 2:
+        t = t[:, None, :]
+    elif t.dim() != 3:
+        t = t.reshape(-1, t.shape[-1])[:, None, :]
+    return t
+
+
+def launch(x, w, eps: float, residual=None, norm_reads_rounded: bool = True):
+    """(y, h): y like x; h = x + residual rounded to x's dtype (None without a residual)."""
+    if x.shape[-1] != w.shape[-1] or (residual is not None and residual.shape != x.shape):
+        raise ValueError(f"rms_norm: x {tuple(x.shape)}, w {tuple(w.shape)}, residual "
+                         f"{None if residual is None else tuple(residual.shape)}")
+    width = x.shape[-1]
+    rows = _rows(x)
+    res = _rows(residual) if residual is not None else rows
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    h = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else None
+    count = rows.shape[0] * rows.shape[1]
+    if count:
+        _rms_norm_kernel[(count,)](
+            rows, res, w, out, h if h is not None else out, rows.shape[1], rows.stride(0), rows.stride(1),
+            res.stride(0), res.stride(1), width, eps, HAS_RESIDUAL=residual is not None,
+            NORM_READS_ROUNDED=norm_reads_rounded, BLOCK=min(MAX_BLOCK, triton.next_power_of_2(width)),
+            num_warps=4)
+    return out, h
+
+
+def _recomputed_fp32(h, w, eps):
+    h32 = h.float()
+    return h32 * torch.rsqrt(h32.pow(2).mean(dim=-1, keepdim=True) + eps) * w.float()
+
+
+class ConsistentRMSNorm(torch.autograd.Function):
+    """Forward: the kernel (the engine's bits). Backward: fp32 torch ops from the saved h;
+    h's gradient reaches x and the residual alike (h = x + residual)."""
+
+    @staticmethod
+    def forward(ctx, x, w, residual, eps):
+        out, h = launch(x, w, eps, residual)
+        ctx.save_for_backward(x if h is None else h, w)
+        ctx.eps, ctx.has_residual = eps, residual is not None
+        return out, h
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_h):
+        h, w = ctx.saved_tensors
+        with torch.enable_grad():
+            leaves = [h.detach().float().requires_grad_(), w.detach().float().requires_grad_()]
+            grad_in, grad_w = torch.autograd.grad(_recomputed_fp32(*leaves, ctx.eps), leaves, grad_out.float())
+        if grad_h is not None:
+            grad_in = grad_in + grad_h.float()
+        grad_in = grad_in.to(h.dtype)
+        return grad_in, grad_w.to(w.dtype), (grad_in if ctx.has_residual else None), None
+
+
+def consistent(x, w, *, eps, residual=None):
+    """norm.consistent on CUDA: (y, new residual stream or None)."""
+    out, h = ConsistentRMSNorm.apply(x, w, residual, eps)
+    return out, h
+
+
+def fast_fused(x, w, *, eps, residual=None):
+    """norm.fast_fused on CUDA (engine side, no gradient)."""
+    return launch(x, w, eps, residual, norm_reads_rounded=False)
