@@ -104,3 +104,21 @@ def test_logprob(dtype, full, fresh_seed):
     out = logprob.consistent(logits, targets, temperatures, full=full)
     assert_matches_reference(out, ref_logprob.logprob(logits, targets, temperatures, full=full),
                              f"logprob.consistent {dtype} logits, full={full}, seed {fresh_seed}")
+
+
+def test_rope_table_made_in_inference_mode_still_serves_autograd(fresh_seed):
+    """The engine's first rope call runs under inference mode and builds the cached table;
+    the trainer's later forward must still be able to save it for backward."""
+    from kernels.ops import rope
+    generator = torch.Generator().manual_seed(fresh_seed)
+    theta = 1000.0 + fresh_seed % 997  # a table no other test has cached
+    q, k = _randn(generator, (5, 2, 16), torch.float32), _randn(generator, (5, 1, 16), torch.float32)
+    positions = torch.arange(5)
+    with torch.inference_mode():
+        rope.consistent(q, k, positions, theta=theta, max_position=64)
+    tables = rope._device_table(theta, 16, 64, q.device)
+    assert not any(t.is_inference() for t in tables), "the cached table is an inference tensor"
+    leaf = q.clone().requires_grad_()
+    rotated, _ = rope.consistent(leaf, k, positions, theta=theta, max_position=64)
+    (grad,) = torch.autograd.grad(rotated.sum(), [leaf])
+    assert grad.shape == q.shape and bool(torch.isfinite(grad).all())

@@ -40,8 +40,11 @@ def fast(q, k, positions, *, theta, max_position):
 
 @functools.lru_cache(maxsize=8)
 def _device_table(theta: float, head_dim: int, max_position: int, device: torch.device):
-    """The fp32 table copied once to `device` (the same bits: a copy)."""
-    return tuple(t.to(device) for t in _fp32_table(theta, head_dim, max_position))
+    """The fp32 table copied once to `device` (the same bits: a copy). Made outside inference
+    mode whoever asks first: the engine's first call runs in it, and the cached tables must
+    stay usable by the trainer's autograd."""
+    with torch.inference_mode(False):
+        return tuple(t.to(device) for t in _fp32_table(theta, head_dim, max_position))
 
 
 def consistent(q, k, positions, *, theta, max_position):

@@ -75,13 +75,14 @@ class ConsistentRope(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, positions, cos_table, sin_table):
-        ctx.save_for_backward(x, positions, cos_table, sin_table)
+        ctx.save_for_backward(x, positions)
+        ctx.tables = (cos_table, sin_table)  # constants, not saved for autograd
         return launch(x, positions, cos_table=cos_table, sin_table=sin_table)
 
     @staticmethod
     def backward(ctx, grad):
-        x, positions, cos_table, sin_table = ctx.saved_tensors
-        cos, sin = cos_table[positions][:, None, :], sin_table[positions][:, None, :]
+        x, positions = ctx.saved_tensors
+        cos, sin = (table[positions][:, None, :] for table in ctx.tables)
         with torch.enable_grad():
             leaf = x.detach().float().requires_grad_()
             (grad_x,) = torch.autograd.grad(_rotated_fp32(leaf, cos, sin), [leaf], grad.float())
