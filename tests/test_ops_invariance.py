@@ -247,28 +247,28 @@ def test_sampler_top_k_ties_keep_lowest_token_ids(fresh_seed):
 
 
 def _python_draw(key: int, token: int) -> float:
-    """race_draws' formula in Python integers (the reference for torch's wrapping int64)."""
+    """race_uniforms' formula in Python integers (the reference for torch's wrapping int64)."""
     z = (key + (token + 1) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
     z ^= z >> 31
-    return ((z >> 40) + 0.5) * 2.0 ** -24
+    return ((z >> 41) + 0.5) * 2.0 ** -23
 
 
-def test_race_draws_are_the_hash_and_exponential(fresh_seed):
-    """The consistent sampler's draws: torch's int64 arithmetic gives the Python-integer
-    hash's uniforms exactly (keys of both signs), and -log(u) has the Exp(1) mean."""
+def test_race_uniforms_are_the_hash_and_uniform(fresh_seed):
+    """The consistent sampler's uniforms: torch's int64 arithmetic gives the Python-integer
+    hash exactly (keys of both signs), and their mean is 1/2."""
     rng = random.Random(fresh_seed)
     keys = [mix_seed(rng.randrange(2 ** 32), rng.randrange(10 ** 6)) for _ in range(3)] + [0, 2 ** 63 - 1]
-    draws = sampler.race_draws(torch.tensor(keys, dtype=torch.int64), 5000)
+    uniforms = sampler.race_uniforms(torch.tensor(keys, dtype=torch.int64), 5000)
     for b, key in enumerate(keys):
         for token in (0, 1, rng.randrange(5000), 4999):
-            expected = torch.tensor(-math.log(_python_draw(key, token)), dtype=torch.float32)
-            assert abs(float(draws[b, token]) - float(expected)) <= 2e-6 * max(1.0, float(expected)), (
-                f"key {key} token {token}: {float(draws[b, token])} vs {float(expected)}, seed {fresh_seed}")
-    mean = float(draws.double().mean())
-    print(f"\nrace draws: mean {mean:.4f} over {draws.numel()} (Exp(1): 1, sd of the mean {1 / draws.numel() ** 0.5:.4f})")
-    assert abs(mean - 1.0) < 5 / draws.numel() ** 0.5, f"mean {mean}, seed {fresh_seed}"
+            assert float(uniforms[b, token]) == _python_draw(key, token), (
+                f"key {key} token {token}: {float(uniforms[b, token])} vs {_python_draw(key, token)}, seed {fresh_seed}")
+    mean = float(uniforms.double().mean())
+    sd = (1 / 12) ** 0.5 / uniforms.numel() ** 0.5
+    print(f"\nrace uniforms: mean {mean:.5f} over {uniforms.numel()} (1/2, sd of the mean {sd:.5f})")
+    assert abs(mean - 0.5) < 5 * sd, f"mean {mean}, seed {fresh_seed}"
 
 
 def test_sampler_consistent_draws_follow_the_distribution(fresh_seed):

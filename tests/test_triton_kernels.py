@@ -503,3 +503,23 @@ def check_fused_rope_and_silu_rows_do_not_follow_the_batch(fused, dtype, fresh_s
     fast = act.fast(gate, up)
     if dtype != torch.float32:
         assert first_bit_difference(fast, whole) is not None, f"fast silu == consistent seed={fresh_seed}"
+
+
+def check_gumbel_argmax_is_the_formula_and_ignores_the_batch(fresh_seed):
+    """The consistent sampler's fused draw: each row's token scores the maximum of the torch
+    formula x - log(-log u) over race_uniforms (within an ulp: the logs are numpy's here),
+    dropped (-inf) tokens are never drawn, and a row alone draws what it draws in a batch."""
+    kernel = _import_kernel("sampler_triton")
+    from kernels.ops.sampler import mix_seed, race_uniforms
+    gen = torch.Generator().manual_seed(fresh_seed)
+    x = 3 * torch.randn(12, 2500, generator=gen)  # 2500: three blocks, the last one partial
+    x[:, ::3] = float("-inf")  # as top-k/top-p drop tokens
+    keys = torch.tensor([mix_seed(fresh_seed, i) for i in range(12)], dtype=torch.int64)
+    drawn = kernel.gumbel_argmax(x, keys)
+    scores = x.double() - torch.log(-torch.log(race_uniforms(keys, 2500).double()))
+    best = scores.max(dim=-1).values
+    chosen = scores.gather(1, drawn[:, None])[:, 0]
+    assert bool((drawn % 3 != 0).all()), f"a dropped token was drawn, seed={fresh_seed}"
+    assert float((best - chosen).abs().max()) <= 1e-5 * float(best.abs().max()), f"seed={fresh_seed}"
+    for row in (0, 5, 11):
+        assert int(kernel.gumbel_argmax(x[row:row + 1], keys[row:row + 1])) == int(drawn[row]), f"row {row}"

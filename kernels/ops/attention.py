@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from kernels.ops.linear import row_invariant_matmul
 from kernels.ops.padding import pad_to_multiple
 
-FAST_BLOCK_KV = 64  # the fast flash-decoding kernel's key block (its bits may follow anything)
+FAST_BLOCK_KV = 32  # the fast paged kernels' key block: 32 ran 1.45x faster than 64 at batch 64, contexts ~90 (H200)
 
 
 def _grouped_rows(q, num_kv_heads):

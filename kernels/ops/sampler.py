@@ -1,14 +1,15 @@
 """Token sampler: temperature, top-k, top-p, seeded per request; greedy at temperature 0.
 
 Consistency: the consistent sampler draws each token from its own counter-based stream,
-keyed by (request seed, index of the token in the request): token t's draw is a hash of
-(key, t) (race_draws), so a request samples the same tokens whatever else shares the batch
-or when it was scheduled, and the whole batch is sampled in a few launches on the logits'
-device (no host generator, no per-row loop). Top-k keeps the k best by the unique key
-(logit descending, token id ascending); top-p keeps the shortest prefix of that order whose
-fp32 cumulative probability reaches p; the draw is an exponential race over the kept tokens,
-argmax(w_t / e_t) with w_t = exp(x_t - max x), whose ties go to the lowest token id
-(torch.argmax returns the first).
+keyed by (request seed, index of the token in the request): token t's uniform is a hash of
+(key, t) (race_uniforms), so a request samples the same tokens whatever else shares the
+batch or when it was scheduled, and the whole batch is sampled on the logits' device with no
+host generator and no per-row loop. Top-k keeps the k best by the unique key (logit
+descending, token id ascending); top-p keeps the shortest prefix of that order whose fp32
+cumulative probability reaches p; the draw is Gumbel-max over the kept tokens,
+argmax(x_t - log(-log u_t)) with x the logits over the temperature, whose ties go to the
+lowest token id. The arithmetic is elementwise with an exact argmax, so it is the same on
+both devices up to their log implementations.
 Log-probs reported on both sides are of the whole distribution at the request's temperature
 (before top-k/top-p), as engines report "raw" log-probs: the RL policy is the temperature-
 scaled model, the truncation is part of the behaviour, not of pi_old.
@@ -69,17 +70,27 @@ def _shift_right(z, bits: int):
     return (z >> bits) & ((1 << (64 - bits)) - 1)
 
 
-def race_draws(keys, vocab: int):
-    """[B, V] fp32 Exp(1) draws: token t of row b gets -log(u) with u the top 24 bits of
-    SplitMix64(keys[b] + (t + 1) * golden), + 1/2, over 2^24. Integer ops only up to the log
-    (elementwise), so a row's draws are the same bits whatever the batch, on any device."""
+def race_uniforms(keys, vocab: int):
+    """[B, V] fp32 uniforms in (0, 1): token t of row b gets the top 23 bits of
+    SplitMix64(keys[b] + (t + 1) * golden), + 1/2, over 2^23 (24 significant bits: exact in
+    fp32). Integer ops only, so a row's uniforms are the same bits whatever the batch, on
+    any device."""
     tokens = torch.arange(1, vocab + 1, dtype=torch.int64, device=keys.device)
     z = keys[:, None] + tokens[None, :] * GOLDEN
     z = (z ^ _shift_right(z, 30)) * MIX_1
     z = (z ^ _shift_right(z, 27)) * MIX_2
     z = z ^ _shift_right(z, 31)
-    uniform = (_shift_right(z, 40).to(torch.float32) + 0.5) * 2.0 ** -24  # exact: 24 bits + 1/2
-    return -torch.log(uniform)
+    return (_shift_right(z, 41).to(torch.float32) + 0.5) * 2.0 ** -23
+
+
+def gumbel_argmax(x, keys):
+    """[B] argmax_t (x_t + G_t), G_t = -log(-log(u_t)): a draw from softmax(x) (Gumbel-max);
+    ties go to the lowest token id. On CUDA one Triton pass over each row
+    (kernels/ops/sampler_triton.py: the hash, the noise and a running argmax, fused)."""
+    if x.device.type == "cuda":
+        from kernels.ops import sampler_triton
+        return sampler_triton.gumbel_argmax(x, keys)
+    return (x - torch.log(-torch.log(race_uniforms(keys, x.shape[1])))).argmax(dim=-1)
 
 
 def _kept_mask(x, params: SamplingParams):
@@ -143,12 +154,10 @@ def fast(logits, params_list, draw_indices):
 
 def consistent(logits, params_list, draw_indices):
     """Per-request, per-index draws, batched; independent of the batch by construction:
-    elementwise ops, exact row max and argmax, per-row keys."""
+    elementwise ops, an exact row argmax, per-row keys."""
     x, greedy = _scaled(logits, params_list, draw_indices)
     x = _truncated(x, params_list)
     keys = torch.tensor([mix_seed(p.seed, int(i)) for p, i in zip(params_list, draw_indices)],
                         dtype=torch.int64, device=logits.device)
-    weights = torch.exp(x - x.amax(dim=-1, keepdim=True))  # unnormalised: the race needs no sum
-    drawn = (weights / race_draws(keys, x.shape[1])).argmax(dim=-1)  # ties: the lowest token id
-    return torch.where(greedy, logits.float().argmax(dim=-1), drawn)
+    return torch.where(greedy, logits.float().argmax(dim=-1), gumbel_argmax(x, keys))
 
