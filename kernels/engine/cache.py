@@ -85,8 +85,8 @@ class PagedKVCache:
     def step_tables(self, segments) -> "StepTables":
         """The block tables and row slots of one forward's segments, built once on the host
         and copied to the device in one go; every layer of the forward reuses them."""
-        if self._step_tables is not None and self._step_tables[0] == segments:
-            return self._step_tables[1]
+        if self._step_tables is not None and (self._step_tables[0] is segments or self._step_tables[0] == segments):
+            return self._step_tables[1]  # `is`: every layer passes the forward's own tuple
         if len({s.seq_id for s in segments}) != len(segments):
             raise ValueError(f"a forward holds one segment per sequence: {segments}")
         width = max(len(self.block_tables[s.seq_id]) for s in segments)
