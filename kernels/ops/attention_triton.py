@@ -18,6 +18,11 @@ same bits. BLOCK_M, the walk and the launch config (LAUNCH_TABLE) follow only D,
 block_kv, never T, the context length C or the batch. Whether an MMA row's bits are
 independent of its slot in the tile is the same empirical claim linear_triton.py makes;
 benchmarks/gpu_kernel_check.py checks it on the device. Reference: gates/reference/attention.py.
+One kernel serves three layouts: one sequence with contiguous K/V (the trainer), varlen
+segments of a flat q (one launch for a whole step), and K/V read from the engine's paged
+pool through block tables (`consistent_paged`: the same values in the same walk, so the same
+bits). With MAX_SPLITS > 1 it is the fast contract's flash-decoding instead
+(`split_kv_paged`): each program walks one split and writes an unnormalised partial.
 Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
 """
 import torch
