@@ -3,8 +3,9 @@
 What a door receives is tensors plus a few structured things: a Segment or a tuple of them
 (plain fields; a call over many segments is cut down to the watched token's), a
 sequence's Mamba state (copied *before* the call, which advances it), and a KV store (saved
-as the K/V it holds for the segment's sequence after the call, read back through the store:
-the exact bits attention read; on replay the store's write is a no-op). That is enough to
+as the K/V it holds for the segment's sequence right after the call, read back through the
+store: the exact bits attention read, taken before a finished sequence's blocks are freed;
+on replay the store's write is a no-op). That is enough to
 re-run the door standalone with any implementation: the shrink stage's repro does so.
 """
 import copy
@@ -62,6 +63,18 @@ class DoorCapture:
         elif tokens is not None and self.token in map(tuple, tokens):
             row = [tuple(t) for t in tokens].index(self.token)
             self.captured = _one_segment(call, self._before or list(call.args), row)
+        if self.captured:  # the store's K/V now: the engine frees a finished sequence's blocks
+            self.captured["args"] = _stores_snapshotted(self.captured["args"])
+
+
+def _stores_snapshotted(args) -> list:
+    """args with a live KV store replaced by a SnapshotKV of what it holds for the call's one
+    segment (a call over many segments keeps its store: save_capture refuses it)."""
+    segments = [a for a in args if isinstance(a, Segment)] + [s for a in args if _is_segments(a) for s in a]
+    if len(segments) != 1:
+        return args
+    return [SnapshotKV(*(t.detach().clone() for t in a.read(segments[0])), "auto")
+            if isinstance(a, KVStore) and not isinstance(a, SnapshotKV) else a for a in args]
 
 
 def _one_segment(call, args, row: int) -> dict:

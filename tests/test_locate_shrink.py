@@ -25,6 +25,11 @@ PLANTS = {  # name: (model, region, cases bound to the fault, binding, block typ
                           {"impl": "moe_combine.planted_reverse_order"}, "E"),
     "o_proj-atomic_split_k": ("nemotron", "o_proj", ENGINE_CASES, SPLIT_K, "*"),
     "mlp_act-two_roundings": ("qwen3", "mlp_act", ("engine_decode",), {"impl": "activation.fast"}, None),
+    # decode attention is one call over every sequence of the step: the capture is cut to the
+    # watched token's segment (harness/door_capture.py) and still reproduces
+    "attention-decode_split_kv": ("qwen3", "attention", ("engine_decode",),
+                                  {"impl": "attention.fast_split_kv",
+                                   "constants": {"tokens_per_split": 8, "max_splits": 4}}, None),
 }
 
 
@@ -76,8 +81,9 @@ def test_fast_contract_diverges_in_the_first_layer(tmp_path, capsys):
     assert code == EXIT_DIFFERENT and result["layer"] in (None, 0), result
 
 
-def test_shrink_repro_fails_then_passes_once_the_plant_is_removed(tmp_path):
-    model, region, cases, binding, block = PLANTS["o_proj-atomic_split_k"]
+@pytest.mark.parametrize("plant", ["o_proj-atomic_split_k", "attention-decode_split_kv"])
+def test_shrink_repro_fails_then_passes_once_the_plant_is_removed(tmp_path, plant):
+    model, region, cases, binding, block = PLANTS[plant]
     contract = _contract_file(tmp_path / "planted.yaml", region, cases, binding)
     locate_stage.locate(model, str(contract), tmp_path / "run" / "locate")
     assert main(["shrink", str(tmp_path / "run" / "locate")]) == EXIT_OK
@@ -86,7 +92,14 @@ def test_shrink_repro_fails_then_passes_once_the_plant_is_removed(tmp_path):
     assert summary["repro_fails"] and summary["cut"]["confirmed"], summary
     assert {p.name for p in repro_dir.iterdir()} >= {"inputs.safetensors", "door_call.json", "test_repro.py",
                                                     "config.yaml", "repro.json"}
-    assert len(load_model_config(repro_dir / "config.yaml").hybrid_override_pattern) == 3
+    cut = load_model_config(repro_dir / "config.yaml")
+    if model == "nemotron":  # the divergent layer and its neighbours
+        assert len(cut.hybrid_override_pattern) == 3
+    else:  # layers 0 .. the divergent one + 1
+        assert cut.num_layers == _expected_layer(model, block) + 2
+    if region == "attention":  # a decode step's call over many sequences, cut to one segment
+        door = json.loads((repro_dir / "door_call.json").read_text())
+        assert all(len(call["args"][3]["segments"]) == 1 for call in door.values()), door
     assert run_repro(repro_dir / "test_repro.py").returncode == 1  # fails on its own
     _contract_file(contract)  # the fix: the planted binding is gone from the same file
     fixed = run_repro(repro_dir / "test_repro.py")
