@@ -5,8 +5,9 @@ engine on the model's cut, continuous batching) is at least FLOOR (0.70) times t
 baseline's: the fast contract of the commit baseline/frozen.json names, exported from git
 (`git archive`: that commit's kernels/ and gates/, nothing of the working tree) and run in
 its own process, while the candidate runs the current tree in its own process; both time
-the same freshly seeded workload after a warm-up, interleaved (baseline, candidate, ...),
-compared by medians, every raw sample in the result; and every timed candidate sample's
+the same freshly seeded workload after a warm-up, interleaved (baseline, candidate, ...; 3
+pairs, BITWISE_C10_PAIRS changes the count and the inputs record it), compared by medians,
+every raw sample in the result; and every timed candidate sample's
 outputs (tokens and log-prob bits) equal an untimed run of the same workload here (so a
 patched timer or cached outputs cannot pass), the baseline's samples equal each other. On CPU this is a smoke figure: the GPU
 figure is the one that counts (`harness profile` adds trainer step times and per-region
@@ -34,7 +35,9 @@ from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
 
 FLOOR = float(os.environ.get("BITWISE_C10_FLOOR", "0.70"))
-PAIRS = 3
+PAIRS = int(os.environ.get("BITWISE_C10_PAIRS", "3"))  # the tests' negative control times one pair
+if PAIRS < 1:
+    raise ValueError(f"BITWISE_C10_PAIRS: at least one timed pair, got {PAIRS}")
 
 
 def completions_digest(completions) -> str:

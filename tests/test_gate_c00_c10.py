@@ -79,9 +79,10 @@ def test_c00_through_the_harness(tmp_path):
 
 def test_c10_fails_when_the_floor_is_out_of_reach(tmp_path, monkeypatch):
     monkeypatch.setenv("BITWISE_C10_FLOOR", "1000000")
+    monkeypatch.setenv("BITWISE_C10_PAIRS", "1")  # one timed pair is enough to fail the floor
     assert main(["gates", "--model", "qwen3", "--only", "C10", "--out", str(tmp_path)]) == EXIT_DIFFERENT
     result = json.loads((tmp_path / "C10.json").read_text())
     measured = next(c for c in result["conditions"] if c["name"].startswith("rollout throughput ratio"))
     assert result["status"] == "fail" and measured["status"] == "fail" and measured["ratio"] > 0
-    assert len(measured["samples_tokens_per_s"]["baseline"]) == 3
+    assert len(measured["samples_tokens_per_s"]["baseline"]) == 1 and result["inputs"][0]["pairs"] == 1
     assert all(c["status"] == "pass" for c in result["conditions"] if c is not measured)  # outputs checked
