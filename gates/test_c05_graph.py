@@ -25,10 +25,9 @@ import torch
 
 from gates.compare import first_bit_difference
 from gates.inputs import fresh_seed
-from gates.workload import EngineShape, Workload, make_requests, seeded_weights
+from gates.workload import EngineShape, Workload, rollout, seeded_weights
 from kernels.contract import load_contract
 from kernels.contract.identity import policy_source_files
-from kernels.engine.engine import Engine
 from kernels.engine.graphs import graphs_unsupported
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
@@ -62,14 +61,6 @@ def scanned_sources(contract) -> list:
     return sorted({str(p) for p in policy_source_files()} | bound)
 
 
-def _generate(config, contract, weights, requests, cuda_graphs: bool):
-    blocks = -(-(WORKLOAD["max_prompt_len"] + WORKLOAD["new_tokens"]) // SHAPE.block_size) * SHAPE.max_running
-    engine = Engine(config, contract, weights, block_size=SHAPE.block_size, num_blocks=blocks,
-                    max_tokens_per_step=SHAPE.tokens_per_step, max_running=SHAPE.max_running, device="cuda",
-                    cuda_graphs=cuda_graphs)
-    return engine.generate(requests), engine
-
-
 def test_graph_replay_equals_eager(gate):
     contract = load_contract(gate.contract)
     sources = scanned_sources(contract)
@@ -87,9 +78,9 @@ def test_graph_replay_equals_eager(gate):
         gate.n_a(f"the engine captures no decode graphs for this model: {reason}")
     seed = fresh_seed()
     gate.inputs.update(seed=seed, workload=WORKLOAD)
-    weights, requests = seeded_weights(config), make_requests(Workload(**WORKLOAD, seed=seed), config.vocab_size)
-    eager, _ = _generate(config, contract, weights, requests, cuda_graphs=False)
-    graphed, engine = _generate(config, contract, weights, requests, cuda_graphs=True)
+    weights, workload = seeded_weights(config), Workload(**WORKLOAD, seed=seed)
+    eager, _ = rollout(config, contract, weights, workload, SHAPE, device="cuda", cuda_graphs=False)
+    graphed, engine = rollout(config, contract, weights, workload, SHAPE, device="cuda", cuda_graphs=True)
     replays, padded = dict(engine.graphs.replays), engine.graphs.padded_replays
     gate.check("decode steps were replayed from CUDA graphs, padded batches among them",
                sum(replays.values()) > 0 and padded > 0, replays_by_size=replays, padded_replays=padded)

@@ -68,19 +68,20 @@ def make_requests(workload: Workload, vocab_size: int) -> list:
     return requests
 
 
-def make_engine(config, contract, weights, workload: Workload, shape: EngineShape = EngineShape()):
-    """An engine sized for the workload (a tracer may attach before it generates)."""
+def make_engine(config, contract, weights, workload: Workload, shape: EngineShape = EngineShape(), **options):
+    """An engine sized for the workload (a tracer may attach before it generates); `options`
+    go to Engine (device, cuda_graphs; the device defaults to the gates' target)."""
     blocks_per_sequence = -(-(workload.max_prompt_len + workload.new_tokens) // shape.block_size)
     return Engine(config, contract, weights, block_size=shape.block_size,
                   num_blocks=blocks_per_sequence * shape.max_running,
                   max_tokens_per_step=shape.tokens_per_step, max_running=shape.max_running,
-                  device=device.target())
+                  **{"device": device.target(), **options})
 
 
-def rollout(config, contract, weights, workload: Workload, shape: EngineShape = EngineShape()):
+def rollout(config, contract, weights, workload: Workload, shape: EngineShape = EngineShape(), **options):
     """(completions in request order, the engine) — the engine's step_phases show how the
-    steps mixed prefill and decode."""
-    engine = make_engine(config, contract, weights, workload, shape)
+    steps mixed prefill and decode. `options` go to Engine (make_engine)."""
+    engine = make_engine(config, contract, weights, workload, shape, **options)
     return engine.generate(make_requests(workload, config.vocab_size)), engine
 
 

@@ -70,7 +70,7 @@ class DoorCapture:
 def _stores_snapshotted(args) -> list:
     """args with a live KV store replaced by a SnapshotKV of what it holds for the call's one
     segment (a call over many segments keeps its store: save_capture refuses it)."""
-    segments = [a for a in args if isinstance(a, Segment)] + [s for a in args if _is_segments(a) for s in a]
+    segments = _segments_in(args)
     if len(segments) != 1:
         return args
     return [SnapshotKV(*(t.detach().clone() for t in a.read(segments[0])), "auto")
@@ -104,6 +104,11 @@ def _one_segment(call, args, row: int) -> dict:
 
 def _is_segments(value) -> bool:
     return isinstance(value, tuple) and bool(value) and all(isinstance(s, Segment) for s in value)
+
+
+def _segments_in(args) -> list:
+    """Every Segment among a call's arguments, loose or in a tuple."""
+    return [a for a in args if isinstance(a, Segment)] + [s for a in args if _is_segments(a) for s in a]
 
 
 class _SnapshotBefore:
@@ -149,8 +154,7 @@ def save_capture(out_dir: Path, captures: dict) -> dict:
     tensors, calls = {}, {}
     for side, captured in captures.items():
         call = captured["call"]
-        segments = [a for a in captured["args"] if isinstance(a, Segment)] + [
-            s for a in captured["args"] if _is_segments(a) for s in a]
+        segments = _segments_in(captured["args"])
         if len(segments) > 1:
             raise ValueError(f"{side}: a {call.region} capture over {len(segments)} segments; capture "
                              f"one token's call, which is cut down to its segment")

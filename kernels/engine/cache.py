@@ -82,6 +82,10 @@ class PagedKVCache:
         return cached
 
 
+    def slot(self, table: list, position: int) -> int:
+        """The flat pool slot of `position` in a sequence whose blocks are `table`."""
+        return table[position // self.block_size] * self.block_size + position % self.block_size
+
     def step_tables(self, segments) -> "StepTables":
         """The block tables and row slots of one forward's segments, built once on the host
         and copied to the device in one go; every layer of the forward reuses them."""
@@ -92,18 +96,15 @@ class PagedKVCache:
         width = max(len(self.block_tables[s.seq_id]) for s in segments)
         tables = [self.block_tables[s.seq_id] + [0] * (width - len(self.block_tables[s.seq_id]))
                   for s in segments]
-        slots = [self.block_tables[s.seq_id][p // self.block_size] * self.block_size + p % self.block_size
-                 for s in segments for p in range(s.start, s.start + s.length)]
+        slots = [self.slot(self.block_tables[s.seq_id], p) for s in segments for p in range(s.start, s.start + s.length)]
         fields = [[s.row for s in segments], [s.length for s in segments], [s.start for s in segments]]
         device = self.keys.device
         packed = torch.tensor([value for row in tables for value in row] + [v for f in fields for v in f],
                               dtype=torch.int32).to(device, non_blocking=True)
         count = len(segments)
+        block_table, rows, lengths, starts = packed.split([count * width, count, count, count])
         tables_out = StepTables(
-            block_table=packed[:count * width].view(count, width),
-            rows=packed[count * width:count * width + count],
-            lengths=packed[count * width + count:count * width + 2 * count],
-            starts=packed[count * width + 2 * count:],
+            block_table=block_table.view(count, width), rows=rows, lengths=lengths, starts=starts,
             write_slots=torch.tensor(slots, dtype=torch.long).to(device, non_blocking=True),
             max_length=max(s.length for s in segments))
         self._step_tables = (segments, tables_out)

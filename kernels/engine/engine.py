@@ -147,18 +147,17 @@ class Engine:
 
     def _batch(self, work) -> TokenBatch:
         segments, tokens, row = [], [], 0
+        all_decode = all(item.phase == "decode" for item in work)
+        # a replayed decode step runs in the graph case, its segments and head regions too
+        graphed = all_decode and self.graphs is not None and len(work) <= self.graphs.sizes[-1]
         for item in work:
             sequence = item.sequence
             ids = sequence.all_tokens[sequence.num_computed:sequence.num_computed + item.num_tokens]
-            segments.append(Segment(sequence.request.request_id, sequence.num_computed,
-                                    item.num_tokens, row, PHASE_CASE[item.phase]))
+            segments.append(Segment(sequence.request.request_id, sequence.num_computed, item.num_tokens, row,
+                                    "engine_graph" if graphed else PHASE_CASE[item.phase]))
             tokens.extend(ids)
             row += item.num_tokens
-        all_decode = all(item.phase == "decode" for item in work)
-        case = "engine_decode" if all_decode else "engine_prefill"
-        if all_decode and self.graphs is not None and len(segments) <= self.graphs.sizes[-1]:
-            case = "engine_graph"  # replayed: the graph case, for the head regions too
-            segments = [Segment(s.seq_id, s.start, s.length, s.row, case) for s in segments]
+        case = "engine_graph" if graphed else "engine_decode" if all_decode else "engine_prefill"
         return TokenBatch(torch.tensor(tokens, dtype=torch.long, device=self.device), tuple(segments), case)
 
     def _sample(self, work, batch, hidden) -> list:

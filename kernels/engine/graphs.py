@@ -78,8 +78,7 @@ class DecodeGraphs:
         pad_block = paged.scratch_block
         tables = [paged.block_tables[s.seq_id] for s in segments] + [[pad_block]] * (size - count)
         starts = [s.start for s in segments] + [0] * (size - count)
-        slots = [table[p // paged.block_size] * paged.block_size + p % paged.block_size
-                 for table, p in zip(tables, starts)]
+        slots = [paged.slot(table, p) for table, p in zip(tables, starts)]
         width = max(map(len, tables))  # entries past a sequence's blocks are never read
         host_table = torch.tensor([table + [pad_block] * (width - len(table)) for table in tables],
                                   dtype=torch.int32)

@@ -112,8 +112,7 @@ class ConsistentRMSNorm(torch.autograd.Function):
 
 def consistent(x, w, *, eps, residual=None):
     """norm.consistent on CUDA: (y, new residual stream or None)."""
-    out, h = ConsistentRMSNorm.apply(x, w, residual, eps)
-    return out, h
+    return ConsistentRMSNorm.apply(x, w, residual, eps)
 
 
 def fast_fused(x, w, *, eps, residual=None):

@@ -16,6 +16,11 @@ def _rotate_half(x):
     return torch.cat([-second, first], dim=-1)
 
 
+def rotated_fp32(x32, cos, sin):
+    """The consistent rotation in fp32, unrounded (the CPU path; the CUDA backward's recompute)."""
+    return x32 * cos + _rotate_half(x32) * sin
+
+
 @functools.lru_cache(maxsize=8)
 def _fp32_table(theta: float, head_dim: int, max_position: int):
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
@@ -63,7 +68,6 @@ def consistent(q, k, positions, *, theta, max_position):
     sin = sin_table[positions][:, None, :]
 
     def rotate(x):
-        x32 = x.float()
-        return (x32 * cos + _rotate_half(x32) * sin).to(x.dtype)
+        return rotated_fp32(x.float(), cos, sin).to(x.dtype)
 
     return rotate(q), rotate(k)

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.ops.rope import rotated_fp32
+
 
 @triton.jit
 def _rope_kernel(x_ptr, out_ptr, pos_ptr, cos_ptr, sin_ptr, heads, stride_xt, stride_xh, log2_theta,
@@ -65,11 +67,6 @@ def launch(x, positions, *, cos_table=None, sin_table=None, theta: float = 0.0):
     return out
 
 
-def _rotated_fp32(x, cos, sin):
-    first, second = x.float().chunk(2, dim=-1)
-    return x.float() * cos + torch.cat([-second, first], dim=-1) * sin
-
-
 class ConsistentRope(torch.autograd.Function):
     """Forward: the table kernel. Backward: the fp32 rotation differentiated in torch ops."""
 
@@ -85,7 +82,7 @@ class ConsistentRope(torch.autograd.Function):
         cos, sin = (table[positions][:, None, :] for table in ctx.tables)
         with torch.enable_grad():
             leaf = x.detach().float().requires_grad_()
-            (grad_x,) = torch.autograd.grad(_rotated_fp32(leaf, cos, sin), [leaf], grad.float())
+            (grad_x,) = torch.autograd.grad(rotated_fp32(leaf, cos, sin), [leaf], grad.float())
         return grad_x.to(x.dtype), None, None, None
 
 

@@ -49,11 +49,17 @@ class SamplingParams:
         return self.temperature if self.temperature > 0 else 1.0
 
 
+SPLITMIX64 = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+"""SplitMix64's golden increment and its two mixing multipliers, as unsigned 64-bit values
+(mix_seed, race_uniforms and the fused CUDA draw in sampler_triton.py all hash with them)."""
+
+
 def mix_seed(seed: int, index: int) -> int:
     """SplitMix64 of (seed, index): neighbouring indices get unrelated streams."""
-    z = (seed * 0x9E3779B97F4A7C15 + index + 1) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    golden, mix_1, mix_2 = SPLITMIX64
+    z = (seed * golden + index + 1) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * mix_1) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * mix_2) & 0xFFFFFFFFFFFFFFFF
     return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFF
 
 
@@ -62,7 +68,7 @@ def _wrapping(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-GOLDEN, MIX_1, MIX_2 = (_wrapping(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+GOLDEN, MIX_1, MIX_2 = (_wrapping(c) for c in SPLITMIX64)
 
 
 def _shift_right(z, bits: int):

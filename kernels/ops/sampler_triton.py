@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.ops.sampler import SPLITMIX64
+
 BLOCK = 1024
 
 
@@ -46,7 +48,7 @@ def gumbel_argmax(x, keys):
     x = x if x.stride(-1) == 1 else x.contiguous()
     out = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
     if x.shape[0]:
-        _gumbel_argmax_kernel[(x.shape[0],)](x, keys, out, x.stride(0), x.shape[1], GOLDEN=0x9E3779B97F4A7C15,
-                                             MIX_1=0xBF58476D1CE4E5B9, MIX_2=0x94D049BB133111EB, BLOCK=BLOCK,
-                                             num_warps=4)
+        golden, mix_1, mix_2 = SPLITMIX64
+        _gumbel_argmax_kernel[(x.shape[0],)](x, keys, out, x.stride(0), x.shape[1], GOLDEN=golden, MIX_1=mix_1,
+                                             MIX_2=mix_2, BLOCK=BLOCK, num_warps=4)
     return out
