@@ -3,7 +3,8 @@ models' shapes, M = 1..16384, bf16; every result checked bit for bit: each M's r
 the same rows computed inside the largest M, under every tile config tried (the tile may
 follow M, the K order may not), plus the relative error against a float64 reference.
 
-  python benchmarks/gpu_gemm.py --out DIR          (on the device; prints one table last)
+  python benchmarks/gpu_gemm.py --out DIR                 (variants; on the device; one table last)
+  python benchmarks/gpu_gemm.py --out DIR --launch-table  (what the models run: the done-when figure)
 
 Per shape and split count (a fixed number of K slices, the same for every M), each M is timed
 under a few tile configs of its size class; the best one is reported against cuBLAS timed the
@@ -11,6 +12,7 @@ same way (triton.testing.do_bench medians, weights rotated over several copies s
 cache does not hold them). Raw samples, the environment and the commit go to DIR/gpu_gemm.json.
 """
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -20,21 +22,32 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from kernels.ops import linear_cuda  # noqa: E402
 from kernels.ops.linear_triton import consistent  # noqa: E402
 
 SHAPES = {  # name: (N, K)
     "qwen3-1.7b qkv": (4096, 2048), "qwen3-1.7b o_proj": (2048, 2048),
     "qwen3-1.7b gate_up": (12288, 2048), "qwen3-1.7b down": (2048, 6144),
     "nemotron attn qkv": (4608, 2688), "nemotron mamba out": (2688, 4096),
+    "nemotron mamba in": (10304, 2688), "qwen3-1.7b lm_head": (151936, 2048),
 }
+M_CAP = {"qwen3-1.7b lm_head": 4096}  # the head's rows are the sampled ones: a float64 check of more is slow
 M_SWEEP = (1, 3, 8, 16, 31, 64, 128, 256, 1024, 4096, 16384)
-CONFIGS = {  # size class -> (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates
-    "small": ((16, 64, 4, 4), (16, 128, 4, 4), (16, 32, 2, 5)),
-    "mid": ((32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4)),
-    "large": ((128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 64, 4, 4)),
+# size class -> (kernel, (BLOCK_M, BLOCK_N, num_warps, num_stages), BLOCK_K) candidates; the
+# bits do not depend on BLOCK_K (benchmarks/gpu_gemm_block_k.py), so it may follow M. Small M
+# is bound by reading w: narrow N tiles and deep K steps put more programs and more bytes in flight.
+VARIANTS = {
+    "small": (("pointer", (16, 64, 4, 4), 128), ("pointer", (16, 32, 2, 5), 128), ("pointer", (16, 32, 4, 4), 256),
+              ("pointer", (16, 16, 4, 4), 256), ("tma", (16, 64, 4, 4), 128), ("tma", (16, 32, 4, 4), 256),
+              ("tma", (16, 16, 4, 6), 256)),
+    "mid": (("pointer", (64, 64, 4, 4), 128), ("pointer", (64, 32, 4, 4), 128), ("pointer", (32, 32, 4, 4), 256),
+            ("pointer", (64, 16, 4, 4), 256), ("tma", (64, 64, 4, 4), 128), ("tma", (64, 32, 4, 4), 128),
+            ("tma", (64, 16, 4, 5), 256)),
+    "large": (("pointer", (128, 128, 8, 4), 64), ("pointer", (256, 128, 8, 3), 64), ("tma", (128, 128, 4, 4), 64),
+              ("tma", (128, 256, 8, 3), 64), ("tma", (128, 128, 8, 4), 64), ("persistent", (128, 128, 4, 4), 64),
+              ("persistent", (128, 256, 8, 3), 64), ("tma", (256, 128, 8, 3), 64)),
 }
-SPLITS = (1, 4)
-BLOCK_KS = (64, 128)  # the bits do not depend on it (benchmarks/gpu_gemm_block_k.py), so it may follow M
+SPLITS = (1,)
 WEIGHT_COPIES_BYTES = 256 << 20  # rotate weights over at least this much memory (L2 is 50 MiB)
 
 
@@ -59,7 +72,21 @@ def bits_equal(a, b) -> bool:
     return torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
-def run_shape(name, n, k, records, m_sweep=M_SWEEP, splits_sweep=SPLITS) -> list:
+def candidates(m: int, splits: int, launch_table: bool) -> list:
+    """(label, run arguments, gemm(x, w)) triples to time at this M: linear.consistent's own launch table, or
+    the size class's variants (and, with several K slices, the parallel-slice ones)."""
+    if launch_table:
+        return [("table", {}, linear_cuda.forward)]
+    runs = [dict(kernel=kernel, config=c, block_k=bk, num_splits=splits, parallel_splits=False)
+            for kernel, c, bk in VARIANTS[size_class(m)] if splits == 1 or kernel == "pointer"]
+    if splits > 1 and m <= 256:  # slices in parallel programs: more programs for small M
+        runs += [dict(run, parallel_splits=True) for run in runs]
+    return [((run["kernel"][:3],) + run["config"] + (f"k{run['block_k']}",) + (("par",) if run["parallel_splits"] else ()),
+             run, functools.partial(consistent, **run)) for run in runs]
+
+
+def run_shape(name, n, k, records, m_sweep=M_SWEEP, splits_sweep=SPLITS, launch_table=False) -> list:
+    m_sweep = [m for m in m_sweep if m <= M_CAP.get(name, m)]
     generator = torch.Generator(device="cuda").manual_seed(hash(name) % 2**31)
     x_all = torch.randn(max(m_sweep), k, device="cuda", generator=generator).to(torch.bfloat16)
     w = (torch.randn(n, k, device="cuda", generator=generator) / k ** 0.5).to(torch.bfloat16)
@@ -72,26 +99,22 @@ def run_shape(name, n, k, records, m_sweep=M_SWEEP, splits_sweep=SPLITS) -> list
             exact = (x.double() @ w.double().T)
             cublas_ms = bench_ms(rotating(lambda ww: torch.matmul(x, ww.T), copies))
             best, invariant = None, True
-            variants = [(c, False, bk) for c in CONFIGS[size_class(m)] + (CONFIGS["large"][0],) for bk in BLOCK_KS]
-            if splits > 1 and m <= 256:  # slices in parallel programs: more programs for small M
-                variants += [(c, True, bk) for c in CONFIGS[size_class(m)] for bk in BLOCK_KS]
-            for config, parallel, block_k in variants:
+            for label, run, gemm in candidates(m, splits, launch_table):
                 try:
-                    y = consistent(x, w, config=config, num_splits=splits, parallel_splits=parallel, block_k=block_k)
-                except triton.runtime.errors.OutOfResources as error:  # tile too large for shared memory
-                    records.append({"shape": name, "M": m, "config": config, "block_k": block_k, "error": str(error)})
+                    y = gemm(x, w)
+                except Exception as error:  # a tile too large for shared memory, a load path Triton refuses
+                    records.append({"shape": name, "M": m, "variant": label, "error": f"{type(error).__name__}: "
+                                                                                       f"{str(error)[:300]}"})
                     continue
                 same = bits_equal(y, reference[:m])
                 invariant &= same
                 error = float((y.double() - exact).norm() / exact.norm())
-                ms = bench_ms(rotating(lambda ww: consistent(x, ww, config=config, num_splits=splits,
-                                                             parallel_splits=parallel, block_k=block_k), copies))
-                records.append({"shape": name, "N": n, "K": k, "M": m, "splits": splits, "block_k": block_k,
-                                "config": config,
-                                "parallel_splits": parallel, "ms": ms, "cublas_ms": cublas_ms,
+                ms = bench_ms(rotating(lambda ww: gemm(x, ww), copies))
+                records.append({"shape": name, "N": n, "K": k, "M": m, "splits": splits, "variant": label,
+                                "run": run, "ms": ms, "cublas_ms": cublas_ms,
                                 "bits_equal_rows_of_largest_M": same, "rel_error_vs_fp64": error})
                 if best is None or ms < best[1]:
-                    best = (config + (f"k{block_k}",) + (("par",) if parallel else ()), ms)
+                    best = (label, ms)
             rows.append((name, splits, m, best[0], best[1], cublas_ms, cublas_ms / best[1], invariant))
     return rows
 
@@ -102,6 +125,8 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names")
     parser.add_argument("--m", default=",".join(map(str, M_SWEEP)), help="comma-separated M values")
     parser.add_argument("--splits", default=",".join(map(str, SPLITS)), help="comma-separated split counts")
+    parser.add_argument("--launch-table", action="store_true",
+                        help="time linear.consistent's launch table (what the models run) instead of the variants")
     args = parser.parse_args()
     m_sweep, splits = [int(v) for v in args.m.split(",")], [int(v) for v in args.splits.split(",")]
     out = Path(args.out)
@@ -111,11 +136,11 @@ def main() -> None:
                    "cuda": torch.version.cuda, "commit": commit}
     records, rows = [], []
     for name in args.shapes.split(","):
-        rows += run_shape(name, *SHAPES[name], records, m_sweep, splits)
+        rows += run_shape(name, *SHAPES[name], records, m_sweep, splits, args.launch_table)
         (out / "gpu_gemm.json").write_text(json.dumps({"environment": environment, "samples": records}, indent=1))
-    print(f"{'shape':<22}{'splits':>7}{'M':>7}  {'best config':<20}{'ours us':>9}{'cuBLAS us':>10}{'ratio':>7}  invariant")
+    print(f"{'shape':<22}{'splits':>7}{'M':>7}  {'best variant':<28}{'ours us':>9}{'cuBLAS us':>10}{'ratio':>7}  invariant")
     for name, splits, m, config, ms, cublas_ms, ratio, invariant in rows:
-        print(f"{name:<22}{splits:>7}{m:>7}  {str(config):<20}{ms * 1e3:>9.1f}{cublas_ms * 1e3:>10.1f}"
+        print(f"{name:<22}{splits:>7}{m:>7}  {str(config):<28}{ms * 1e3:>9.1f}{cublas_ms * 1e3:>10.1f}"
               f"{ratio:>7.2f}  {'yes' if invariant else 'NO'}")
 
 

@@ -15,6 +15,7 @@ Negative controls: a row-sum BLOCK that follows the row count, and a block_kv th
 the context length (a split count following C), must fail the same checks.
 """
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -97,7 +98,7 @@ def check_gemm_rows_do_not_follow_m_or_the_tile_table(linear_cuda, dtype, fresh_
     x = torch.randn(300, 200, generator=gen).to(dtype)
     w = (torch.randn(48, 200, generator=gen) / 8).to(dtype)
     largest = linear_cuda.forward(x, w)
-    assert len({linear_cuda._launch(m, dtype) for m in (1, 5, 16, 40, 100, 257, 300)}) > 1  # tiles did move
+    assert len({linear_cuda._launch(m, 48, 200, dtype, x.device) for m in (1, 5, 16, 40, 100, 257, 300)}) > 1
     for m in (1, 5, 16, 40, 100, 257):
         assert_bitwise_equal(linear_cuda.forward(x[:m], w), largest[:m], f"M={m} {dtype} seed={fresh_seed}")
     shaped = linear_cuda.forward(x[:40].reshape(2, 20, 200), w)
@@ -121,6 +122,30 @@ def check_gemm_rows_do_not_follow_m_or_the_tile_table(linear_cuda, dtype, fresh_
     split = linear_cuda.linear_triton.consistent(x32, w32, config=(16, 64, 4, 3), num_splits=2, block_k=32)
     assert first_bit_difference(split, linear_cuda.forward(x32, w32)) is not None, \
         f"split-K control did not differ, seed={fresh_seed}"
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16))
+def check_gemm_tuned_table_moves_the_load_path_not_the_bits(linear_cuda, dtype, fresh_seed, tmp_path, monkeypatch):
+    """A tuned launch table (kernels/ops/gemm_tuning.py) for the shape: TMA loads, a persistent
+    grid walking several tiles a program, and pointer loads by M bucket, give each row the bits
+    of the default table; an operand the copy engine cannot address falls back to pointer loads.
+    fp32 operands keep their own tiles: only half precision reads the tuned table."""
+    from kernels.ops import gemm_tuning
+    gen = torch.Generator().manual_seed(fresh_seed)
+    x = torch.randn(300, 200, generator=gen).to(dtype)
+    w = (torch.randn(48, 200, generator=gen) / 8).to(dtype)
+    default = linear_cuda.forward(x, w)
+    rows = [[4, "persistent", [16, 16, 4, 2], 256], [40, "tma", [32, 16, 4, 2], 64], [None, "pointer", [64, 32, 4, 2], 32]]
+    (tmp_path / "table.json").write_text(json.dumps({"device": "interpreter", "shapes": {"48x200": rows}}))
+    monkeypatch.setenv(gemm_tuning.ENV, str(tmp_path / "table.json"))
+    used = {linear_cuda._launch(m, 48, 200, dtype, x.device)[0] for m in (3, 30, 300)}
+    assert used == ({"pointer"} if dtype == torch.float32 else {"persistent", "tma", "pointer"}), used
+    for m in (3, 30, 300):
+        assert_bitwise_equal(linear_cuda.forward(x[:m], w), default[:m], f"tuned M={m} {dtype} seed={fresh_seed}")
+    # rows at an odd element offset: no tensor map can address them; the bucket's tile, pointer loads
+    shifted = torch.cat([x[:30, :1], x[:30]], dim=1)[:, 1:]
+    assert not linear_cuda.linear_triton.tma_ready(shifted, w)
+    assert_bitwise_equal(linear_cuda.forward(shifted, w), default[:30], f"unaligned {dtype} seed={fresh_seed}")
 
 
 @pytest.fixture(scope="module")
@@ -508,7 +533,8 @@ def check_fused_rope_and_silu_rows_do_not_follow_the_batch(fused, dtype, fresh_s
 def check_gumbel_argmax_is_the_formula_and_ignores_the_batch(fresh_seed):
     """The consistent sampler's fused draw: each row's token scores the maximum of the torch
     formula x - log(-log u) over race_uniforms (within an ulp: the logs are numpy's here),
-    dropped (-inf) tokens are never drawn, and a row alone draws what it draws in a batch."""
+    dropped (-inf) tokens are never drawn, a row alone draws what it draws in a batch, and the
+    chunk size (programs per row) never moves the token; a row with every token dropped draws 0."""
     kernel = _import_kernel("sampler_triton")
     from kernels.ops.sampler import mix_seed, race_uniforms
     gen = torch.Generator().manual_seed(fresh_seed)
@@ -523,3 +549,7 @@ def check_gumbel_argmax_is_the_formula_and_ignores_the_batch(fresh_seed):
     assert float((best - chosen).abs().max()) <= 1e-5 * float(best.abs().max()), f"seed={fresh_seed}"
     for row in (0, 5, 11):
         assert int(kernel.gumbel_argmax(x[row:row + 1], keys[row:row + 1])) == int(drawn[row]), f"row {row}"
+    for chunk in (1024, 2048):  # 3 and 2 chunks a row: the merge pass decides
+        assert torch.equal(kernel.gumbel_argmax(x, keys, chunk=chunk), drawn), f"chunk {chunk}, seed={fresh_seed}"
+    dropped = torch.full((2, 2500), float("-inf"))
+    assert kernel.gumbel_argmax(dropped, keys[:2], chunk=1024).tolist() == [0, 0]

@@ -1,11 +1,14 @@
 """linear.consistent on CUDA: the Triton GEMM (kernels/ops/linear_triton.py) with its launch
 table, and the autograd rule the trainer's backward uses.
 
-Launch table: the tile may follow M (it moves which program computes an element, not the
-order of the element's K reduction: checked bit for bit on the H200 by
-benchmarks/gpu_gemm.py); the K slicing is one slice for every shape (the count may never
-follow M). The tiles are the H200 winners of benchmarks/results/gpu_gemm-h200-20261129-run3.json
-per M bucket; fp32 operands (the router) take smaller tiles, for shared memory.
+Launch table: the tile and the load path may follow M and the shape (they move which program
+computes an element, not the order of the element's K reduction: checked bit for bit on the
+H200 by benchmarks/gpu_gemm.py); the K slicing is one slice for every shape (the count may
+never follow M). A tuned table for the device (kernels/ops/tuned/gemm-<device>.json, written
+by benchmarks/gemm_tune.py from a gpu_gemm.py sweep, every entry one whose bits were checked)
+gives the winner per (N, K) and M bucket; other shapes take the default table, the H200
+winners of benchmarks/results/gpu_gemm-h200-20261129-run3.json per M bucket. fp32 operands
+(the router) take smaller tiles, for shared memory.
 
 Backward: dx = dy @ w and dw = dy^T @ x through cuBLAS. cuBLAS is run-to-run deterministic
 for a fixed shape on one stream; its bits need not equal any forward bits (C8 compares
@@ -14,25 +17,28 @@ Imports Triton: only reached when a tensor is on CUDA.
 """
 import torch
 
-from kernels.ops import linear_triton
+from kernels.ops import gemm_tuning, linear_triton
 
-# (largest M, (BLOCK_M, BLOCK_N, warps, stages), BLOCK_K) for half-precision operands
+# (largest M, kernel, (BLOCK_M, BLOCK_N, warps, stages), BLOCK_K) for half-precision operands
 _HALF_TILES = (
-    (16, (16, 64, 4, 4), 128),
-    (64, (64, 64, 4, 4), 128),
-    (128, (64, 128, 4, 4), 128),
-    (256, (128, 64, 4, 4), 128),
-    (2048, (128, 128, 8, 4), 64),
-    (None, (256, 128, 8, 3), 64),
+    (16, "pointer", (16, 64, 4, 4), 128),
+    (64, "pointer", (64, 64, 4, 4), 128),
+    (128, "pointer", (64, 128, 4, 4), 128),
+    (256, "pointer", (128, 64, 4, 4), 128),
+    (2048, "pointer", (128, 128, 8, 4), 64),
+    (None, "pointer", (256, 128, 8, 3), 64),
 )
-_FP32_TILES = ((32, (16, 64, 4, 3), 32), (None, (64, 64, 4, 3), 32))
+_FP32_TILES = ((32, "pointer", (16, 64, 4, 3), 32), (None, "pointer", (64, 64, 4, 3), 32))
 
 
-def _launch(num_rows: int, dtype):
-    for largest, config, block_k in (_FP32_TILES if dtype == torch.float32 else _HALF_TILES):
+def _launch(num_rows: int, n: int, k: int, dtype, device):
+    """(kernel, config, block_k) for an [num_rows, k] @ [n, k]^T product."""
+    table = (_FP32_TILES if dtype == torch.float32
+             else gemm_tuning.table_for(device).get((n, k), _HALF_TILES))
+    for largest, kernel, config, block_k in table:
         if largest is None or num_rows <= largest:
-            return config, block_k
-    raise AssertionError("the tile table ends with an open bucket")
+            return kernel, config, block_k
+    raise AssertionError("launch tables end with an open bucket")
 
 
 def _rows_along_k(t):
@@ -46,9 +52,11 @@ def forward(x, w, out_dtype=None):
     leading dims are flattened into rows."""
     if w.dtype != x.dtype:
         raise ValueError(f"linear on CUDA: x is {x.dtype}, w is {w.dtype}")
-    rows = _rows_along_k(x.reshape(-1, x.shape[-1]))
-    config, block_k = _launch(rows.shape[0], x.dtype)
-    y = linear_triton.consistent(rows, _rows_along_k(w), config=config, block_k=block_k, out_dtype=out_dtype)
+    rows, w = _rows_along_k(x.reshape(-1, x.shape[-1])), _rows_along_k(w)
+    kernel, config, block_k = _launch(rows.shape[0], w.shape[0], w.shape[1], x.dtype, x.device)
+    if kernel != "pointer" and not linear_triton.tma_ready(rows, w, out_dtype):
+        kernel = "pointer"  # a strided leaf the copy engine cannot address: the same tile, loaded by pointers
+    y = linear_triton.consistent(rows, w, config=config, block_k=block_k, kernel=kernel, out_dtype=out_dtype)
     return y.reshape(x.shape[:-1] + (w.shape[0],))
 
 

@@ -7,14 +7,24 @@ added left to right (((p0 + p1) + p2) ...) before the single rounding to bf16. T
 (BLOCK_M, BLOCK_N, warps, stages) may follow M: it changes which program computes an element,
 not the order of its reduction; so may BLOCK_K (measured: the bits do not change with it, as
 long as the slice bounds do not move) and where the slices run (one program looping over them,
-or, for small M, one program per slice and the same ordered combine afterwards). Whether the tensor-core instruction Triton picks for a tile
-shape keeps the order inside one BLOCK_K step is an empirical claim: benchmarks/gpu_gemm.py
-checks every tile config bit for bit against every other, for every M, on the device.
+or, for small M, one program per slice and the same ordered combine afterwards), and so may
+the way tiles are loaded: the pointer kernel (`kernel="pointer"`, any row stride, masked loads)
+or the tensor-memory-accelerator kernel (`kernel="tma"`, one program per tile, or
+`"persistent"`, one program per SM walking the tiles; out-of-range rows and K come back as
+zeros, as the masked loads give them). Whether the tensor-core instruction Triton picks for a
+tile shape and load path keeps the order inside one BLOCK_K step is an empirical claim:
+benchmarks/gpu_gemm.py checks every variant bit for bit against every other, for every M, on
+the device.
 Reference: gates/reference/linear.py. Imports Triton, so only CUDA machines import this file.
 """
+import functools
+
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from kernels.ops.gemm_tuning import KERNELS
 
 
 SLICE_ALIGN = 128  # K slices start at multiples of this; every BLOCK_K used must divide it
@@ -38,17 +48,20 @@ def _slice_sum(x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_wn, spli
 
 
 @triton.jit
+def _grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """Grouped launch order: neighbouring tiles share w tiles in L2."""
+    group = GROUP_M * num_pid_n
+    first_m = (tile // group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    return first_m + (tile % group) % group_m, (tile % group) // group_m
+
+
+@triton.jit
 def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
                  K_PER_SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                  INPUT_PRECISION: tl.constexpr):
-    pid = tl.program_id(0)
-    num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    group = GROUP_M * num_pid_n  # grouped launch order: neighbouring programs share w tiles in L2
-    first_m = (pid // group) * GROUP_M
-    group_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % group_m
-    pid_n = (pid % group) // group_m
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -57,6 +70,23 @@ def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
                                    K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], total.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gemm_tma_kernel(x_desc, w_desc, y_desc, M, N, K, NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, OUT_DTYPE: tl.constexpr,
+                     FLATTEN: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """One slice (all of K) per tile, tiles loaded by the tensor memory accelerator; program p
+    computes tiles p, p + NUM_PROGRAMS, ... (one tile each when the grid covers them all)."""
+    num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=FLATTEN):
+        pid_m, pid_n = _grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
+        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a = x_desc.load([pid_m * BLOCK_M, k0])
+            b = w_desc.load([pid_n * BLOCK_N, k0])
+            total = tl.dot(a, b.T, total, input_precision=INPUT_PRECISION)
+        y_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], total.to(OUT_DTYPE))
 
 
 @triton.jit
@@ -92,21 +122,59 @@ def _input_precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
+def tma_ready(x, w, out_dtype=None) -> bool:
+    """The tensor memory accelerator needs 16-byte aligned bases and row strides (y's rows are
+    N elements of out_dtype, default x's)."""
+    row_bytes = w.shape[0] * (out_dtype or x.dtype).itemsize
+    return row_bytes % 16 == 0 and all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+                                       for t in (x, w))
+
+
+def _gemm_tma(x, w, y, config, block_k, persistent, precision):
+    block_m, block_n, num_warps, num_stages = config
+    (M, K), N = x.shape, w.shape[0]
+    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+    programs = min(tiles, _sm_count(x.device)) if persistent else tiles
+    _gemm_tma_kernel[(programs,)](
+        TensorDescriptor.from_tensor(x, [block_m, block_k]), TensorDescriptor.from_tensor(w, [block_n, block_k]),
+        TensorDescriptor.from_tensor(y, [block_m, block_n]), M, N, K, NUM_PROGRAMS=programs, BLOCK_M=block_m,
+        BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, OUT_DTYPE=_TL_DTYPES[y.dtype], FLATTEN=persistent,
+        INPUT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
+    return y
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device) -> int:
+    """The persistent grid's size. Under the CPU interpreter three programs stand in for the
+    SMs, so a test still sees programs that walk several tiles."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 3
+
+
 def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel_splits: bool = False,
-               out_dtype=None):
+               kernel: str = "pointer", out_dtype=None):
     """x [M, K], w [N, K] (K contiguous in both, any row stride), both bf16/fp16/fp32 -> y
     [M, N] in out_dtype (default x's; fp32 stores the accumulator unrounded). `config` =
-    (BLOCK_M, BLOCK_N, num_warps, num_stages), block_k (a divisor of SLICE_ALIGN) and
-    `parallel_splits` may follow M; num_splits may not."""
+    (BLOCK_M, BLOCK_N, num_warps, num_stages), block_k (with several slices, a divisor of
+    SLICE_ALIGN), `kernel` (one of KERNELS: the TMA ones take one slice and aligned operands)
+    and `parallel_splits` may follow M; num_splits may not."""
     M, K = x.shape
     N = w.shape[0]
     if x.stride(1) != 1 or w.stride(1) != 1:
         raise ValueError("x and w need contiguous rows (stride 1 along K)")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel {kernel!r}: expected one of {KERNELS}")
     y = torch.empty((M, N), dtype=out_dtype or x.dtype, device=x.device)
     precision = _input_precision(x.dtype)
     block_m, block_n, num_warps, num_stages = config
-    if SLICE_ALIGN % block_k:
-        raise ValueError(f"block_k {block_k} must divide {SLICE_ALIGN}")
+    if num_splits > 1 and SLICE_ALIGN % block_k:
+        raise ValueError(f"block_k {block_k} must divide {SLICE_ALIGN} when K is cut into slices")
+    if kernel != "pointer":
+        if num_splits != 1 or parallel_splits or not tma_ready(x, w, y.dtype):
+            raise ValueError(f"kernel {kernel!r} takes one K slice and 16-byte aligned operands")
+        return _gemm_tma(x, w, y, config, block_k, kernel == "persistent", precision)
     # slice bounds from (K, num_splits) alone: rounding them to block_k would move them with
     # block_k and change the bits (seen on the H200 for K = 2688, 4 slices)
     k_per_split = triton.cdiv(triton.cdiv(K, num_splits), SLICE_ALIGN) * SLICE_ALIGN

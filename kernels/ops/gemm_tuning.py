@@ -1,0 +1,84 @@
+"""Tuned launch tables for the consistent GEMM, one JSON file per device model.
+
+A table maps a weight shape (N, K) to M buckets, each with the variant that won there in a
+benchmarks/gpu_gemm.py sweep on that device (benchmarks/gemm_tune.py writes it, and keeps
+only variants whose bits equalled the reference at every M). Which variant runs may follow M
+and the shape without moving a bit, so a table is a speed choice only. File format:
+
+    {"device": "NVIDIA H200", "source": "...", "shapes": {"2048x6144": [
+        [16, "pointer", [16, 16, 4, 4], 256], ..., [null, "tma", [128, 128, 4, 4], 64]]}}
+
+each row (largest M or null for the open bucket, kernel, (BLOCK_M, BLOCK_N, warps, stages),
+BLOCK_K), rows in increasing M, the last one open. BITWISE_GEMM_TUNING names a file to use
+instead of kernels/ops/tuned/gemm-<device>.json (the device sweep tries its own table so).
+A malformed file is an error naming the file, never a silent fallback.
+"""
+import functools
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+
+KERNELS = ("pointer", "tma", "persistent")  # kernels/ops/linear_triton.py's load paths
+TUNED_DIR = Path(__file__).resolve().parent / "tuned"
+ENV = "BITWISE_GEMM_TUNING"
+
+
+def path_for(device_name: str) -> Path:
+    return TUNED_DIR / f"gemm-{re.sub(r'[^a-z0-9]+', '-', device_name.lower()).strip('-')}.json"
+
+
+def _row(path, key, row) -> tuple:
+    try:
+        largest, kernel, config, block_k = row
+        config = tuple(int(v) for v in config)
+        valid = (largest is None or int(largest) > 0) and kernel in KERNELS and len(config) == 4 and int(block_k) > 0
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
+        raise ValueError(f"{path}: shape {key}: malformed row {row!r}: expected "
+                         f"[largest M or null, one of {KERNELS}, [BLOCK_M, BLOCK_N, warps, stages], BLOCK_K]")
+    return (None if largest is None else int(largest), kernel, config, int(block_k))
+
+
+def load(path: Path) -> dict:
+    """{(N, K): ((largest M, kernel, config, block_k), ...)} from a table file."""
+    try:
+        shapes = json.loads(Path(path).read_text())["shapes"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"GEMM tuning table {path} is unreadable: {error}") from error
+    table = {}
+    for key, rows in shapes.items():
+        if not re.fullmatch(r"\d+x\d+", key) or not rows:
+            raise ValueError(f"{path}: shape key {key!r} must be 'NxK' with at least one row")
+        parsed = tuple(_row(path, key, row) for row in rows)
+        bounds = [row[0] for row in parsed]
+        if bounds[-1] is not None or None in bounds[:-1] or bounds[:-1] != sorted(set(bounds[:-1])):
+            raise ValueError(f"{path}: shape {key}: buckets must rise and end with one open (null) bucket")
+        n, k = map(int, key.split("x"))
+        table[(n, k)] = parsed
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def _table(path: str) -> dict:
+    return load(Path(path)) if Path(path).exists() else {}
+
+
+def table_for(device) -> dict:
+    """The tuned table for this tensor device ({} on a CPU device, or a device with no file)."""
+    override = os.environ.get(ENV)
+    if override:
+        if not Path(override).exists():
+            raise ValueError(f"{ENV}={override}: no such file")
+        return _table(override)
+    if device.type != "cuda":
+        return {}
+    return _table(_device_path(device.index if device.index is not None else torch.cuda.current_device()))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_path(index: int) -> str:
+    return str(path_for(torch.cuda.get_device_name(index)))

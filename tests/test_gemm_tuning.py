@@ -1,0 +1,59 @@
+"""The consistent GEMM's tuned launch tables (kernels/ops/gemm_tuning.py) and the script that
+writes them from a device sweep (benchmarks/gemm_tune.py): only bit-checked one-slice
+variants win a bucket, buckets merge and end open, and a malformed table is a clear error
+naming the file. The kernels' bits under a table are the interpreter checks' job
+(tests/test_triton_kernels.py)."""
+import json
+
+import pytest
+import torch
+
+from benchmarks import gemm_tune
+from kernels.ops import gemm_tuning
+
+
+def _sample(m, kernel, config, ms, bits=True, splits=1, parallel=False):
+    run = {"kernel": kernel, "config": config, "block_k": 64, "num_splits": splits, "parallel_splits": parallel}
+    return {"N": 2048, "K": 6144, "M": m, "run": run, "ms": ms, "bits_equal_rows_of_largest_M": bits}
+
+
+def test_the_fastest_bit_checked_variant_wins_each_bucket(tmp_path):
+    samples = [
+        _sample(1, "pointer", [16, 16, 4, 4], 0.010), _sample(1, "tma", [16, 32, 4, 4], 0.008, bits=False),
+        _sample(1, "pointer", [16, 64, 4, 4], 0.005, splits=4, parallel=True),  # K in slices: never tabled
+        _sample(8, "pointer", [16, 16, 4, 4], 0.011), _sample(8, "tma", [16, 32, 4, 4], 0.012),
+        _sample(64, "tma", [64, 32, 4, 4], 0.013), _sample(64, "pointer", [16, 16, 4, 4], 0.020),
+        _sample(4096, "persistent", [128, 128, 4, 4], 0.3), {"N": 2048, "K": 6144, "M": 4096, "error": "OutOfResources"},
+    ]
+    rows = gemm_tune.table(samples)["2048x6144"]
+    assert rows == [[8, "pointer", [16, 16, 4, 4], 64], [64, "tma", [64, 32, 4, 4], 64],
+                    [None, "persistent", [128, 128, 4, 4], 64]]
+    path = tmp_path / "gemm.json"
+    path.write_text(json.dumps({"shapes": {"2048x6144": rows}}))
+    assert gemm_tuning.load(path)[(2048, 6144)][1] == (64, "tma", (64, 32, 4, 4), 64)
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ({"2048x6144": [[8, "cutlass", [16, 16, 4, 4], 64], [None, "tma", [64, 32, 4, 4], 64]]}, "malformed row"),
+    ({"2048x6144": [[8, "tma", [16, 16, 4], 64], [None, "tma", [64, 32, 4, 4], 64]]}, "malformed row"),
+    ({"2048x6144": [[64, "tma", [16, 16, 4, 4], 64], [8, "tma", [64, 32, 4, 4], 64]]}, "buckets must rise"),
+    ({"2048x6144": [[8, "tma", [16, 16, 4, 4], 64]]}, "open"),
+    ({"2048-6144": [[None, "tma", [16, 16, 4, 4], 64]]}, "NxK"),
+])
+def test_a_malformed_table_is_an_error_naming_the_file(tmp_path, shapes, message):
+    path = tmp_path / "gemm.json"
+    path.write_text(json.dumps({"shapes": shapes}))
+    with pytest.raises(ValueError, match=message) as error:
+        gemm_tuning.load(path)
+    assert str(path) in str(error.value)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="unreadable"):
+        gemm_tuning.load(path)
+
+
+def test_the_environment_names_the_table_and_a_missing_one_is_an_error(tmp_path, monkeypatch):
+    assert gemm_tuning.table_for(torch.device("cpu")) == {}
+    monkeypatch.setenv(gemm_tuning.ENV, str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="no such file"):
+        gemm_tuning.table_for(torch.device("cpu"))
+    assert gemm_tuning.path_for("NVIDIA H200").name == "gemm-nvidia-h200.json"
