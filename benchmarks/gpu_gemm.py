@@ -8,8 +8,11 @@ follow M, the K order may not), plus the relative error against a float64 refere
 
 Per shape and split count (a fixed number of K slices, the same for every M), each M is timed
 under a few tile configs of its size class; the best one is reported against cuBLAS timed the
-same way (triton.testing.do_bench medians, weights rotated over several copies so the L2
-cache does not hold them). Raw samples, the environment and the commit go to DIR/gpu_gemm.json.
+same way: triton.testing.do_bench_cudagraph medians, the calls replayed from a CUDA graph as
+the engine's decode runs them, so the figure is GPU time and not Python launch overhead
+(eager do_bench put a ~70 us host floor under small-M calls: recorded in
+results/gpu_gemm-h200-20261129-session6-eager.json); weights rotated over several copies so
+the L2 cache does not hold them. Raw samples, the environment and the commit go to DIR/gpu_gemm.json.
 """
 import argparse
 import functools
@@ -65,7 +68,8 @@ def rotating(fn, weights):
 
 
 def bench_ms(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=20, rep=80, return_mode="median")
+    fn()  # compile and warm outside the capture
+    return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
 
 
 def bits_equal(a, b) -> bool:

@@ -62,23 +62,20 @@ def load(path: Path) -> dict:
     return table
 
 
-@functools.lru_cache(maxsize=None)
-def _table(path: str) -> dict:
-    return load(Path(path)) if Path(path).exists() else {}
-
-
 def table_for(device) -> dict:
-    """The tuned table for this tensor device ({} on a CPU device, or a device with no file)."""
-    override = os.environ.get(ENV)
+    """The tuned table for this tensor device ({} on a CPU device, or a device with no file).
+    Resolved once per (override, device): this runs on every GEMM call."""
+    return _resolved(os.environ.get(ENV) or None, device.type,
+                     device.index if device.index is not None or device.type != "cuda" else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _resolved(override, device_type: str, index) -> dict:
     if override:
         if not Path(override).exists():
             raise ValueError(f"{ENV}={override}: no such file")
-        return _table(override)
-    if device.type != "cuda":
+        return load(Path(override))
+    if device_type != "cuda":
         return {}
-    return _table(_device_path(device.index if device.index is not None else torch.cuda.current_device()))
-
-
-@functools.lru_cache(maxsize=None)
-def _device_path(index: int) -> str:
-    return str(path_for(torch.cuda.get_device_name(index)))
+    path = path_for(torch.cuda.get_device_name(index))
+    return load(path) if path.exists() else {}
