@@ -90,6 +90,7 @@ def timed_train_step(config, contract, weights, completions):
     group = 2 if len(sequences) % 2 == 0 else 1
     advantages = group_advantages(rewards, group)
     old = [c.logprob_tensor for c in completions]
+    trainer.train_step(sequences, advantages, old)  # warm-up: allocator, cuBLAS handles, kernel compiles
     sync()
     started = time.perf_counter()
     trainer.train_step(sequences, advantages, old)
@@ -162,16 +163,7 @@ def top_kernels(config, contract, weights, batch, prompt_len, limit=12):
     return [{"kernel": k[:90], "us": round(t, 1), "calls": n} for k, t, n in rows[:limit]]
 
 
-def step_profile(config, contract, weights, batch, prompt_len, limit=10):
-    """One decode step of a warmed engine (graphs where the model allows) under the profiler:
-    its wall time, the GPU time of its kernels and the host ops that took longest."""
-    engine = make_engine(config, contract, weights, batch, prompt_len, 8)
-    timed_rollout(engine, config, batch, prompt_len, 8, seed=3)  # captures, compiles
-    for request in _requests(config, batch, prompt_len, 4, seed=9):
-        engine.add_request(request)
-    engine.step()  # prefill
-    engine.step()
-    sync()
+def _profiled_step(engine, limit):
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
         started = time.perf_counter()
@@ -181,8 +173,24 @@ def step_profile(config, contract, weights, batch, prompt_len, limit=10):
     events = prof.key_averages()
     gpu_us = sum(e.self_device_time_total for e in events)
     host = sorted(((e.key, e.self_cpu_time_total, e.count) for e in events), key=lambda r: -r[1])[:limit]
-    return {"wall_ms": 1e3 * wall, "gpu_kernel_ms": gpu_us / 1e3, "graphs": engine.replays_cuda_graphs,
-            "host_self_us": [{"op": k[:80], "us": round(t, 1), "calls": n} for k, t, n in host]}
+    kernels = sorted(((e.key, e.self_device_time_total, e.count) for e in events if e.self_device_time_total > 0),
+                     key=lambda r: -r[1])[:limit]
+    return {"wall_ms": 1e3 * wall, "gpu_kernel_ms": gpu_us / 1e3,
+            "host_self_us": [{"op": k[:80], "us": round(t, 1), "calls": n} for k, t, n in host],
+            "kernels_us": [{"kernel": k[:80], "us": round(t, 1), "calls": n} for k, t, n in kernels]}
+
+
+def step_profile(config, contract, weights, batch, prompt_len, limit=10):
+    """The prefill step and one decode step of a warmed engine (graphs where the model allows)
+    under the profiler: wall time, GPU time of their kernels, the host ops that took longest."""
+    engine = make_engine(config, contract, weights, batch, prompt_len, 8)
+    timed_rollout(engine, config, batch, prompt_len, 8, seed=3)  # captures, compiles
+    for request in _requests(config, batch, prompt_len, 4, seed=9):
+        engine.add_request(request)
+    prefill = _profiled_step(engine, limit)
+    engine.step()
+    sync()
+    return dict(_profiled_step(engine, limit), graphs=engine.replays_cuda_graphs, prefill=prefill)
 
 
 def main() -> int:
@@ -281,6 +289,11 @@ def main() -> int:
               f"GPU kernels {step['gpu_kernel_ms']:.2f} ms; host ops by self time (us, calls):")
         for row in step["host_self_us"]:
             print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row['op']}")
+        prefill = step["prefill"]
+        print(f"  profiled prefill step: wall {prefill['wall_ms']:.2f} ms, GPU kernels {prefill['gpu_kernel_ms']:.2f} ms; "
+              f"kernels, then host ops, by self time (us, calls):")
+        for row in prefill["kernels_us"] + prefill["host_self_us"]:
+            print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row.get('kernel', row.get('op'))}")
     return 0
 
 
