@@ -27,8 +27,12 @@ gates=${only:+--only $only}
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$work/summary.txt"
 limit=${BITWISE_GATES_LIMIT_S:-480}
 models=${BITWISE_GATES_MODELS:-qwen3 nemotron}
+# the consistent runs switch the GEMM's load path and tile at every M bucket of every shape
+# (benchmarks/gemm_mixed_table.py): the gates then prove the speed table's freedom moves no bit
+python3 benchmarks/gemm_mixed_table.py --out "$work/gemm-mixed.json" | tee -a "$work/summary.txt"
 for model in $models; do
-    run "$model-consistent" "$limit" gates --model $model --device cuda $gates --out "$work/$model-consistent" &
+    (export BITWISE_GEMM_TUNING="$work/gemm-mixed.json"
+     run "$model-consistent" "$limit" gates --model $model --device cuda $gates --out "$work/$model-consistent") &
     run "$model-fast" "$limit" gates --model $model --device cuda --contract fast --only C2,C3,C7 \
         --out "$work/$model-fast" &
 done
