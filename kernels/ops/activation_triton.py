@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.ops.autograd_use import records_graph
+
 BLOCK = 1024
 
 
@@ -61,7 +63,7 @@ class ConsistentSiluMul(torch.autograd.Function):
 
 
 def consistent(gate, up):
-    return ConsistentSiluMul.apply(gate, up)
+    return ConsistentSiluMul.apply(gate, up) if records_graph(gate, up) else launch(gate, up)
 
 
 def fast(gate, up):

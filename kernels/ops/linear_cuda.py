@@ -18,6 +18,7 @@ Imports Triton: only reached when a tensor is on CUDA.
 import torch
 
 from kernels.ops import gemm_tuning, linear_triton
+from kernels.ops.autograd_use import records_graph
 
 # (largest M, kernel, (BLOCK_M, BLOCK_N, warps, stages), BLOCK_K) for half-precision operands
 _HALF_TILES = (
@@ -79,4 +80,4 @@ class ConsistentLinear(torch.autograd.Function):
 
 
 def consistent(x, w, out_dtype=None):
-    return ConsistentLinear.apply(x, w, out_dtype)
+    return ConsistentLinear.apply(x, w, out_dtype) if records_graph(x, w) else forward(x, w, out_dtype)

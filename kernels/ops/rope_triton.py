@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.ops.autograd_use import records_graph
 from kernels.ops.rope import rotated_fp32
 
 
@@ -87,8 +88,11 @@ class ConsistentRope(torch.autograd.Function):
 
 
 def consistent(q, k, positions, cos_table, sin_table):
-    return (ConsistentRope.apply(q, positions, cos_table, sin_table),
-            ConsistentRope.apply(k, positions, cos_table, sin_table))
+    if records_graph(q, k):
+        return (ConsistentRope.apply(q, positions, cos_table, sin_table),
+                ConsistentRope.apply(k, positions, cos_table, sin_table))
+    return (launch(q, positions, cos_table=cos_table, sin_table=sin_table),
+            launch(k, positions, cos_table=cos_table, sin_table=sin_table))
 
 
 def fast(q, k, positions, theta: float):
