@@ -1,12 +1,14 @@
 """Writes a tuned launch table (kernels/ops/gemm_tuning.py) from a benchmarks/gpu_gemm.py
 sweep: per weight shape (N, K) and swept M, the fastest one-slice variant whose bits equalled
 the reference rows; M buckets run up to each swept M, the last bucket open, and neighbouring
-buckets with the same winner merged.
+buckets with the same winner merged. A default table, for shapes the sweep did not time, takes
+per M the variant with the best geometric-mean speed over all swept shapes.
 
   python benchmarks/gemm_tune.py DIR/gpu_gemm.json --out kernels/ops/tuned/gemm-nvidia-h200.json
 """
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -29,20 +31,49 @@ def winners(samples: list) -> dict:
     return best
 
 
+def _choice(run) -> tuple:
+    return run["kernel"], tuple(run["config"]), run["block_k"]
+
+
+def _buckets(choice_per_m: dict) -> list:
+    """[[largest M, kernel, config, block_k], ...]: one bucket per swept M, neighbours with the
+    same choice merged, the last bucket open."""
+    rows = []
+    for m in sorted(choice_per_m):
+        kernel, config, block_k = choice_per_m[m]
+        choice = [kernel, list(config), block_k]
+        if rows and rows[-1][1:] == choice:
+            rows[-1][0] = m  # the same winner as the bucket below: one bucket
+        else:
+            rows.append([m] + choice)
+    rows[-1][0] = None
+    return rows
+
+
 def table(samples: list) -> dict:
-    shapes = {}
-    for (n, k), per_m in sorted(winners(samples).items()):
-        rows = []
-        for m in sorted(per_m):
-            run = per_m[m]["run"]
-            choice = [run["kernel"], list(run["config"]), run["block_k"]]
-            if rows and rows[-1][1:] == choice:
-                rows[-1][0] = m  # the same winner as the bucket below: one bucket
-            else:
-                rows.append([m] + choice)
-        rows[-1][0] = None
-        shapes[f"{n}x{k}"] = rows
-    return shapes
+    return {f"{n}x{k}": _buckets({m: _choice(sample["run"]) for m, sample in per_m.items()})
+            for (n, k), per_m in sorted(winners(samples).items())}
+
+
+def default_rows(samples: list) -> list:
+    """For shapes the sweep did not time: per swept M, the variant with the best geometric mean
+    of cuBLAS time / ours over every swept shape, among variants timed, and bit-exact, on all."""
+    shapes = {(s["N"], s["K"]) for s in samples if "run" in s}
+    speedups = {}  # (M, choice) -> {shape: cuBLAS / ours}
+    for sample in samples:
+        run = sample.get("run")
+        if "error" in sample or not run or run["num_splits"] != 1 or run["parallel_splits"]:
+            continue
+        ratio = sample["cublas_ms"] / sample["ms"] if sample["bits_equal_rows_of_largest_M"] else None
+        speedups.setdefault((sample["M"], _choice(run)), {})[(sample["N"], sample["K"])] = ratio
+    best = {}
+    for (m, choice), per_shape in speedups.items():
+        if set(per_shape) != shapes or None in per_shape.values():
+            continue
+        score = math.exp(sum(math.log(r) for r in per_shape.values()) / len(per_shape))
+        if m not in best or score > best[m][0]:
+            best[m] = (score, choice)
+    return _buckets({m: choice for m, (_, choice) in best.items()})
 
 
 def main() -> None:
@@ -54,7 +85,7 @@ def main() -> None:
     environment = data["environment"]
     document = {"device": environment["gpu"], "triton": environment["triton"], "torch": environment["torch"],
                 "source": f"benchmarks/gemm_tune.py over a gpu_gemm.py sweep (commit {environment.get('commit')})",
-                "shapes": table(data["samples"])}
+                "shapes": table(data["samples"]), "default": default_rows(data["samples"])}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
     gemm_tuning.load(Path(args.out))  # the table it wrote parses as the launch code reads it

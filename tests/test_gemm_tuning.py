@@ -12,9 +12,10 @@ from benchmarks import gemm_tune
 from kernels.ops import gemm_tuning
 
 
-def _sample(m, kernel, config, ms, bits=True, splits=1, parallel=False):
+def _sample(m, kernel, config, ms, bits=True, splits=1, parallel=False, shape=(2048, 6144), cublas_ms=0.01):
     run = {"kernel": kernel, "config": config, "block_k": 64, "num_splits": splits, "parallel_splits": parallel}
-    return {"N": 2048, "K": 6144, "M": m, "run": run, "ms": ms, "bits_equal_rows_of_largest_M": bits}
+    return {"N": shape[0], "K": shape[1], "M": m, "run": run, "ms": ms, "cublas_ms": cublas_ms,
+            "bits_equal_rows_of_largest_M": bits}
 
 
 def test_the_fastest_bit_checked_variant_wins_each_bucket(tmp_path):
@@ -33,12 +34,31 @@ def test_the_fastest_bit_checked_variant_wins_each_bucket(tmp_path):
     assert gemm_tuning.load(path)[(2048, 6144)][1] == (64, "tma", (64, 32, 4, 4), 64)
 
 
+def test_the_default_rows_take_the_best_geometric_mean_over_every_shape(tmp_path):
+    """Per M, the variant fastest on average relative to cuBLAS over all shapes wins; a variant
+    missing on a shape, or not bit-exact on one, cannot be a default."""
+    other = (4096, 2048)
+    samples = [
+        _sample(8, "pointer", [16, 16, 4, 4], 0.010), _sample(8, "pointer", [16, 16, 4, 4], 0.020, shape=other),
+        _sample(8, "tma", [16, 32, 4, 4], 0.012), _sample(8, "tma", [16, 32, 4, 4], 0.012, shape=other),
+        _sample(8, "persistent", [16, 16, 4, 4], 0.001),  # timed on one shape only
+        _sample(64, "tma", [64, 32, 4, 4], 0.001), _sample(64, "tma", [64, 32, 4, 4], 0.001, bits=False, shape=other),
+        _sample(64, "pointer", [64, 64, 4, 4], 0.02), _sample(64, "pointer", [64, 64, 4, 4], 0.02, shape=other),
+    ]
+    rows = gemm_tune.default_rows(samples)
+    assert rows == [[8, "tma", [16, 32, 4, 4], 64], [None, "pointer", [64, 64, 4, 4], 64]]
+    path = tmp_path / "gemm.json"
+    path.write_text(json.dumps({"shapes": gemm_tune.table(samples), "default": rows}))
+    assert gemm_tuning.load(path)[gemm_tuning.DEFAULT][0] == (8, "tma", (16, 32, 4, 4), 64)
+
+
 @pytest.mark.parametrize("shapes, message", [
     ({"2048x6144": [[8, "cutlass", [16, 16, 4, 4], 64], [None, "tma", [64, 32, 4, 4], 64]]}, "malformed row"),
     ({"2048x6144": [[8, "tma", [16, 16, 4], 64], [None, "tma", [64, 32, 4, 4], 64]]}, "malformed row"),
     ({"2048x6144": [[64, "tma", [16, 16, 4, 4], 64], [8, "tma", [64, 32, 4, 4], 64]]}, "buckets must rise"),
     ({"2048x6144": [[8, "tma", [16, 16, 4, 4], 64]]}, "open"),
     ({"2048-6144": [[None, "tma", [16, 16, 4, 4], 64]]}, "NxK"),
+    ({"2048x6144": []}, "no rows"),
 ])
 def test_a_malformed_table_is_an_error_naming_the_file(tmp_path, shapes, message):
     path = tmp_path / "gemm.json"

@@ -128,7 +128,8 @@ def check_gemm_rows_do_not_follow_m_or_the_tile_table(linear_cuda, dtype, fresh_
 def check_gemm_tuned_table_moves_the_load_path_not_the_bits(linear_cuda, dtype, fresh_seed, tmp_path, monkeypatch):
     """A tuned launch table (kernels/ops/gemm_tuning.py) for the shape: TMA loads, a persistent
     grid walking several tiles a program, and pointer loads by M bucket, give each row the bits
-    of the default table; an operand the copy engine cannot address falls back to pointer loads.
+    of the built-in table; a shape the table does not list takes its default rows, with the same
+    bits; an operand the copy engine cannot address falls back to pointer loads.
     fp32 operands keep their own tiles: only half precision reads the tuned table."""
     from kernels.ops import gemm_tuning
     gen = torch.Generator().manual_seed(fresh_seed)
@@ -136,12 +137,18 @@ def check_gemm_tuned_table_moves_the_load_path_not_the_bits(linear_cuda, dtype, 
     w = (torch.randn(48, 200, generator=gen) / 8).to(dtype)
     default = linear_cuda.forward(x, w)
     rows = [[4, "persistent", [16, 16, 4, 2], 256], [40, "tma", [32, 16, 4, 2], 64], [None, "pointer", [64, 32, 4, 2], 32]]
-    (tmp_path / "table.json").write_text(json.dumps({"device": "interpreter", "shapes": {"48x200": rows}}))
+    other = w[:32]  # a shape the table does not list: its default rows
+    other_default = linear_cuda.forward(x, other)
+    (tmp_path / "table.json").write_text(json.dumps({"device": "interpreter", "shapes": {"48x200": rows},
+                                                     "default": [[None, "tma", [16, 16, 4, 2], 128]]}))
     monkeypatch.setenv(gemm_tuning.ENV, str(tmp_path / "table.json"))
     used = {linear_cuda._launch(m, 48, 200, dtype, x.device)[0] for m in (3, 30, 300)}
     assert used == ({"pointer"} if dtype == torch.float32 else {"persistent", "tma", "pointer"}), used
     for m in (3, 30, 300):
         assert_bitwise_equal(linear_cuda.forward(x[:m], w), default[:m], f"tuned M={m} {dtype} seed={fresh_seed}")
+    if dtype != torch.float32:
+        assert linear_cuda._launch(30, 32, 200, dtype, x.device) == ("tma", (16, 16, 4, 2), 128)
+    assert_bitwise_equal(linear_cuda.forward(x, other), other_default, f"default rows {dtype} seed={fresh_seed}")
     # rows at an odd element offset: no tensor map can address them; the bucket's tile, pointer loads
     shifted = torch.cat([x[:30, :1], x[:30]], dim=1)[:, 1:]
     assert not linear_cuda.linear_triton.tma_ready(shifted, w)

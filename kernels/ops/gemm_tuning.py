@@ -6,10 +6,11 @@ only variants whose bits equalled the reference at every M). Which variant runs 
 and the shape without moving a bit, so a table is a speed choice only. File format:
 
     {"device": "NVIDIA H200", "source": "...", "shapes": {"2048x6144": [
-        [16, "pointer", [16, 16, 4, 4], 256], ..., [null, "tma", [128, 128, 4, 4], 64]]}}
+        [16, "pointer", [16, 16, 4, 4], 256], ..., [null, "tma", [128, 128, 4, 4], 64]]},
+     "default": [...rows for shapes not listed...]}
 
 each row (largest M or null for the open bucket, kernel, (BLOCK_M, BLOCK_N, warps, stages),
-BLOCK_K), rows in increasing M, the last one open. BITWISE_GEMM_TUNING names a file to use
+BLOCK_K), rows in increasing M, the last one open; "default" is optional. BITWISE_GEMM_TUNING names a file to use
 instead of kernels/ops/tuned/gemm-<device>.json (the device sweep tries its own table so).
 A malformed file is an error naming the file, never a silent fallback.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 
 KERNELS = ("pointer", "tma", "persistent")  # kernels/ops/linear_triton.py's load paths
+DEFAULT = "default"  # load()'s key for the rows of shapes the table does not list
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
 ENV = "BITWISE_GEMM_TUNING"
 
@@ -43,22 +45,32 @@ def _row(path, key, row) -> tuple:
     return (None if largest is None else int(largest), kernel, config, int(block_k))
 
 
+def _rows(path, key, rows) -> tuple:
+    if not rows:
+        raise ValueError(f"{path}: {key} has no rows")
+    parsed = tuple(_row(path, key, row) for row in rows)
+    bounds = [row[0] for row in parsed]
+    if bounds[-1] is not None or None in bounds[:-1] or bounds[:-1] != sorted(set(bounds[:-1])):
+        raise ValueError(f"{path}: shape {key}: buckets must rise and end with one open (null) bucket")
+    return parsed
+
+
 def load(path: Path) -> dict:
-    """{(N, K): ((largest M, kernel, config, block_k), ...)} from a table file."""
+    """{(N, K): ((largest M, kernel, config, block_k), ...)} from a table file, and under the
+    key DEFAULT the rows for other shapes when the file has them."""
     try:
-        shapes = json.loads(Path(path).read_text())["shapes"]
+        document = json.loads(Path(path).read_text())
+        shapes = document["shapes"]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"GEMM tuning table {path} is unreadable: {error}") from error
     table = {}
     for key, rows in shapes.items():
-        if not re.fullmatch(r"\d+x\d+", key) or not rows:
-            raise ValueError(f"{path}: shape key {key!r} must be 'NxK' with at least one row")
-        parsed = tuple(_row(path, key, row) for row in rows)
-        bounds = [row[0] for row in parsed]
-        if bounds[-1] is not None or None in bounds[:-1] or bounds[:-1] != sorted(set(bounds[:-1])):
-            raise ValueError(f"{path}: shape {key}: buckets must rise and end with one open (null) bucket")
+        if not re.fullmatch(r"\d+x\d+", key):
+            raise ValueError(f"{path}: shape key {key!r} must be 'NxK'")
         n, k = map(int, key.split("x"))
-        table[(n, k)] = parsed
+        table[(n, k)] = _rows(path, key, rows)
+    if "default" in document:
+        table[DEFAULT] = _rows(path, "default", document["default"])
     return table
 
 

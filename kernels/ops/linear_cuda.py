@@ -6,7 +6,8 @@ computes an element, not the order of the element's K reduction: checked bit for
 H200 by benchmarks/gpu_gemm.py); the K slicing is one slice for every shape (the count may
 never follow M). A tuned table for the device (kernels/ops/tuned/gemm-<device>.json, written
 by benchmarks/gemm_tune.py from a gpu_gemm.py sweep, every entry one whose bits were checked)
-gives the winner per (N, K) and M bucket; other shapes take the default table, the H200
+gives the winner per (N, K) and M bucket, and its default rows (the best geometric mean over
+the swept shapes) serve other shapes; without a file, the built-in table below, the H200
 winners of benchmarks/results/gpu_gemm-h200-20261129-run3.json per M bucket. fp32 operands
 (the router) take smaller tiles, for shared memory.
 
@@ -34,8 +35,11 @@ _FP32_TILES = ((32, "pointer", (16, 64, 4, 3), 32), (None, "pointer", (64, 64, 4
 
 def _launch(num_rows: int, n: int, k: int, dtype, device):
     """(kernel, config, block_k) for an [num_rows, k] @ [n, k]^T product."""
-    table = (_FP32_TILES if dtype == torch.float32
-             else gemm_tuning.table_for(device).get((n, k), _HALF_TILES))
+    if dtype == torch.float32:
+        table = _FP32_TILES
+    else:
+        tuned = gemm_tuning.table_for(device)
+        table = tuned.get((n, k)) or tuned.get(gemm_tuning.DEFAULT) or _HALF_TILES
     for largest, kernel, config, block_k in table:
         if largest is None or num_rows <= largest:
             return kernel, config, block_k

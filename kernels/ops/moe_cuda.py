@@ -20,6 +20,7 @@ Imports Triton: only reached when a tensor is on CUDA.
 import torch
 
 from kernels.ops import grouped_linear_triton
+from kernels.ops.autograd_use import records_graph
 
 # (largest mean rows per expert, BLOCK_M)
 _ROW_TILES = ((16, 16), (48, 32), (96, 64), (None, 128))
@@ -39,14 +40,22 @@ def _sorted_pairs(ids, num_experts: int):
     return order, bounds[:-1].contiguous(), (bounds[1:] - bounds[:-1]).contiguous()
 
 
+def _grouped_forward(x, w, starts, counts):
+    return grouped_linear_triton.grouped(x.contiguous(), w, starts, counts, block_m=_block_m(x.shape[0], w.shape[0]))
+
+
+def _grouped(x, w, starts, counts):
+    """GroupedLinear where autograd records, its forward kernel alone where it does not."""
+    return GroupedLinear.apply(x, w, starts, counts) if records_graph(x, w) else _grouped_forward(x, w, starts, counts)
+
+
 class GroupedLinear(torch.autograd.Function):
     """y[p] = x[p] @ w[e(p)]^T for rows grouped by expert (starts, counts on the device)."""
 
     @staticmethod
     def forward(ctx, x, w, starts, counts):
         ctx.save_for_backward(x, w, starts, counts)
-        return grouped_linear_triton.grouped(x.contiguous(), w, starts, counts,
-                                             block_m=_block_m(x.shape[0], w.shape[0]))
+        return _grouped_forward(x, w, starts, counts)
 
     @staticmethod
     def backward(ctx, grad):
@@ -66,8 +75,8 @@ def experts(x, ids, up, down, relu2_once):
     which passes its relu2_once: the activation's single rounding stays defined in one place)."""
     top_k = ids.shape[1]
     order, starts, counts = _sorted_pairs(ids, up.shape[0])
-    h = GroupedLinear.apply(x[order // top_k], up, starts, counts)
-    y = GroupedLinear.apply(relu2_once(h), down, starts, counts)
+    h = _grouped(x[order // top_k], up, starts, counts)
+    y = _grouped(relu2_once(h), down, starts, counts)
     return y[torch.argsort(order)].view(ids.shape + (down.shape[1],))
 
 

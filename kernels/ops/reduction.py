@@ -12,6 +12,7 @@ walks it in steps fixed by the row length instead (kernels/ops/reduction_triton.
 """
 import torch
 
+from kernels.ops.autograd_use import records_graph
 from kernels.ops.padding import pad_to_multiple
 
 CHUNK = 4096
@@ -34,7 +35,10 @@ class _CudaRowSum(torch.autograd.Function):
 def row_sum(x: torch.Tensor) -> torch.Tensor:
     """Sum over the last dim, keepdim, in an order fixed by the row length alone."""
     if x.device.type == "cuda":
-        return _CudaRowSum.apply(x)
+        if records_graph(x):
+            return _CudaRowSum.apply(x)
+        from kernels.ops import reduction_triton  # imports Triton: CUDA machines only
+        return reduction_triton.row_sum(x)
     length = x.shape[-1]
     if length <= CHUNK:
         return x.sum(dim=-1, keepdim=True)
