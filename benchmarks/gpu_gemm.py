@@ -33,6 +33,7 @@ SHAPES = {  # name: (N, K)
     "qwen3-1.7b gate_up": (12288, 2048), "qwen3-1.7b down": (2048, 6144),
     "nemotron attn qkv": (4608, 2688), "nemotron mamba out": (2688, 4096),
     "nemotron mamba in": (10304, 2688), "qwen3-1.7b lm_head": (151936, 2048),
+    "nemotron shared up": (3712, 2688), "nemotron shared down": (2688, 3712),
 }
 M_CAP = {"qwen3-1.7b lm_head": 4096}  # the head's rows are the sampled ones: a float64 check of more is slow
 M_SWEEP = (1, 3, 8, 16, 31, 64, 128, 256, 1024, 4096, 16384)
