@@ -16,14 +16,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kernels.ops import gemm_tuning  # noqa: E402
 
 
+def _tableable(sample) -> bool:
+    """A timed one-slice variant: a table may change the tile and load path, never the K split."""
+    run = sample.get("run")
+    return "error" not in sample and bool(run) and run["num_splits"] == 1 and not run["parallel_splits"]
+
+
 def winners(samples: list) -> dict:
     """{(N, K): {M: fastest bit-checked sample}}."""
     best = {}
     for sample in samples:
-        run = sample.get("run")
-        if "error" in sample or not run or run["num_splits"] != 1 or run["parallel_splits"]:
-            continue
-        if not sample["bits_equal_rows_of_largest_M"]:
+        if not _tableable(sample) or not sample["bits_equal_rows_of_largest_M"]:
             continue
         per_m = best.setdefault((sample["N"], sample["K"]), {})
         if sample["M"] not in per_m or sample["ms"] < per_m[sample["M"]]["ms"]:
@@ -60,12 +63,9 @@ def default_rows(samples: list) -> list:
     of cuBLAS time / ours over every swept shape, among variants timed, and bit-exact, on all."""
     shapes = {(s["N"], s["K"]) for s in samples if "run" in s}
     speedups = {}  # (M, choice) -> {shape: cuBLAS / ours}
-    for sample in samples:
-        run = sample.get("run")
-        if "error" in sample or not run or run["num_splits"] != 1 or run["parallel_splits"]:
-            continue
+    for sample in filter(_tableable, samples):
         ratio = sample["cublas_ms"] / sample["ms"] if sample["bits_equal_rows_of_largest_M"] else None
-        speedups.setdefault((sample["M"], _choice(run)), {})[(sample["N"], sample["K"])] = ratio
+        speedups.setdefault((sample["M"], _choice(sample["run"])), {})[(sample["N"], sample["K"])] = ratio
     best = {}
     for (m, choice), per_shape in speedups.items():
         if set(per_shape) != shapes or None in per_shape.values():

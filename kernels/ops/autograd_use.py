@@ -1,8 +1,10 @@
-"""Whether autograd would record an op: the CUDA regions' autograd Functions exist for the
-trainer's backward, and the engine (inference mode, no gradients) calls their forward kernel
-directly. Function.apply's bookkeeping cost 10-60 us of host time per call in the engine's
-eager prefill (benchmarks/results/gpu_rollout-h200-20261129-session6-profiled.json: the
-consistent prefill step was host-bound). Same kernel either way, so the same bits."""
+"""Whether autograd would record an op. The CUDA regions' autograd Functions exist for the
+trainer's backward; the engine (inference mode, no gradients) calls their forward kernels
+directly, skipping Function.apply's bookkeeping. The consistent eager prefill was host-bound
+(59-94 us of host time per norm or GEMM call under the profiler:
+benchmarks/results/gpu_rollout-h200-20261129-session6-profiled.json); this removes one part of
+it, and the prefill figures after it (benchmarks/RESULTS.md, session 6) show more remains.
+Same kernel either way, so the same bits: gate C03's trainer_fwd == engine checks it."""
 import torch
 
 

@@ -10,9 +10,10 @@ and the shape without moving a bit, so a table is a speed choice only. File form
      "default": [...rows for shapes not listed...]}
 
 each row (largest M or null for the open bucket, kernel, (BLOCK_M, BLOCK_N, warps, stages),
-BLOCK_K), rows in increasing M, the last one open; "default" is optional. BITWISE_GEMM_TUNING names a file to use
-instead of kernels/ops/tuned/gemm-<device>.json (the device sweep tries its own table so).
-A malformed file is an error naming the file, never a silent fallback.
+BLOCK_K), rows in increasing M, the last one open; "default" is optional. BITWISE_GEMM_TUNING
+names a file to use instead of kernels/ops/tuned/gemm-<device>.json (the device gates run a
+kernel-switching table so). A malformed file is an error naming the file, never a silent
+fallback.
 """
 import functools
 import json
@@ -77,8 +78,10 @@ def load(path: Path) -> dict:
 def table_for(device) -> dict:
     """The tuned table for this tensor device ({} on a CPU device, or a device with no file).
     Resolved once per (override, device): this runs on every GEMM call."""
-    return _resolved(os.environ.get(ENV) or None, device.type,
-                     device.index if device.index is not None or device.type != "cuda" else torch.cuda.current_device())
+    index = device.index
+    if index is None and device.type == "cuda":
+        index = torch.cuda.current_device()
+    return _resolved(os.environ.get(ENV) or None, device.type, index)
 
 
 @functools.lru_cache(maxsize=None)
