@@ -1,6 +1,8 @@
-"""The frozen baseline as the gates check it (C00, C10): baseline/frozen.json names a commit
-and the content hash of what the fast path runs there (the fast contract's numerical_policy
-identity: resolved contract + every bit-deciding source).
+"""The frozen baseline as the gates check it (C00, C10): one record per device target
+(baseline/frozen.json for the CPU, baseline/frozen-cuda.json for CUDA: a fast path is tuned
+and frozen on the device it is judged on) names a commit and the content hash of what the
+fast path runs there (the fast contract's numerical_policy identity: resolved contract + every
+bit-deciding source).
 
 The hash of another commit is recomputed, never trusted: `git archive` exports that commit's
 kernels/ into a temporary folder and a subprocess whose cwd is that folder imports *those*
@@ -19,7 +21,7 @@ from kernels.contract import load_contract
 from kernels.contract.identity import numerical_policy_identity
 
 ROOT = Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parent.parent)  # see gates/apparatus.py
-FROZEN_PATH = "baseline/frozen.json"
+FROZEN_PATH = "baseline/frozen.json"  # the CPU record
 NO_BASELINE = "no frozen baseline: run harness freeze-baseline"
 HASH_OF = "numerical_policy of the fast contract"
 
@@ -67,9 +69,19 @@ def commit_content_hash(commit: str, root: Path = ROOT) -> str:
         return tree_content_hash(export_commit(commit, folder, root))
 
 
-def read_frozen(root: Path = ROOT):
-    """The frozen record ({tag, commit, content_hash, frozen_at, hash_of}) or None."""
-    path = Path(root) / FROZEN_PATH
+def frozen_path(target: str = "cpu") -> str:
+    """Where the record for a device target lives, relative to the repository root."""
+    return FROZEN_PATH if target == "cpu" else f"baseline/frozen-{target}.json"
+
+
+def no_baseline(target: str = "cpu") -> str:
+    return NO_BASELINE if target == "cpu" else f"no frozen {target} baseline: run harness freeze-baseline --device {target}"
+
+
+def read_frozen(root: Path = ROOT, target: str = "cpu"):
+    """The target's frozen record ({tag, commit, content_hash, frozen_at, hash_of[, device]})
+    or None."""
+    path = Path(root) / frozen_path(target)
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -77,17 +89,17 @@ def _git(root: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
 
 
-def verify_frozen(root: Path = ROOT) -> tuple:
-    """(problems, figures): problems is empty when the record's commit exists, the fast path
-    at that commit hashes to the recorded content hash, and the tag, if present here, points
-    at that commit. figures are what was read and recomputed."""
-    record = read_frozen(root)
+def verify_frozen(root: Path = ROOT, target: str = "cpu") -> tuple:
+    """(problems, figures) for the target's record: problems is empty when the record's commit
+    exists, the fast path at that commit hashes to the recorded content hash, and the tag, if
+    present here, points at that commit. figures are what was read and recomputed."""
+    record = read_frozen(root, target)
     if record is None:
-        return [NO_BASELINE], {"frozen_path": FROZEN_PATH}
-    figures = {"frozen": record}
+        return [no_baseline(target)], {"frozen_path": frozen_path(target)}
+    figures = {"frozen": record, "frozen_path": frozen_path(target)}
     missing = [k for k in ("tag", "commit", "content_hash") if not record.get(k)]
     if missing:
-        return [f"{FROZEN_PATH} lacks {missing}"], figures
+        return [f"{frozen_path(target)} lacks {missing}"], figures
     commit = record["commit"]
     if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
         return [f"frozen commit {commit} does not exist in this repository"], figures

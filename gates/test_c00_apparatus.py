@@ -4,8 +4,9 @@ Passes when the engine and the trainer, built from the same weights and contract
 equal semantic, numerical_policy and deployment identities (which cover the weights hash,
 the resolved contract with its sources, and the environment fingerprint with the comm
 transport), the two sides use the same comm backend and transport, no file under gates/ or
-harness/ differs from the run's base commit (BITWISE_BASE, default HEAD), and the baseline is
-frozen (baseline/frozen.json, written by `harness freeze-baseline`) with its recorded commit
+harness/ differs from the run's base commit (BITWISE_BASE, default HEAD), and the device
+target's baseline is frozen (baseline/frozen.json on the CPU, baseline/frozen-cuda.json on
+CUDA, written by `harness freeze-baseline [--device]`) with its recorded commit
 present, the fast path's content hash recomputed from that commit's files equal to the
 recorded one, and the tag, where it exists here, pointing at that commit; and, when the
 harness judges an agent's worktree (BITWISE_TAMPER), its tamper scan found nothing
@@ -44,7 +45,7 @@ def test_apparatus(gate):
     base = os.environ.get("BITWISE_BASE", "HEAD")
     modified = modified_judging_files(base)
     gate.check("gates/ and harness/ unmodified since the base commit", not modified, base=base, modified=modified)
-    problems, figures = verify_frozen()
+    problems, figures = verify_frozen(target=device.target())
     gate.check("baseline frozen and its hash verified", not problems, problems=problems, **figures)
     violations = tamper_violations()
     if violations is not None:

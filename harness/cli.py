@@ -18,7 +18,7 @@ VERBS = {  # verb -> (module, one-line help)
     "run": ("harness.stages.run", "gates -> locate -> shrink -> profile -> report, resumable"),
     "diff": ("harness.stages.diff", "engine vs trainer per-token log-prob mismatch"),
     "gates": ("harness.stages.gates", "run the gates (C<NN>.json per gate in --out)"),
-    "freeze-baseline": ("harness.stages.freeze", "tag HEAD as the frozen baseline, commit baseline/frozen.json"),
+    "freeze-baseline": ("harness.stages.freeze", "tag HEAD as a device target's frozen baseline, commit its record"),
     "profile": ("harness.stages.profile", "consistent vs the frozen baseline, interleaved, per region"),
     "report": ("harness.stages.report", "render report.md and report.html from a run directory"),
     "locate": ("harness.stages.locate", "trace engine and trainer, name the first divergent op"),

@@ -15,14 +15,13 @@ from pathlib import Path
 import pytest
 
 from gates import test_c10_performance as c10
-from gates.baseline import NO_BASELINE, export_commit, read_frozen, verify_frozen
+from gates.baseline import NO_BASELINE, export_commit, no_baseline, read_frozen, verify_frozen
 from gates.conftest import GateRecord
 from harness import workspace
 from harness.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from harness.profile_worker import OUTSIDE, RANGE_PREFIX, self_cpu_ms_by_region
 
 ROOT = Path(__file__).resolve().parent.parent
-FROZEN = "baseline/frozen.json"
 FAST_SOURCE = "kernels/ops/norm.py"
 
 
@@ -39,8 +38,9 @@ def clone(tmp_path, monkeypatch):
     git(repo, "config", "user.name", "test")
     for tag in git(repo, "tag").split():
         git(repo, "tag", "-d", tag)
-    if (repo / FROZEN).exists():
-        git(repo, "rm", "-q", FROZEN)
+    records = [str(path.relative_to(repo)) for path in (repo / "baseline").glob("frozen*.json")]
+    if records:  # the CPU record and any device target's
+        git(repo, "rm", "-q", *records)
         git(repo, "commit", "-q", "-m", "start from no frozen baseline")
     monkeypatch.chdir(repo)
     return repo
@@ -66,7 +66,7 @@ def test_freeze_tags_head_commits_the_record_and_c00_verifies_it(clone, capsys):
     record = read_frozen(clone)
     assert record["tag"] == "b1" and record["commit"] == head and git(clone, "rev-parse", "b1") == head
     assert record["hash_of"] == "numerical_policy of the fast contract" and len(record["content_hash"]) == 64
-    assert git(clone, "log", "-1", "--format=%s") == "Freeze baseline b1"
+    assert git(clone, "log", "-1", "--format=%s") == "Freeze the cpu baseline b1"
     assert git(clone, "show", "--name-only", "--format=", "HEAD") == "baseline/frozen.json"
     assert git(clone, "status", "--porcelain") == ""
     assert "froze b1" in capsys.readouterr().out
@@ -80,6 +80,39 @@ def test_freeze_tags_head_commits_the_record_and_c00_verifies_it(clone, capsys):
     conditions = {c["name"]: c for c in json.loads((out / "C00.json").read_text())["conditions"]}
     frozen = conditions["baseline frozen and its hash verified"]
     assert frozen["status"] == "pass" and frozen["recomputed_content_hash"] == record["content_hash"]
+
+
+def test_each_device_target_has_its_own_record(clone, capsys):
+    """`--device cuda` freezes a second record (C00 and C10 on CUDA read it), leaving the CPU
+    one alone; each target's verification reads its own file."""
+    assert verify_frozen(clone, "cuda")[0] == [no_baseline("cuda")] and "--device cuda" in no_baseline("cuda")
+    assert main(["freeze-baseline", "--tag", "gpu1", "--device", "cuda"]) == EXIT_OK
+    record = read_frozen(clone, "cuda")
+    assert record["device"] == "cuda" and record["tag"] == "gpu1" and read_frozen(clone) is None
+    assert git(clone, "show", "--name-only", "--format=", "HEAD") == "baseline/frozen-cuda.json"
+    assert verify_frozen(clone, "cuda") == ([], verify_frozen(clone, "cuda")[1])
+    assert verify_frozen(clone)[0] == [NO_BASELINE]
+    with pytest.raises(SystemExit):  # argparse refuses a device target it does not know
+        main(["freeze-baseline", "--tag", "gpu2", "--device", "tpu"])
+    assert "invalid choice: 'tpu'" in capsys.readouterr().err
+
+
+def test_c10_times_the_full_width_model_on_a_gpu(monkeypatch):
+    """C10's plan: the cut on the CPU; on CUDA qwen3-1.7b with decode graphs and Nemotron's
+    wide cut without (Mamba state keeps it out of graphs), room for all 64 sequences; and a
+    missing CUDA record fails the gate naming the CUDA freeze command."""
+    assert c10.plan("qwen3", "cpu", 5) == {"config": "qwen3-cut", "workload": {
+        "num_sequences": 16, "new_tokens": 24, "arrival_spread": 4, "seed": 5}}
+    qwen3, nemotron = c10.plan("qwen3", "cuda", 5), c10.plan("nemotron", "cuda", 5)
+    assert (qwen3["config"], qwen3["engine"], qwen3["device"]) == ("qwen3-1.7b", {"cuda_graphs": True}, "cuda")
+    assert (nemotron["config"], nemotron["engine"]) == ("nemotron-wide-cut", {"cuda_graphs": False})
+    assert qwen3["shape"]["max_running"] >= qwen3["workload"]["num_sequences"]
+    monkeypatch.setattr(c10.device, "target", lambda: "cuda")
+    monkeypatch.setattr(c10, "read_frozen", lambda **_: None)
+    record = GateRecord("C10", "qwen3", "consistent")
+    with pytest.raises(AssertionError, match="condition"):
+        c10.test_throughput_against_the_frozen_baseline(record)
+    assert [(c["status"], c.get("problem")) for c in record.conditions] == [("fail", no_baseline("cuda"))]
 
 
 def test_verification_fails_when_the_record_does_not_match_its_commit(clone):
@@ -105,7 +138,7 @@ def test_verification_fails_when_the_record_does_not_match_its_commit(clone):
 
 
 def test_c10_fails_without_a_frozen_baseline(monkeypatch):
-    monkeypatch.setattr(c10, "read_frozen", lambda: None)
+    monkeypatch.setattr(c10, "read_frozen", lambda **_: None)
     record = GateRecord("C10", "qwen3", "consistent")
     with pytest.raises(AssertionError, match="condition"):
         c10.test_throughput_against_the_frozen_baseline(record)

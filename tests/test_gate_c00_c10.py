@@ -38,7 +38,7 @@ def test_c00_fails_when_the_sides_use_another_transport(monkeypatch):
             self.comm = {"comm_backend": "nccl", "comm_transport": "nccl 2.21.5 NCCL_ALGO=auto"}
 
     monkeypatch.setattr(c00, "Trainer", NcclTrainer)
-    monkeypatch.setattr(c00, "verify_frozen", lambda: ([], {}))  # not what this test is about
+    monkeypatch.setattr(c00, "verify_frozen", lambda **_: ([], {}))  # not what this test is about
     record = GateRecord("C00", "qwen3", "consistent")
     with pytest.raises(AssertionError, match="condition"):
         c00.test_apparatus(record)

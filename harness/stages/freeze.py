@@ -1,7 +1,9 @@
-"""`harness freeze-baseline [--tag NAME]`: freeze the fast path as the performance baseline.
+"""`harness freeze-baseline [--tag NAME] [--device cpu|cuda]`: freeze the fast path as the
+performance baseline of a device target.
 
-Refuses a dirty tree (what is frozen must be a commit). Tags HEAD, then commits only
-baseline/frozen.json = {tag, commit, content_hash, frozen_at, hash_of}: the content hash is
+Refuses a dirty tree (what is frozen must be a commit). Tags HEAD, then commits only the
+target's record (baseline/frozen.json for the CPU, baseline/frozen-cuda.json for CUDA) =
+{tag, commit, content_hash, frozen_at, hash_of, device}: the content hash is
 the fast contract's numerical_policy identity computed in this tree (gates/baseline.py, the
 same computation C00 repeats at the recorded commit). The record is committed, not just
 tagged, because tags need not travel with a clone while the commit sha does.
@@ -10,13 +12,16 @@ import json
 import time
 from pathlib import Path
 
-from gates.baseline import FROZEN_PATH, HASH_OF, tree_content_hash
+from gates.baseline import HASH_OF, frozen_path, tree_content_hash
+from gates.device import DEVICES
 from harness import workspace
 from harness.exit_codes import EXIT_OK
 
 
-def freeze(repo_path=".", tag: str | None = None) -> dict:
-    """Tag HEAD as the frozen baseline and commit its record; the record."""
+def freeze(repo_path=".", tag: str | None = None, target: str = "cpu") -> dict:
+    """Tag HEAD as the target's frozen baseline and commit its record; the record."""
+    if target not in DEVICES:
+        raise ValueError(f"--device: {target!r} is not one of {DEVICES}")
     repo = workspace.open_repo(repo_path)
     root = workspace.repo_root(repo)
     workspace.require_clean(repo)
@@ -25,13 +30,13 @@ def freeze(repo_path=".", tag: str | None = None) -> dict:
         raise ValueError(f"tag {tag!r} already exists: choose another --tag")
     commit = workspace.current_commit(repo)
     record = {"tag": tag, "commit": commit, "content_hash": tree_content_hash(root),
-              "frozen_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hash_of": HASH_OF}
+              "frozen_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hash_of": HASH_OF, "device": target}
     workspace.create_tag(repo, tag, commit)
     try:
-        path = root / FROZEN_PATH
+        path = root / frozen_path(target)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        workspace.commit_paths(repo, [Path(FROZEN_PATH)], f"Freeze baseline {tag}")
+        workspace.commit_paths(repo, [Path(frozen_path(target))], f"Freeze the {target} baseline {tag}")
     except Exception:
         workspace.delete_tag(repo, tag)  # no tag without the record that explains it
         raise
@@ -40,11 +45,13 @@ def freeze(repo_path=".", tag: str | None = None) -> dict:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--tag", help="tag name (default baseline-<YYYYMMDD-HHMMSS>)")
+    parser.add_argument("--device", default="cpu", choices=DEVICES,
+                        help="the device target whose baseline this is (C10 times against it there)")
 
 
 def run(args) -> int:
-    record = freeze(".", args.tag)
-    print(f"froze {record['tag']} at {record['commit'][:12]}\n"
+    record = freeze(".", args.tag, args.device)
+    print(f"froze {record['tag']} at {record['commit'][:12]} as the {args.device} baseline\n"
           f"content hash ({record['hash_of']}): {record['content_hash']}\n"
-          f"recorded in {FROZEN_PATH} (committed)")
+          f"recorded in {frozen_path(args.device)} (committed)")
     return EXIT_OK
