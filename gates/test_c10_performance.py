@@ -140,8 +140,9 @@ def test_throughput_against_the_frozen_baseline(gate):
     with tempfile.TemporaryDirectory(prefix="c10-frozen-") as folder:
         baseline_tree = export_commit(frozen["commit"], folder, ROOT, paths=("kernels", "gates"))
         for _ in range(PAIRS):
-            for side, tree, asked in (("baseline", baseline_tree, baseline_asked), ("candidate", ROOT, candidate_asked)):
-                answer = timed_rollout(tree, asked)
+            for side, tree, side_asked in (("baseline", baseline_tree, baseline_asked),
+                                           ("candidate", ROOT, candidate_asked)):
+                answer = timed_rollout(tree, side_asked)
                 samples[side].append(answer["tokens_per_s"])
                 digests[side].append(answer["digest"])
     expected = untimed_digest(candidate_asked)
