@@ -31,7 +31,7 @@ from gates import device
 from gates.baseline import ROOT, export_commit, no_baseline, read_frozen
 from gates.faults import register_all
 from gates.inputs import fresh_seed
-from gates.workload import EngineShape, Workload, rollout, seeded_weights
+from gates.workload import Workload, rollout, seeded_weights
 from kernels.contract import load_contract
 from kernels.engine.graphs import graphs_unsupported
 from kernels.models.config import load_model_config
@@ -41,6 +41,16 @@ FLOOR = float(os.environ.get("BITWISE_C10_FLOOR", "0.70"))
 PAIRS = int(os.environ.get("BITWISE_C10_PAIRS", "3"))  # the tests' negative control times one pair
 if PAIRS < 1:
     raise ValueError(f"BITWISE_C10_PAIRS: at least one timed pair, got {PAIRS}")
+
+
+def rollout_options(asked: dict) -> dict:
+    """The rollout options a plan asks for: its engine settings and, off the CPU, its shape.
+    The CPU plan asks for none, so the CPU baseline's older rollout is called as it was."""
+    options = dict(asked.get("engine", {}))
+    if "shape" in asked:
+        from gates.workload import EngineShape
+        options["shape"] = EngineShape(**asked["shape"])
+    return options
 
 
 def completions_digest(completions) -> str:
@@ -61,15 +71,14 @@ from gates.workload import Workload, rollout, seeded_weights
 from kernels.contract import load_contract
 from kernels.models.config import load_model_config
 from hashlib import sha256
-{digest_source}
+{shared_source}
 asked = json.loads(sys.argv[1])
 register_all()  # the contract under test may name a planted fault
-options, sync = dict(asked.get("engine", {})), (lambda: None)
-if asked.get("device", "cpu") != "cpu":  # the CPU baseline's tree predates these knobs: untouched there
+options, sync = rollout_options(asked), (lambda: None)
+if asked.get("device", "cpu") != "cpu":  # the CPU baseline's tree predates gates.device.select
     from gates import device
-    from gates.workload import EngineShape
     device.select(asked["device"])
-    options["shape"], sync = EngineShape(**asked["shape"]), torch.cuda.synchronize
+    sync = torch.cuda.synchronize
 config, contract = load_model_config(asked["config"]), load_contract(asked["contract"])
 weights, workload = seeded_weights(config), Workload(**asked["workload"])
 rollout(config, contract, weights, workload, **options)
@@ -80,7 +89,7 @@ sync()
 elapsed = time.perf_counter() - started
 print(json.dumps({"tokens_per_s": sum(len(c.tokens) for c in completions) / elapsed,
                   "kernels": kernels.__file__, "digest": completions_digest(completions)}))
-""".replace("{digest_source}", inspect.getsource(completions_digest))
+""".replace("{shared_source}", inspect.getsource(rollout_options) + inspect.getsource(completions_digest))
 
 
 def timed_rollout(tree, asked: dict) -> dict:
@@ -118,11 +127,8 @@ def untimed_digest(asked: dict) -> str:
     """The candidate's outputs computed here, untimed: what every timed sample must match."""
     register_all()  # the contract under test may name a planted fault
     config = load_model_config(asked["config"])
-    options = dict(asked.get("engine", {}))
-    if "shape" in asked:
-        options["shape"] = EngineShape(**asked["shape"])
     completions, _ = rollout(config, load_contract(asked["contract"]), seeded_weights(config),
-                             Workload(**asked["workload"]), **options)
+                             Workload(**asked["workload"]), **rollout_options(asked))
     return completions_digest(completions)
 
 

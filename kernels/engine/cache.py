@@ -81,7 +81,6 @@ class PagedKVCache:
             self._slot_indices[seq_id] = cached
         return cached
 
-
     def slot(self, table: list, position: int) -> int:
         """The flat pool slot of `position` in a sequence whose blocks are `table`."""
         return table[position // self.block_size] * self.block_size + position % self.block_size

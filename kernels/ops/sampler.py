@@ -91,8 +91,8 @@ def race_uniforms(keys, vocab: int):
 
 def gumbel_argmax(x, keys):
     """[B] argmax_t (x_t + G_t), G_t = -log(-log(u_t)): a draw from softmax(x) (Gumbel-max);
-    ties go to the lowest token id. On CUDA one Triton pass over each row
-    (kernels/ops/sampler_triton.py: the hash, the noise and a running argmax, fused)."""
+    ties go to the lowest token id. On CUDA two Triton passes (kernels/ops/sampler_triton.py:
+    the hash, the noise and the argmax fused over vocabulary chunks, then a merge per row)."""
     if x.device.type == "cuda":
         from kernels.ops import sampler_triton
         return sampler_triton.gumbel_argmax(x, keys)
