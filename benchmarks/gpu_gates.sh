@@ -8,8 +8,12 @@
 #
 # Carry .gitbundle (benchmarks/device_git_sync.sh says why and how to make it).
 #
-# The four harness calls run side by side (separate processes sharing the GPU: C10, the only
-# timed gate, is n/a on CUDA), each with its own time limit, so a slow one costs only its result.
+# Two phases. The untimed gates (C00-C09) run side by side, separate processes sharing the
+# GPUs, each harness call with its own time limit (BITWISE_GATES_LIMIT_S), so a slow one costs
+# only its result. Then C10, the one timed gate, runs alone, one model after the other, each
+# with BITWISE_C10_LIMIT_S: a timing taken while other gates share the GPU would be noise.
+# BITWISE_C10_MODELS picks the models timed (default: those of BITWISE_GATES_MODELS).
+# With 2+ GPUs visible, C06 runs on NCCL and the fast contract must fail it too.
 set -u
 out=${1:?usage: gpu_gates.sh OUT_DIR [GATES]}
 only=${2:-}
@@ -23,18 +27,27 @@ run() {  # run NAME SECONDS ARGS...: one harness call, its output in NAME.log, i
     echo $? >"$work/$name.exit"
 }
 source benchmarks/device_git_sync.sh
-gates=${only:+--only $only}
+# the untimed phase: the asked gates but C10 (all of C00-C09 by default); C10 if asked or by default
+untimed=${only:-C0,C1,C2,C3,C4,C5,C6,C7,C8,C9}
+untimed=$(echo "$untimed" | tr ',' '\n' | grep -viE '^c?10$' | paste -sd, -)
+timed=$([ -z "$only" ] || echo ",$only," | grep -qiE ',c?10,' && echo yes)
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$work/summary.txt"
 limit=${BITWISE_GATES_LIMIT_S:-480}
 models=${BITWISE_GATES_MODELS:-qwen3 nemotron}
+timed_models=${BITWISE_C10_MODELS:-$models}
+gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+negatives=C2,C3,C7$([ "$gpus" -ge 2 ] && echo ,C6)
+names=""
 # the consistent runs switch the GEMM's load path and tile at every M bucket of every shape
 # (benchmarks/gemm_mixed_table.py): the gates then prove the speed table's freedom moves no bit
 python3 benchmarks/gemm_mixed_table.py --out "$work/gemm-mixed.json" | tee -a "$work/summary.txt"
-for model in $models; do
-    (export BITWISE_GEMM_TUNING="$work/gemm-mixed.json"
-     run "$model-consistent" "$limit" gates --model $model --device cuda $gates --out "$work/$model-consistent") &
-    run "$model-fast" "$limit" gates --model $model --device cuda --contract fast --only C2,C3,C7 \
+export BITWISE_GEMM_TUNING="$work/gemm-mixed.json"  # the fast contract never reads it
+for model in $([ -n "$untimed" ] && echo $models); do
+    run "$model-consistent" "$limit" gates --model $model --device cuda --only $untimed \
+        --out "$work/$model-consistent" &
+    run "$model-fast" "$limit" gates --model $model --device cuda --contract fast --only $negatives \
         --out "$work/$model-fast" &
+    names="$names $model-consistent $model-fast"
 done
 # C05's negative control: decode attention choosing its key block on the host (gates/faults.py),
 # which a graph capture bakes at its dummy rows' context: the replay must differ from eager
@@ -49,10 +62,18 @@ for case in ("engine_decode", "engine_graph"):
                                               "constants": {"block_kv": 32, "row_multiple": 8}}
 open(sys.argv[1], "w").write(yaml.safe_dump(document))
 PY
-run "qwen3-c05-planted" "$limit" gates --model qwen3 --device cuda --only C5 --contract "$planted" \
-    --out "$work/qwen3-c05-planted" &
+if echo ",$untimed," | grep -qiE ',c?0?5,'; then
+    run "qwen3-c05-planted" "$limit" gates --model qwen3 --device cuda --only C5 --contract "$planted" \
+        --out "$work/qwen3-c05-planted" &
+    names="$names qwen3-c05-planted"
+fi
 wait
-for name in $(for m in $models; do echo "$m-consistent $m-fast"; done) qwen3-c05-planted; do
+for model in $([ -n "$timed" ] && echo $timed_models); do  # alone on the GPUs, one at a time
+    run "$model-c10" "${BITWISE_C10_LIMIT_S:-300}" gates --model $model --device cuda --only C10 \
+        --out "$work/$model-c10"
+    names="$names $model-c10"
+done
+for name in $names; do
     echo "== $name: exit $(cat "$work/$name.exit")" | tee -a "$work/summary.txt"
     tail -n 16 "$work/$name.log" | tee -a "$work/summary.txt"
 done
