@@ -149,7 +149,7 @@ def test_c10_times_the_frozen_commit_not_the_working_tree(clone):
     """The baseline sample runs in the exported frozen tree: its kernels, not the caller's."""
     with tempfile.TemporaryDirectory() as folder:
         tree = export_commit(git_head(clone), folder, clone, paths=("kernels", "gates"))
-        asked = {"config": "qwen3-cut", "contract": "fast",
+        asked = {"config": "qwen3-cut", "contract": "fast", "weights_file": c10.write_weights("qwen3-cut", folder),
                  "workload": {"num_sequences": 2, "new_tokens": 3, "arrival_spread": 1, "seed": 1}}
         assert c10.timed_rollout(tree, asked)["tokens_per_s"] > 0
         shutil.rmtree(tree / "kernels")  # a tree without its own kernels is refused

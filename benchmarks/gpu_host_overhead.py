@@ -1,0 +1,105 @@
+"""Host time per call of the CUDA ops the eager prefill runs, consistent vs fast, side by side:
+where the eager prefill's wall time goes when its GPU kernels take the same time in both
+contracts (benchmarks/RESULTS.md, session 6: 46 ms against 34 ms at batch 64).
+
+  python benchmarks/gpu_host_overhead.py --out DIR      (on the device; one table last)
+
+Each op is called CALLS times back to back without a synchronize; the host time of that loop
+over CALLS is the cost of issuing one call (the launches queue up on the stream, so the GPU's
+own time does not enter unless the queue fills: CALLS stays far below its depth). Rows at
+M = 8 and 2048 (Qwen3-1.7B's qkv shape): the entry points' host work may follow M through the
+launch table. Raw samples (REPEATS per op), the environment and the commit go to
+DIR/gpu_host_overhead.json.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from kernels.contract import load_contract  # noqa: E402
+from kernels.ops import linear, linear_cuda, linear_triton, norm_triton  # noqa: E402
+
+CALLS, REPEATS = 200, 7
+N, K = 4096, 2048  # qwen3-1.7b qkv
+
+
+@triton.jit
+def _empty_kernel(x_ptr):
+    pass  # the floor: what any Triton launch costs on the host
+
+
+def host_us(call) -> list:
+    """REPEATS samples of host microseconds per call."""
+    call()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        for _ in range(CALLS):
+            call()
+        samples.append((time.perf_counter() - started) / CALLS * 1e6)
+        torch.cuda.synchronize()
+    return samples
+
+
+def ops(m: int) -> dict:
+    """name -> zero-argument call, on bf16 operands of M rows."""
+    x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * 0.02
+    norm_w = torch.ones(K, device="cuda", dtype=torch.bfloat16)
+    tile = {"pointer": ((64, 64, 4, 4), 128), "tma": ((128, 128, 4, 4), 64), "persistent": ((128, 128, 4, 4), 64)}
+    y = torch.empty(m, N, device="cuda", dtype=torch.bfloat16)
+    consistent_op = load_contract("consistent").op("qkv_proj", "engine_prefill")
+    fast_op = load_contract("fast").op("qkv_proj", "engine_prefill")
+    calls = {
+        "triton empty kernel (floor)": lambda: _empty_kernel[(1,)](x),
+        "torch.matmul (cuBLAS)": lambda: torch.matmul(x, w.t()),
+        "linear.fast (fast entry)": lambda: linear.fast(x, w),
+        "contract fast qkv_proj (dispatch)": lambda: fast_op(x, w),
+        "contract consistent qkv_proj (dispatch)": lambda: consistent_op(x, w),
+        "linear_cuda.forward (launch table)": lambda: linear_cuda.forward(x, w),
+        "3 host TensorDescriptors (built only)": lambda: (TensorDescriptor.from_tensor(x, [128, 64]),
+                                                          TensorDescriptor.from_tensor(w, [128, 64]),
+                                                          TensorDescriptor.from_tensor(y, [128, 128])),
+        "norm consistent (Triton)": lambda: norm_triton.consistent(x, norm_w, eps=1e-6),
+        "norm fast_fused (Triton)": lambda: norm_triton.fast_fused(x, norm_w, eps=1e-6),
+    }
+    for kernel, (config, block_k) in tile.items():
+        calls[f"linear_triton.consistent {kernel}"] = (
+            lambda kernel=kernel, config=config, block_k=block_k:
+            linear_triton.consistent(x, w, config=config, block_k=block_k, kernel=kernel))
+    return calls
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--rows", default="8,2048")
+    args = parser.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
+    environment = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name(),
+                   "cuda": torch.version.cuda, "commit": commit, "calls": CALLS, "repeats": REPEATS}
+    records = []
+    for m in map(int, args.rows.split(",")):
+        for name, call in ops(m).items():
+            records.append({"op": name, "m": m, "host_us": host_us(call)})
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_host_overhead.json").write_text(json.dumps({"environment": environment, "samples": records}, indent=1))
+    print(f"host us per call, median of {REPEATS} x {CALLS} calls ({environment['gpu']}, {commit})")
+    for record in records:
+        print(f"  M={record['m']:>5}  {record['op']:<45} {statistics.median(record['host_us']):8.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
