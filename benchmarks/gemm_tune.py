@@ -4,7 +4,11 @@ the reference rows; M buckets run up to each swept M, the last bucket open, and 
 buckets with the same winner merged. A default table, for shapes the sweep did not time, takes
 per M the variant with the best geometric-mean speed over all swept shapes.
 
-  python benchmarks/gemm_tune.py DIR/gpu_gemm.json --out kernels/ops/tuned/gemm-nvidia-h200.json
+  python benchmarks/gemm_tune.py DIR/gpu_gemm.json [LATER.json ...] --out kernels/ops/tuned/gemm-nvidia-h200.json
+
+Several sweeps: a later one replaces the earlier ones at every (shape, M) it timed, whole (its
+variants there, not mixed with an earlier run's timings), so a focused re-sweep of a few
+shapes and M updates a full one.
 """
 import argparse
 import json
@@ -76,16 +80,32 @@ def default_rows(samples: list) -> list:
     return _buckets({m: choice for m, (_, choice) in best.items()})
 
 
+def merged(sweeps: list) -> list:
+    """The samples of several sweeps' sample lists, in order: each (N, K, M) from the last
+    sweep that timed it."""
+    latest = {}
+    for index, samples in enumerate(sweeps):
+        for sample in samples:
+            if "N" in sample:
+                latest[(sample["N"], sample["K"], sample["M"])] = index
+    return [sample for index, samples in enumerate(sweeps) for sample in samples
+            if "N" in sample and latest[(sample["N"], sample["K"], sample["M"])] == index]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("samples", help="gpu_gemm.json from a variant sweep")
+    parser.add_argument("samples", nargs="+", help="gpu_gemm.json of variant sweeps, later ones replacing earlier")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    data = json.loads(Path(args.samples).read_text())
-    environment = data["environment"]
+    sweeps = [json.loads(Path(path).read_text()) for path in args.samples]
+    devices = {sweep["environment"]["gpu"] for sweep in sweeps}
+    if len(devices) != 1:
+        raise SystemExit(f"sweeps from different devices: {sorted(devices)}")
+    samples, environment = merged([sweep["samples"] for sweep in sweeps]), sweeps[-1]["environment"]
+    commits = ", ".join(str(sweep["environment"].get("commit")) for sweep in sweeps)
     document = {"device": environment["gpu"], "triton": environment["triton"], "torch": environment["torch"],
-                "source": f"benchmarks/gemm_tune.py over a gpu_gemm.py sweep (commit {environment.get('commit')})",
-                "shapes": table(data["samples"]), "default": default_rows(data["samples"])}
+                "source": f"benchmarks/gemm_tune.py over gpu_gemm.py sweeps (commits {commits}, later replacing earlier)",
+                "shapes": table(samples), "default": default_rows(samples)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
     gemm_tuning.load(Path(args.out))  # the table it wrote parses as the launch code reads it

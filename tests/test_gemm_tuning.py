@@ -52,6 +52,18 @@ def test_the_default_rows_take_the_best_geometric_mean_over_every_shape(tmp_path
     assert gemm_tuning.load(path)[gemm_tuning.DEFAULT][0] == (8, "tma", (16, 32, 4, 4), 64)
 
 
+def test_a_later_sweep_replaces_an_earlier_one_at_the_shapes_and_m_it_timed():
+    """A focused re-sweep wins where it timed (all its variants there, the earlier run's
+    timings dropped even where faster), the earlier sweep keeps everything else."""
+    full = [_sample(8, "pointer", [16, 16, 4, 4], 0.010), _sample(64, "tma", [64, 32, 4, 4], 0.002),
+            _sample(64, "pointer", [64, 64, 4, 4], 0.020), {"shape": "x", "M": 64, "variant": "v", "error": "E"}]
+    focused = [_sample(64, "tma", [64, 16, 4, 5], 0.004), _sample(64, "pointer", [64, 64, 4, 4], 0.030)]
+    samples = gemm_tune.merged([full, focused])
+    assert samples == [full[0]] + focused
+    assert gemm_tune.table(samples)["2048x6144"] == [[8, "pointer", [16, 16, 4, 4], 64],
+                                                     [None, "tma", [64, 16, 4, 5], 64]]
+
+
 @pytest.mark.parametrize("shapes, message", [
     ({"2048x6144": [[8, "cutlass", [16, 16, 4, 4], 64], [None, "tma", [64, 32, 4, 4], 64]]}, "malformed row"),
     ({"2048x6144": [[8, "tma", [16, 16, 4], 64], [None, "tma", [64, 32, 4, 4], 64]]}, "malformed row"),
