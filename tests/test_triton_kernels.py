@@ -560,3 +560,124 @@ def check_gumbel_argmax_is_the_formula_and_ignores_the_batch(fresh_seed):
         assert torch.equal(kernel.gumbel_argmax(x, keys, chunk=chunk), drawn), f"chunk {chunk}, seed={fresh_seed}"
     dropped = torch.full((2, 2500), float("-inf"))
     assert kernel.gumbel_argmax(dropped, keys[:2], chunk=1024).tolist() == [0, 0]
+
+
+@pytest.fixture(scope="module")
+def ssm_triton():
+    yield from _with_fixed_order_dot("ssm_scan_triton")
+
+
+SSM = dict(heads=4, head_dim=16, groups=2, state=16, chunk=16, length=70)  # 70: four boundaries, ends mid-chunk
+
+
+def _ssm_inputs(seed):
+    g, s = torch.Generator().manual_seed(seed), SSM
+    return {"x": torch.randn(s["length"], s["heads"], s["head_dim"], generator=g),
+            "B": torch.randn(s["length"], s["groups"], s["state"], generator=g),
+            "C": torch.randn(s["length"], s["groups"], s["state"], generator=g),
+            "dt_raw": torch.randn(s["length"], s["heads"], generator=g),
+            "dt_bias": torch.randn(s["heads"], generator=g) * 0.5 - 1.0,
+            "A_log": torch.rand(s["heads"], generator=g).log1p(), "D": torch.randn(s["heads"], generator=g)}
+
+
+def _ssm_run(inputs, splits, scans):
+    """The sequence in segments of `splits` rows, segment i scanned by scans[i] (a backend
+    of ssm_scan.consistent_with), the state carried: every row's y."""
+    from kernels.models.state import MambaSequenceState
+    from kernels.ops import ssm_scan
+    s = SSM
+    state = MambaSequenceState(conv=torch.zeros(1, 1), ssm=torch.zeros(s["heads"], s["head_dim"], s["state"]))
+    outputs, start = [], 0
+    for length, scan in zip(splits, scans):
+        rows = slice(start, start + length)
+        outputs.append(ssm_scan.consistent_with(scan, inputs["x"][rows], inputs["B"][rows], inputs["C"][rows],
+                                                inputs["dt_raw"][rows], state, inputs["dt_bias"], inputs["A_log"],
+                                                inputs["D"], chunk_size=s["chunk"]))
+        start += length
+    return torch.cat(outputs)
+
+
+def check_ssm_scan_phases_agree_bitwise(ssm_triton, fresh_seed):
+    """The CUDA scan: one prefill == chunked prefill split before, at and after chunk boundaries
+    == prefill then one-token decodes, every row bit for bit; and the float64 recurrence within
+    1e-4 of max |y| (printed)."""
+    inputs, length = _ssm_inputs(fresh_seed), SSM["length"]
+    scan = ssm_triton.consistent
+    whole = _ssm_run(inputs, [length], [scan])
+    for pieces in ([5, 11, 16, 17, 21], [16, 16, 38], [3, 37]):  # decodes from row 40 cross two boundaries
+        splits = pieces + [1] * (length - sum(pieces))
+        assert_bitwise_equal(_ssm_run(inputs, splits, [scan] * len(splits)), whole, f"splits {pieces}, seed={fresh_seed}")
+    from gates.reference import ssm as reference
+    exact = reference.scan(inputs["x"], inputs["B"], inputs["C"], inputs["dt_raw"], inputs["dt_bias"],
+                           inputs["A_log"], inputs["D"])
+    error = float((whole.double() - exact).abs().max() / exact.abs().max())
+    print(f"ssm scan (Triton) vs float64 recurrence: max |error| / max |y| = {error:.2e}")
+    assert error < 1e-4, f"error {error} seed={fresh_seed}"
+
+
+def check_ssm_scan_negative_control_mixed_arithmetic(ssm_triton, fresh_seed):
+    """The phase check sees a decode computed by another arithmetic of the same scan (the torch
+    form after a Triton prefill): the two agree to ~1e-6, not bit for bit."""
+    from kernels.ops import ssm_scan
+    inputs, length = _ssm_inputs(fresh_seed), SSM["length"]
+    whole = _ssm_run(inputs, [length], [ssm_triton.consistent])
+    mixed = _ssm_run(inputs, [60] + [1] * (length - 60), [ssm_triton.consistent] + [ssm_scan._torch_scan] * (length - 60))
+    assert first_bit_difference(mixed[60:], whole[60:]) is not None, f"control did not differ, seed={fresh_seed}"
+
+
+def check_ssm_scan_backward_is_the_torch_forms(ssm_triton, fresh_seed):
+    """The trainer's gradients through the Triton scan are the torch form's, bit for bit (its
+    backward recomputes that form), and the forward keeps the Triton bits."""
+    from kernels.ops import ssm_scan
+    inputs = _ssm_inputs(fresh_seed)
+    s = SSM
+    leaves = {k: v.clone().requires_grad_(True) for k, v in inputs.items()}
+    grads, ys = [], []
+    for scan in (ssm_triton.consistent, ssm_scan._torch_scan):
+        from kernels.models.state import MambaSequenceState
+        state = MambaSequenceState(conv=torch.zeros(1, 1), ssm=torch.zeros(s["heads"], s["head_dim"], s["state"]))
+        y = ssm_scan.consistent_with(scan, leaves["x"], leaves["B"], leaves["C"], leaves["dt_raw"], state,
+                                     leaves["dt_bias"], leaves["A_log"], leaves["D"], chunk_size=s["chunk"])
+        weight = torch.randn(y.shape, generator=torch.Generator().manual_seed(fresh_seed))
+        grads.append(torch.autograd.grad((y * weight).sum(), list(leaves.values())))
+        ys.append(y.detach())
+    for name, ours, torch_form in zip(leaves, *grads):
+        assert_bitwise_equal(ours, torch_form, f"d/d{name} seed={fresh_seed}")
+    assert_bitwise_equal(ys[0], _ssm_run(inputs, [s["length"]], [ssm_triton.consistent]), "forward bits")
+
+
+def _conv_run(kernel, xbc, weight, bias, splits):
+    """The conv of xbc's rows in segments of `splits`, the state carried: every row's output."""
+    from kernels.models.state import MambaSequenceState
+    state = MambaSequenceState(conv=torch.zeros(weight.shape[1] - 1, xbc.shape[1], dtype=xbc.dtype),
+                               ssm=torch.zeros(1))
+    outputs, start = [], 0
+    for length in splits:
+        outputs.append(kernel.consistent(xbc[start:start + length], state, weight, bias))
+        start += length
+    return torch.cat(outputs)
+
+
+def check_ssm_conv_phases_agree_and_match_the_torch_form(fresh_seed):
+    """The CUDA conv: prefill == chunked prefill (pieces shorter than the state, too) ==
+    one-token decodes, bit for bit; rows read from a wider projection in place; the torch
+    form within 1e-6 (printed); its gradients are the torch form's."""
+    kernel = _import_kernel("ssm_conv_triton")
+    from kernels.ops import ssm_conv
+    g = torch.Generator().manual_seed(fresh_seed)
+    projected = torch.randn(24, 300 + 7, generator=g)
+    xbc, weight, bias = projected[:, 7:], torch.randn(300, 4, generator=g) * 0.5, torch.randn(300, generator=g) * 0.1
+    whole = _conv_run(kernel, xbc, weight, bias, [24])
+    for pieces in ([2, 1, 5, 10], [3]):
+        splits = pieces + [1] * (24 - sum(pieces))
+        assert_bitwise_equal(_conv_run(kernel, xbc, weight, bias, splits), whole, f"splits {pieces} seed={fresh_seed}")
+    torch_form = _conv_run(ssm_conv, xbc, weight, bias, [24])
+    error = float((whole - torch_form).abs().max() / torch_form.abs().max())
+    print(f"ssm conv (Triton) vs the torch form: max |error| / max |y| = {error:.2e}")
+    assert error < 1e-6, f"error {error} seed={fresh_seed}"
+    leaves = [t.clone().requires_grad_(True) for t in (xbc, weight, bias)]
+    weight_out = torch.randn(24, 300, generator=g)
+    grads = [torch.autograd.grad((_conv_run(module, *leaves, [24]) * weight_out).sum(), leaves)
+             for module in (kernel, ssm_conv)]
+    for name, ours, torch_grad in zip(("xbc", "weight", "bias"), *grads):
+        assert_bitwise_equal(ours, torch_grad, f"d/d{name} seed={fresh_seed}")

@@ -42,11 +42,19 @@ def fast_window_sum(xbc, state, weight, bias):
 
 
 def consistent(xbc, state, weight, bias):
-    """Taps accumulated in fp32 in order k = 0..K-1, one rounding after the SiLU."""
-    kernel_size, num_rows = weight.shape[-1], xbc.shape[0]
+    """Taps accumulated in fp32 in order k = 0..K-1, one rounding after the SiLU. On CUDA one
+    Triton kernel (kernels/ops/ssm_conv_triton.py) does the same terms, where these are ~24 ops."""
+    if xbc.device.type == "cuda":
+        from kernels.ops import ssm_conv_triton  # imports Triton: CUDA machines only
+        return ssm_conv_triton.consistent(xbc, state, weight, bias)
     window = _window(xbc, state)
+    _keep_tail(state, window, weight.shape[-1])
+    return consistent_taps(window, weight, bias, xbc.shape[0]).to(xbc.dtype)
+
+
+def consistent_taps(window, weight, bias, num_rows):
+    """The consistent conv + SiLU of a window's rows, in fp32 (unrounded)."""
     acc = bias.float().expand(num_rows, -1)
-    for k in range(kernel_size):
+    for k in range(weight.shape[-1]):
         acc = acc + weight[:, k].float() * window[k:k + num_rows].float()
-    _keep_tail(state, window, kernel_size)
-    return (acc * position_independent_sigmoid(acc)).to(xbc.dtype)
+    return acc * position_independent_sigmoid(acc)

@@ -13,7 +13,8 @@ only when a chunk completes. Row t never reads rows after it (cumsum is sequenti
 terms are selected away, padding adds exact zeros), so prefill, chunked prefill at any split,
 decode and the trainer give the same bits. Fast variants: chunks aligned at the call's first
 row (engine prefill) and the one-step recurrence (engine decode), as engines run them.
-Reference: gates/reference/ssm.py.
+On CUDA the consistent chunks run as Triton kernels (kernels/ops/ssm_scan_triton.py): the same
+terms, the decode computing its new row only, in a few launches. Reference: gates/reference/ssm.py.
 """
 import torch
 import torch.nn.functional as F
@@ -51,7 +52,7 @@ def _rows(state, x, B, C, dt):
     return [torch.cat([old, fresh]) for old, fresh in zip(state.pending, new)]
 
 
-def _run_chunks(rows, state0, A, D, chunk_size):
+def run_chunks(rows, state0, A, D, chunk_size):
     """Scan `rows` chunk by chunk from state0: (y of every row, the state at the last chunk
     boundary, the state after all rows). Padding rows have dt = 0, so they move neither
     cumsum nor the end state: a partial chunk's end state is exact for its real rows."""
@@ -66,19 +67,40 @@ def _run_chunks(rows, state0, A, D, chunk_size):
     return torch.cat(outputs), boundary, end
 
 
+def _torch_scan(rows, state0, A, D, *, chunk_size, first_row):
+    """The chunked form in torch ops: (y of rows[first_row:], the state at the last boundary)."""
+    y, boundary, _ = run_chunks(rows, state0, A, D, chunk_size)
+    return y[first_row:], boundary
+
+
+def scan_for(device):
+    """The consistent scan's backend: the torch form, or on CUDA the Triton kernels
+    (kernels/ops/ssm_scan_triton.py: the same terms, a few launches instead of ~50 ops)."""
+    if device.type == "cuda":
+        from kernels.ops import ssm_scan_triton  # imports Triton: CUDA machines only
+        return ssm_scan_triton.consistent
+    return _torch_scan
+
+
 def consistent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
     """Chunks at absolute positions; the unfinished chunk is buffered and re-played."""
+    return consistent_with(scan_for(x.device), x, B, C, dt_raw, state, dt_bias, A_log, D,
+                           chunk_size=chunk_size, dt_min=dt_min)
+
+
+def consistent_with(scan, x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
+    """consistent() with the scan backend given (the Triton checks run the CUDA one on the CPU)."""
     dt = position_independent_softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min)
     A = -torch.exp(A_log.float())
     rows = _rows(state, x, B, C, dt)
     num_buffered = rows[0].shape[0] - x.shape[0]
-    y, boundary, _ = _run_chunks(rows, state.ssm, A, D, chunk_size)
+    y, boundary = scan(rows, state.ssm, A, D, chunk_size=chunk_size, first_row=num_buffered)
     num_complete = (rows[0].shape[0] // chunk_size) * chunk_size
     state.ssm = boundary
     state.folded += num_complete
     rest = [r[num_complete:] for r in rows]
     state.pending = rest if rest[0].shape[0] else None
-    return y[num_buffered:]
+    return y
 
 
 def fast_chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
@@ -86,7 +108,7 @@ def fast_chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_mi
     dt, A = F.softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min), -torch.exp(A_log.float())
     rows = _rows(state, x, B, C, dt)
     num_buffered = rows[0].shape[0] - x.shape[0]
-    y, _, end = _run_chunks(rows, state.ssm, A, D, chunk_size)
+    y, _, end = run_chunks(rows, state.ssm, A, D, chunk_size)
     state.ssm, state.folded, state.pending = end, state.folded + rows[0].shape[0], None
     return y[num_buffered:]
 

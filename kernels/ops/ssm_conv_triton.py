@@ -1,0 +1,87 @@
+"""The consistent Mamba-2 causal conv + SiLU on CUDA (the CUDA backend of ssm_conv.consistent):
+one Triton kernel where the torch form is ~24 elementwise ops a call.
+
+One program per (row, block of channels): acc = bias, then acc + w[c, k] * window[t + k] for
+k = 0..K-1 in order, in fp32, then acc * 1 / (1 + exp(-acc)), rounded once to the activation
+dtype. The window is the sequence's K-1 conv-state rows, then the call's rows, read in place
+(no concatenation). Every row's bits depend on its own K inputs only, whichever call (prefill,
+chunk or one-token decode) it comes in: the same kernel and order for all of them. Its bits
+are the CUDA machine's own (CPU and CUDA are separate machines).
+Backward: recomputes the torch form in fp32 and differentiates it (C8's tolerance).
+Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from kernels.ops.autograd_use import records_graph
+
+BLOCK_C = 256
+
+
+@triton.jit
+def _conv_silu_kernel(x_ptr, state_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, channels,
+                      K: tl.constexpr, BLOCK: tl.constexpr):
+    row, block = tl.program_id(0), tl.program_id(1)
+    c = block * BLOCK + tl.arange(0, BLOCK)
+    live = c < channels
+    acc = tl.load(b_ptr + c, mask=live, other=0.0).to(tl.float32)
+    for k in tl.static_range(K):
+        at = row + k + tl.zeros_like(c)  # window row: the K-1 state rows first, then the call's rows
+        in_state = at < K - 1
+        held = tl.load(state_ptr + at * channels + c, mask=live & in_state, other=0.0)
+        fresh = tl.load(x_ptr + (at - (K - 1)) * x_row_stride + c, mask=live & (at >= K - 1), other=0.0)
+        tap = tl.where(in_state, held, fresh).to(tl.float32)
+        acc = acc + tl.load(w_ptr + c * K + k, mask=live, other=0.0).to(tl.float32) * tap
+    out = acc * (1.0 / (1.0 + tl.exp(-acc)))
+    tl.store(out_ptr + row * channels + c, out.to(out_ptr.dtype.element_ty), mask=live)
+
+
+def _launch(xbc, conv_state, weight, bias):
+    num_rows, channels = xbc.shape
+    if xbc.stride(1) != 1:
+        xbc = xbc.contiguous()
+    out = torch.empty((num_rows, channels), dtype=xbc.dtype, device=xbc.device)
+    _conv_silu_kernel[(num_rows, triton.cdiv(channels, BLOCK_C))](
+        xbc, conv_state.contiguous(), weight.contiguous(), bias, out, xbc.stride(0), channels,
+        K=weight.shape[-1], BLOCK=BLOCK_C)
+    return out
+
+
+def _tail(conv_state, xbc, kernel_size):
+    """The next call's conv state: the last K-1 rows of (state rows, the call's rows)."""
+    keep = kernel_size - 1
+    if xbc.shape[0] >= keep:
+        return xbc[xbc.shape[0] - keep:].detach()
+    return torch.cat([conv_state[xbc.shape[0]:], xbc.detach()])
+
+
+class ConsistentConv(torch.autograd.Function):
+    """Forward: the Triton kernel. Backward: the torch form recomputed in fp32 and differentiated."""
+
+    @staticmethod
+    def forward(ctx, xbc, conv_state, weight, bias):
+        ctx.save_for_backward(xbc, conv_state, weight, bias)
+        return _launch(xbc, conv_state, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from kernels.ops.ssm_conv import consistent_taps  # the torch form
+        saved = ctx.saved_tensors
+        with torch.enable_grad():
+            inputs = [t.detach().requires_grad_(need) for t, need in zip(saved, ctx.needs_input_grad)]
+            xbc, conv_state, weight, bias = inputs
+            window = torch.cat([conv_state.to(xbc.dtype), xbc])
+            out = consistent_taps(window, weight, bias, xbc.shape[0])
+            wanted = [t for t in inputs if t.requires_grad]
+            grads = iter(torch.autograd.grad(out, wanted, grad.float()))
+        return tuple(next(grads) if t.requires_grad else None for t in inputs)
+
+
+def consistent(xbc, state, weight, bias):
+    """ssm_conv.consistent on CUDA: the rows' conv + SiLU, the state's tail moved on."""
+    conv_state = state.conv.to(xbc.dtype)
+    out = (ConsistentConv.apply(xbc, conv_state, weight, bias) if records_graph(xbc, weight, bias)
+           else _launch(xbc, conv_state, weight, bias))
+    state.conv = _tail(conv_state, xbc, weight.shape[-1])
+    return out

@@ -1,0 +1,161 @@
+"""The consistent Mamba-2 SSD scan on CUDA (the CUDA backend of kernels/ops/ssm_scan.py's
+consistent variant): three Triton kernels over a call's rows, where the torch form re-plays
+the unfinished chunk with ~50 tensor ops per call (a host-bound decode: benchmarks/op_counts.py).
+
+The rows (x, B, C, dt in fp32) start at a chunk boundary: the sequence's buffered rows of the
+unfinished chunk first, then the call's new rows; S0 is the state at that boundary.
+  1. per (chunk, head): cs = the cumsum of dt * A over the chunk's Q rows, rows past the call's
+     end as zeros (tl.cumsum over a fixed Q-vector: row t's prefix reads rows <= t only);
+  2. per head, the chunks the call completes one after the other: S_end = exp(cs_Q) S_start +
+     sum over s (in blocks of BS rows, in order) of exp(cs_Q - cs_s) dt_s x_s B_s^T;
+  3. per (block of BT rows, head), only the call's new rows stored:
+     y_t = sum_{s<=t} (C_t . B_s) exp(cs_t - cs_s) dt_s x_s + exp(cs_t) (C_t . S_start) + D x_t,
+     the s-blocks walked from the chunk's first row in order.
+Consistency: row blocks sit at multiples of BT inside the chunk (BT divides Q), so a row has
+the same slot and walks the same s-blocks whether it came in a prefill, a chunk of it or a
+one-token decode; the blocks' other rows only add exact zeros (masked weights; a row not yet
+there loads as 0, and an fp32 accumulator that starts at +0 stays unchanged by +-0). Dots
+in fp32 ("ieee": no TF32 rounding of the operands). The arithmetic is the torch form's,
+term for term; its bits are the CUDA machine's own (CPU and CUDA are separate machines).
+Backward: recomputes the torch form in fp32 and differentiates it (C8's tolerance).
+Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from kernels.ops.autograd_use import records_graph
+
+ROW_BLOCK = 32  # BT = BS; smaller when the chunk is (Q = 16 in the cut)
+
+
+@triton.jit
+def _chunk_cumsum_kernel(dt_ptr, a_ptr, cs_ptr, num_rows, num_heads, padded_rows, Q: tl.constexpr):
+    chunk, head = tl.program_id(0), tl.program_id(1)
+    rows = chunk * Q + tl.arange(0, Q)
+    dt = tl.load(dt_ptr + rows * num_heads + head, mask=rows < num_rows, other=0.0)
+    tl.store(cs_ptr + head * padded_rows + rows, tl.cumsum(dt * tl.load(a_ptr + head), axis=0))
+
+
+@triton.jit
+def _chunk_states_kernel(x_ptr, b_ptr, dt_ptr, cs_ptr, s0_ptr, starts_ptr, num_complete, num_heads,
+                         num_groups, heads_per_group, padded_rows, P: tl.constexpr, N: tl.constexpr,
+                         Q: tl.constexpr, BS: tl.constexpr):
+    head = tl.program_id(0)
+    group = head // heads_per_group
+    p, n = tl.arange(0, P), tl.arange(0, N)
+    tile = p[:, None] * N + n[None, :]
+    state = tl.load(s0_ptr + head * P * N + tile)
+    for chunk in range(0, num_complete):
+        tl.store(starts_ptr + (chunk * num_heads + head) * P * N + tile, state)
+        cs_end = tl.load(cs_ptr + head * padded_rows + chunk * Q + Q - 1)
+        acc = tl.zeros((P, N), dtype=tl.float32)
+        for s0 in range(0, Q, BS):
+            s = chunk * Q + s0 + tl.arange(0, BS)
+            to_end = tl.exp(cs_end - tl.load(cs_ptr + head * padded_rows + s)) * tl.load(dt_ptr + s * num_heads + head)
+            xs = tl.load(x_ptr + (s[:, None] * num_heads + head) * P + p[None, :])  # [BS, P]
+            bs = tl.load(b_ptr + (s[:, None] * num_groups + group) * N + n[None, :])  # [BS, N]
+            acc = tl.dot(tl.trans(xs * to_end[:, None]), bs, acc, input_precision="ieee")
+        state = tl.exp(cs_end) * state + acc
+    tl.store(starts_ptr + (num_complete * num_heads + head) * P * N + tile, state)
+
+
+@triton.jit
+def _chunk_outputs_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, starts_ptr, d_ptr, y_ptr, first_row, num_rows,
+                          num_heads, num_groups, heads_per_group, padded_rows, P: tl.constexpr, N: tl.constexpr,
+                          Q: tl.constexpr, BT: tl.constexpr):
+    block, head = tl.program_id(0), tl.program_id(1)
+    group = head // heads_per_group
+    t0 = (first_row // BT + block) * BT  # aligned: BT divides Q, so a block never straddles chunks
+    chunk = t0 // Q
+    t, p, n = t0 + tl.arange(0, BT), tl.arange(0, P), tl.arange(0, N)
+    t_live = t < num_rows
+    ct = tl.load(c_ptr + (t[:, None] * num_groups + group) * N + n[None, :], mask=t_live[:, None], other=0.0)
+    cs_t = tl.load(cs_ptr + head * padded_rows + t)
+    acc = tl.zeros((BT, P), dtype=tl.float32)
+    for s0 in range(chunk * Q, t0 + BT, BT):
+        s = s0 + tl.arange(0, BT)
+        s_live = s < num_rows
+        bs = tl.load(b_ptr + (s[:, None] * num_groups + group) * N + n[None, :], mask=s_live[:, None], other=0.0)
+        xs = tl.load(x_ptr + (s[:, None] * num_heads + head) * P + p[None, :], mask=s_live[:, None], other=0.0)
+        dt_s = tl.load(dt_ptr + s * num_heads + head, mask=s_live, other=0.0)
+        decay = tl.exp(cs_t[:, None] - tl.load(cs_ptr + head * padded_rows + s)[None, :])
+        scores = tl.dot(ct, tl.trans(bs), input_precision="ieee")
+        weights = tl.where(s[None, :] <= t[:, None], scores * decay * dt_s[None, :], 0.0)
+        acc = tl.dot(weights, xs, acc, input_precision="ieee")
+    start = tl.load(starts_ptr + (chunk * num_heads + head) * P * N + p[None, :] * N + n[:, None])  # [N, P]
+    from_start = tl.dot(ct, start, input_precision="ieee") * tl.exp(cs_t)[:, None]
+    xt = tl.load(x_ptr + (t[:, None] * num_heads + head) * P + p[None, :], mask=t_live[:, None], other=0.0)
+    y = acc + from_start + tl.load(d_ptr + head) * xt
+    stored = t_live & (t >= first_row)
+    tl.store(y_ptr + ((t - first_row)[:, None] * num_heads + head) * P + p[None, :], y, mask=stored[:, None])
+
+
+def _require(rows, chunk_size: int) -> int:
+    x, B = rows[0], rows[1]
+    sizes = {"chunk_size": chunk_size, "head_dim": x.shape[2], "state_size": B.shape[2]}
+    for name, size in sizes.items():
+        if size < 16 or size & (size - 1):
+            raise ValueError(f"ssm_scan on CUDA: {name} {size} must be a power of two >= 16")
+    return min(ROW_BLOCK, chunk_size)
+
+
+def forward(rows, state0, A, D, *, chunk_size: int, first_row: int):
+    """(y of rows[first_row:] [T, H, P] fp32, the state after the last chunk the rows complete
+    [H, P, N]). rows = (x [L, H, P], B [L, G, N], C [L, G, N], dt [L, H]) fp32, row 0 at a
+    chunk boundary, state0 the state there; A [H] fp32, D [H]."""
+    if any(r.dtype != torch.float32 for r in rows):
+        raise ValueError("ssm_scan on CUDA: the rows come in fp32")
+    x, B, C, dt = (r.contiguous() for r in rows)
+    block = _require(rows, chunk_size)
+    num_rows, num_heads, head_dim = x.shape
+    num_groups, state_size = B.shape[1], B.shape[2]
+    num_chunks, num_complete = triton.cdiv(num_rows, chunk_size), num_rows // chunk_size
+    padded = num_chunks * chunk_size
+    cs = torch.empty((num_heads, padded), dtype=torch.float32, device=x.device)
+    _chunk_cumsum_kernel[(num_chunks, num_heads)](dt, A, cs, num_rows, num_heads, padded, Q=chunk_size)
+    state0 = state0.contiguous()
+    if num_complete:
+        starts = torch.empty((num_complete + 1,) + state0.shape, dtype=torch.float32, device=x.device)
+        _chunk_states_kernel[(num_heads,)](x, B, dt, cs, state0, starts, num_complete, num_heads, num_groups,
+                                           num_heads // num_groups, padded, P=head_dim, N=state_size,
+                                           Q=chunk_size, BS=block, num_warps=8)
+    else:  # a decode inside a chunk: its start is the sequence's boundary state, as it is
+        starts = state0[None]
+    y = torch.empty((num_rows - first_row, num_heads, head_dim), dtype=torch.float32, device=x.device)
+    num_blocks = triton.cdiv(num_rows, block) - first_row // block
+    _chunk_outputs_kernel[(num_blocks, num_heads)](x, B, C, dt, cs, starts, D, y, first_row, num_rows, num_heads,
+                                                   num_groups, num_heads // num_groups, padded, P=head_dim,
+                                                   N=state_size, Q=chunk_size, BT=block, num_warps=8)
+    return y, starts[num_complete]
+
+
+class ConsistentScan(torch.autograd.Function):
+    """Forward: the Triton kernels. Backward: the torch form recomputed in fp32 and differentiated."""
+
+    @staticmethod
+    def forward(ctx, x, B, C, dt, state0, A, D, chunk_size, first_row):
+        ctx.save_for_backward(x, B, C, dt, state0, A, D)
+        ctx.chunk_size, ctx.first_row = chunk_size, first_row
+        y, boundary = forward((x, B, C, dt), state0, A, D, chunk_size=chunk_size, first_row=first_row)
+        ctx.mark_non_differentiable(boundary)
+        return y, boundary
+
+    @staticmethod
+    def backward(ctx, grad_y, _grad_boundary):
+        from kernels.ops.ssm_scan import run_chunks  # the torch form (imports nothing of this file)
+        saved = ctx.saved_tensors
+        with torch.enable_grad():
+            inputs = [t.detach().requires_grad_(need) for t, need in zip(saved, ctx.needs_input_grad)]
+            x, B, C, dt, state0, A, D = inputs
+            y = run_chunks([x, B, C, dt], state0, A, D, ctx.chunk_size)[0][ctx.first_row:]
+            wanted = [t for t in inputs if t.requires_grad]
+            grads = iter(torch.autograd.grad(y, wanted, grad_y))
+        return tuple(next(grads) if t.requires_grad else None for t in inputs) + (None, None)
+
+
+def consistent(rows, state0, A, D, *, chunk_size: int, first_row: int):
+    """ssm_scan.consistent's scan on CUDA: (y of the new rows, the new boundary state)."""
+    if records_graph(*rows, state0, A, D):
+        return ConsistentScan.apply(*rows, state0, A, D, chunk_size, first_row)
+    return forward(rows, state0, A, D, chunk_size=chunk_size, first_row=first_row)
