@@ -8,8 +8,9 @@ Each op is called CALLS times back to back without a synchronize; the host time 
 over CALLS is the cost of issuing one call (the launches queue up on the stream, so the GPU's
 own time does not enter unless the queue fills: CALLS stays far below its depth). Rows at
 M = 8 and 2048 (Qwen3-1.7B's qkv shape): the entry points' host work may follow M through the
-launch table. Raw samples (REPEATS per op), the environment and the commit go to
-DIR/gpu_host_overhead.json.
+launch table. Then one sequence's one-token Mamba decode (scan and conv) at nemotron-wide
+widths, consistent vs fast, with the wall time per call (synchronized) beside the host time.
+Raw samples (REPEATS per op), the environment and the commit go to DIR/gpu_host_overhead.json.
 """
 import argparse
 import json
@@ -51,6 +52,19 @@ def host_us(call) -> list:
     return samples
 
 
+def synced_us(call) -> list:
+    """REPEATS samples of wall microseconds per call, the GPU finished each time."""
+    samples = []
+    for _ in range(REPEATS):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(CALLS // 10):
+            call()
+            torch.cuda.synchronize()
+        samples.append((time.perf_counter() - started) / (CALLS // 10) * 1e6)
+    return samples
+
+
 def ops(m: int) -> dict:
     """name -> zero-argument call, on bf16 operands of M rows."""
     x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
@@ -80,6 +94,44 @@ def ops(m: int) -> dict:
     return calls
 
 
+def mamba_decode_ops() -> dict:
+    """name -> call: one sequence's one-token Mamba decode at nemotron-wide-cut's widths (64
+    heads x 64, state 128, 8 groups, chunk 128), 60 rows into its chunk; each call resets the
+    sequence's state first (attribute writes, no tensor op), so every call does the same work."""
+    from kernels.models.state import MambaSequenceState
+    from kernels.ops import ssm_conv, ssm_scan
+    heads, head_dim, groups, state_size, chunk, pending, taps = 64, 64, 8, 128, 128, 60, 4
+    conv_dim = heads * head_dim + 2 * groups * state_size
+
+    def rnd(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device="cuda").to(dtype)
+    x, B, C = rnd(1, heads, head_dim), rnd(1, groups, state_size), rnd(1, groups, state_size)
+    dt_raw, dt_bias, a_log, d = rnd(1, heads), rnd(heads), torch.rand(heads, device="cuda"), rnd(heads)
+    held = [rnd(pending, heads, head_dim, dtype=torch.float32), rnd(pending, groups, state_size, dtype=torch.float32),
+            rnd(pending, groups, state_size, dtype=torch.float32), torch.rand(pending, heads, device="cuda") * 0.1]
+    ssm0, conv0 = rnd(heads, head_dim, state_size, dtype=torch.float32), rnd(taps - 1, conv_dim)
+    xbc, conv_w, conv_b = rnd(1, conv_dim), rnd(conv_dim, taps), rnd(conv_dim)
+    state = MambaSequenceState(conv=conv0, ssm=ssm0)
+
+    def scan(variant, replays_pending):
+        def call():
+            state.ssm, state.folded, state.pending = ssm0, 0, (held if replays_pending else None)
+            variant(x, B, C, dt_raw, state, dt_bias, a_log, d, chunk_size=chunk, dt_min=0.001)
+        return call
+
+    def conv(variant):
+        def call():
+            state.conv = conv0
+            variant(xbc, state, conv_w, conv_b)
+        return call
+    return {"mamba decode: ssm_scan consistent (Triton)": scan(ssm_scan.consistent, True),
+            "mamba decode: ssm_scan consistent (torch form)": scan(
+                lambda *a, **k: ssm_scan.consistent_with(ssm_scan._torch_scan, *a, **k), True),
+            "mamba decode: ssm_scan fast_recurrent": scan(ssm_scan.fast_recurrent, False),
+            "mamba decode: ssm_conv consistent (Triton)": conv(ssm_conv.consistent),
+            "mamba decode: ssm_conv fast_window_sum": conv(ssm_conv.fast_window_sum)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -92,12 +144,15 @@ def main() -> int:
     for m in map(int, args.rows.split(",")):
         for name, call in ops(m).items():
             records.append({"op": name, "m": m, "host_us": host_us(call)})
+    for name, call in mamba_decode_ops().items():  # wall per call too: the replay's GPU time may lead
+        records.append({"op": name, "m": 1, "host_us": host_us(call), "synced_us": synced_us(call)})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_host_overhead.json").write_text(json.dumps({"environment": environment, "samples": records}, indent=1))
     print(f"host us per call, median of {REPEATS} x {CALLS} calls ({environment['gpu']}, {commit})")
     for record in records:
-        print(f"  M={record['m']:>5}  {record['op']:<45} {statistics.median(record['host_us']):8.1f}")
+        synced = f"{statistics.median(record['synced_us']):8.1f} synced" if "synced_us" in record else ""
+        print(f"  M={record['m']:>5}  {record['op']:<50} {statistics.median(record['host_us']):8.1f} {synced}")
     return 0
 
 
