@@ -126,7 +126,7 @@ def mamba_decode_ops() -> dict:
         return call
     return {"mamba decode: ssm_scan consistent (Triton)": scan(ssm_scan.consistent, True),
             "mamba decode: ssm_scan consistent (torch form)": scan(
-                lambda *a, **k: ssm_scan.consistent_with(ssm_scan._torch_scan, *a, **k), True),
+                lambda *a, **k: ssm_scan.consistent_with(ssm_scan.torch_scan, *a, **k), True),
             "mamba decode: ssm_scan fast_recurrent": scan(ssm_scan.fast_recurrent, False),
             "mamba decode: ssm_conv consistent (Triton)": conv(ssm_conv.consistent),
             "mamba decode: ssm_conv fast_window_sum": conv(ssm_conv.fast_window_sum)}

@@ -2,6 +2,7 @@
 
     python3 benchmarks/gpu_rollout.py --out DIR [--models qwen3-1.7b,nemotron-wide-cut]
         [--batches 1,16,64] [--new-tokens 24] [--prompt-len 64] [--pairs 2] [--budget-s 420]
+        [--skip trainer,profile,reference]
 
 Per (model, batch): the engine generates `batch` requests (all arriving at step 0, sampled at
 temperature 1) with the fast and the consistent contract alternately (A B A B ..., after one
@@ -193,6 +194,9 @@ def step_profile(config, contract, weights, batch, prompt_len, limit=10):
     return dict(_profiled_step(engine, limit), graphs=engine.replays_cuda_graphs, prefill=prefill)
 
 
+SKIPPABLE = ("trainer", "profile", "reference")  # the trainer step, the profiled steps, transformers generate
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -203,7 +207,12 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new cells after this")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test")
+    parser.add_argument("--skip", default="", help="comma-separated parts not to run, for a short device call: "
+                        f"{', '.join(SKIPPABLE)}")
     args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    if skip - set(SKIPPABLE):
+        parser.error(f"--skip: unknown parts {sorted(skip - set(SKIPPABLE))}; choose from {SKIPPABLE}")
     global DEVICE
     DEVICE = args.device
     out = Path(args.out)
@@ -235,7 +244,8 @@ def main() -> int:
                 for name in CONTRACTS:
                     completions, steps, total = timed_rollout(engines[name], config, batch,
                                                               args.prompt_len, args.new_tokens, seed=100 + pair)
-                    train_s = timed_train_step(config, contracts[name], weights, completions)
+                    train_s = (None if "trainer" in skip
+                               else timed_train_step(config, contracts[name], weights, completions))
                     cell["samples"][name].append({
                         "tokens_per_s": batch * args.new_tokens / total, "total_s": total, "train_step_s": train_s,
                         "decode_step_s": [s for phase, s in steps if phase == "decode"],
@@ -246,9 +256,10 @@ def main() -> int:
                 summary[name] = {
                     "tokens_per_s": statistics.median(s["tokens_per_s"] for s in samples),
                     "decode_step_ms": 1e3 * statistics.median(d for s in samples for d in s["decode_step_s"]),
-                    "train_step_s": statistics.median(s["train_step_s"] for s in samples)}
+                    "train_step_s": None if "trainer" in skip else statistics.median(s["train_step_s"] for s in samples)}
             summary["rollout_ratio"] = summary["consistent"]["tokens_per_s"] / summary["fast"]["tokens_per_s"]
-            summary["train_ratio"] = summary["consistent"]["train_step_s"] / summary["fast"]["train_step_s"]
+            summary["train_ratio"] = (None if "trainer" in skip
+                                      else summary["consistent"]["train_step_s"] / summary["fast"]["train_step_s"])
             if batch == max(batches):
                 roof = decode_roofline_s(config, weights, batch, args.prompt_len + args.new_tokens,
                                          record["bandwidth_bytes_per_s"])
@@ -260,11 +271,12 @@ def main() -> int:
             f, c = summary["fast"], summary["consistent"]
             print(f"{model_name:<18}{batch:>6}{f['tokens_per_s']:>12.1f}{c['tokens_per_s']:>12.1f}"
                   f"{summary['rollout_ratio']:>7.2f}{f['decode_step_ms']:>12.2f}{c['decode_step_ms']:>12.2f}"
-                  f"{f['train_step_s']:>7.2f}/{c['train_step_s']:<6.2f}{summary['train_ratio']:>7.2f}"
+                  + (f"{'-':>14}{'-':>7}" if "trainer" in skip else
+                     f"{f['train_step_s']:>7.2f}/{c['train_step_s']:<6.2f}{summary['train_ratio']:>7.2f}")
                   + (f"  roofline {summary['decode_roofline_ms']:.2f} ms" if "decode_roofline_ms" in summary else "")
                   + ("  graphs" if cell["cuda_graphs"] else "  eager"),
                   flush=True)
-        if DEVICE == "cuda" and time.perf_counter() - started < args.budget_s:
+        if DEVICE == "cuda" and "profile" not in skip and time.perf_counter() - started < args.budget_s:
             for name in CONTRACTS:
                 record["kernels"].append({"model": model_name, "contract": name, "batch": max(batches),
                                           "top": top_kernels(config, contracts[name], weights, max(batches),
@@ -272,7 +284,7 @@ def main() -> int:
                                           "step": step_profile(config, contracts[name], weights, max(batches),
                                                                args.prompt_len)})
             path.write_text(json.dumps(record, indent=1))
-        if config.family == "qwen3" and time.perf_counter() - started < args.budget_s:
+        if config.family == "qwen3" and "reference" not in skip and time.perf_counter() - started < args.budget_s:
             batch = max(int(b) for b in args.batches.split(","))
             samples = transformers_generate(config, batch, args.prompt_len, args.new_tokens)
             record["references"].append({"model": model_name, "batch": batch, "what": "transformers generate",

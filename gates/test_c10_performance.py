@@ -6,11 +6,11 @@ contract of the commit the device target's record names (baseline/frozen.json on
 baseline/frozen-cuda.json on CUDA), exported from git (`git archive`: that commit's kernels/
 and gates/, nothing of the working tree) and run in its own process, while the candidate runs
 the current tree in its own process; both time the same freshly seeded workload on the same
-seeded weights (saved once, mapped by every process) after a warm-up, interleaved (baseline, candidate, ...; 3 pairs, BITWISE_C10_PAIRS changes the count
-and the inputs record it), compared by medians, every raw sample in the result; and every
-timed candidate sample's outputs (tokens and log-prob bits) equal an untimed run of the same
-workload here (so a patched timer or cached outputs cannot pass), the baseline's samples equal
-each other. What is timed follows the target (`plan`): on the CPU the model's cut with the
+seeded weights (saved once, mapped by every process) after a warm-up, interleaved (baseline,
+candidate, ...; 3 pairs, BITWISE_C10_PAIRS changes the count and the inputs record it),
+compared by medians, every raw sample in the result; and every timed candidate sample's
+outputs (tokens and log-prob bits) equal an untimed run of the same workload here (so a
+patched timer or cached outputs cannot pass), the baseline's samples equal each other. What is timed follows the target (`plan`): on the CPU the model's cut with the
 gates' small engine, a smoke figure; on CUDA the model at full width (qwen3-1.7b,
 nemotron-wide-cut), 64 sequences with room to batch them all, CUDA graphs for decode where
 the model allows, as gpu_rollout.py runs it. Negative control: a planted slow path
@@ -128,12 +128,12 @@ def plan(model: str, target: str, seed: int) -> dict:
             "engine": {"cuda_graphs": graphs_unsupported(load_model_config(config), None) is None}}
 
 
-def write_weights(config_name_: str, folder: str) -> str:
+def write_weights(config: str, folder: str) -> str:
     """The model's seeded weights saved once for every process to map: seeding a full-width
     model on the host takes tens of seconds, which each of the 2 x PAIRS processes would
     otherwise spend (the gate's time, never the timed one's)."""
     path = os.path.join(folder, "weights.pt")
-    torch.save(seeded_weights(load_model_config(config_name_)), path)
+    torch.save(seeded_weights(load_model_config(config)), path)
     return path
 
 

@@ -621,7 +621,7 @@ def check_ssm_scan_negative_control_mixed_arithmetic(ssm_triton, fresh_seed):
     from kernels.ops import ssm_scan
     inputs, length = _ssm_inputs(fresh_seed), SSM["length"]
     whole = _ssm_run(inputs, [length], [ssm_triton.consistent])
-    mixed = _ssm_run(inputs, [60] + [1] * (length - 60), [ssm_triton.consistent] + [ssm_scan._torch_scan] * (length - 60))
+    mixed = _ssm_run(inputs, [60] + [1] * (length - 60), [ssm_triton.consistent] + [ssm_scan.torch_scan] * (length - 60))
     assert first_bit_difference(mixed[60:], whole[60:]) is not None, f"control did not differ, seed={fresh_seed}"
 
 
@@ -633,7 +633,7 @@ def check_ssm_scan_backward_is_the_torch_forms(ssm_triton, fresh_seed):
     s = SSM
     leaves = {k: v.clone().requires_grad_(True) for k, v in inputs.items()}
     grads, ys = [], []
-    for scan in (ssm_triton.consistent, ssm_scan._torch_scan):
+    for scan in (ssm_triton.consistent, ssm_scan.torch_scan):
         from kernels.models.state import MambaSequenceState
         state = MambaSequenceState(conv=torch.zeros(1, 1), ssm=torch.zeros(s["heads"], s["head_dim"], s["state"]))
         y = ssm_scan.consistent_with(scan, leaves["x"], leaves["B"], leaves["C"], leaves["dt_raw"], state,

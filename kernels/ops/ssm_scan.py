@@ -67,7 +67,7 @@ def run_chunks(rows, state0, A, D, chunk_size):
     return torch.cat(outputs), boundary, end
 
 
-def _torch_scan(rows, state0, A, D, *, chunk_size, first_row):
+def torch_scan(rows, state0, A, D, *, chunk_size, first_row):
     """The chunked form in torch ops: (y of rows[first_row:], the state at the last boundary)."""
     y, boundary, _ = run_chunks(rows, state0, A, D, chunk_size)
     return y[first_row:], boundary
@@ -79,7 +79,7 @@ def scan_for(device):
     if device.type == "cuda":
         from kernels.ops import ssm_scan_triton  # imports Triton: CUDA machines only
         return ssm_scan_triton.consistent
-    return _torch_scan
+    return torch_scan
 
 
 def consistent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
