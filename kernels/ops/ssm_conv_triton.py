@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ops.autograd_use import records_graph
+from kernels.ops.autograd_use import grads_of_recomputed, records_graph
 
 BLOCK_C = 256
 
@@ -67,15 +67,10 @@ class ConsistentConv(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         from kernels.ops.ssm_conv import consistent_taps  # the torch form
-        saved = ctx.saved_tensors
-        with torch.enable_grad():
-            inputs = [t.detach().requires_grad_(need) for t, need in zip(saved, ctx.needs_input_grad)]
-            xbc, conv_state, weight, bias = inputs
-            window = torch.cat([conv_state.to(xbc.dtype), xbc])
-            out = consistent_taps(window, weight, bias, xbc.shape[0])
-            wanted = [t for t in inputs if t.requires_grad]
-            grads = iter(torch.autograd.grad(out, wanted, grad.float()))
-        return tuple(next(grads) if t.requires_grad else None for t in inputs)
+
+        def torch_form(xbc, conv_state, weight, bias):
+            return consistent_taps(torch.cat([conv_state.to(xbc.dtype), xbc]), weight, bias, xbc.shape[0])
+        return grads_of_recomputed(ctx.saved_tensors, ctx.needs_input_grad, torch_form, grad.float())
 
 
 def consistent(xbc, state, weight, bias):

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ops.autograd_use import records_graph
+from kernels.ops.autograd_use import grads_of_recomputed, records_graph
 
 ROW_BLOCK = 32  # BT = BS; smaller when the chunk is (Q = 16 in the cut)
 
@@ -144,14 +144,10 @@ class ConsistentScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y, _grad_boundary):
         from kernels.ops.ssm_scan import run_chunks  # the torch form (imports nothing of this file)
-        saved = ctx.saved_tensors
-        with torch.enable_grad():
-            inputs = [t.detach().requires_grad_(need) for t, need in zip(saved, ctx.needs_input_grad)]
-            x, B, C, dt, state0, A, D = inputs
-            y = run_chunks([x, B, C, dt], state0, A, D, ctx.chunk_size)[0][ctx.first_row:]
-            wanted = [t for t in inputs if t.requires_grad]
-            grads = iter(torch.autograd.grad(y, wanted, grad_y))
-        return tuple(next(grads) if t.requires_grad else None for t in inputs) + (None, None)
+
+        def torch_form(x, B, C, dt, state0, A, D):
+            return run_chunks([x, B, C, dt], state0, A, D, ctx.chunk_size)[0][ctx.first_row:]
+        return grads_of_recomputed(ctx.saved_tensors, ctx.needs_input_grad, torch_form, grad_y) + (None, None)
 
 
 def consistent(rows, state0, A, D, *, chunk_size: int, first_row: int):
