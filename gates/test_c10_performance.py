@@ -5,12 +5,14 @@ engine, continuous batching) is at least FLOOR (0.70) times the frozen baseline'
 contract of the commit the device target's record names (baseline/frozen.json on the CPU,
 baseline/frozen-cuda.json on CUDA), exported from git (`git archive`: that commit's kernels/
 and gates/, nothing of the working tree) and run in its own process, while the candidate runs
-the current tree in its own process; both time the same freshly seeded workload on the same
-seeded weights (saved once, mapped by every process) after a warm-up, interleaved (baseline,
-candidate, ...; 3 pairs, BITWISE_C10_PAIRS changes the count and the inputs record it),
-compared by medians, every raw sample in the result; and every timed candidate sample's
-outputs (tokens and log-prob bits) equal an untimed run of the same workload here (so a
-patched timer or cached outputs cannot pass), the baseline's samples equal each other. What is timed follows the target (`plan`): on the CPU the model's cut with the
+the current tree in its own process; both time the generation of the same freshly seeded
+workload on the same seeded weights (saved once, mapped by every process) by an engine warmed
+by one run of it (building the engine, copying weights and capturing graphs untimed),
+interleaved (baseline, candidate, ...; 3 pairs, BITWISE_C10_PAIRS changes the count and the
+inputs record it), compared by medians, every raw sample in the result; and every timed
+candidate sample's outputs (tokens and log-prob bits) equal an untimed run of the same
+workload on a fresh engine here (so a patched timer, cached outputs or a reused engine's
+state cannot pass), the baseline's samples equal each other. What is timed follows the target (`plan`): on the CPU the model's cut with the
 gates' small engine, a smoke figure; on CUDA the model at full width (qwen3-1.7b,
 nemotron-wide-cut), 64 sequences with room to batch them all, CUDA graphs for decode where
 the model allows, as gpu_rollout.py runs it. Negative control: a planted slow path
@@ -48,7 +50,7 @@ if PAIRS < 1:
 
 def rollout_options(asked: dict) -> dict:
     """The rollout options a plan asks for: its engine settings and, off the CPU, its shape.
-    The CPU plan asks for none, so the CPU baseline's older rollout is called as it was."""
+    The CPU plan asks for none, so the CPU baseline's older make_engine is called as it was."""
     options = dict(asked.get("engine", {}))
     if "shape" in asked:
         from gates.workload import EngineShape
@@ -65,12 +67,17 @@ def completions_digest(completions) -> str:
     return digest.hexdigest()
 
 
-# Run with cwd = a source tree: it imports that tree's kernels and gates.workload, warms up,
-# times one rollout and prints tokens/s, the digest of its outputs and where kernels came from.
+# Run with cwd = a source tree: it imports that tree's kernels and gates.workload, builds one
+# engine, runs the workload on it once to warm it (Triton compiles, decode graphs captured,
+# weights copied), then times the workload's generation on the same engine (arrivals counted
+# from that run's first step again, as on a fresh engine) and prints tokens/s, the digest of
+# its outputs and where kernels came from. Building the engine and capturing graphs are not
+# generation: timed (up to session 7), they were a cost both sides paid in every sample,
+# which pulls the ratio toward 1.
 _TIMING_PROGRAM = """
 import json, sys, time, kernels, torch
 from gates.faults import register_all
-from gates.workload import Workload, rollout
+from gates.workload import Workload, make_engine, make_requests
 from kernels.contract import load_contract
 from kernels.models.config import load_model_config
 from hashlib import sha256
@@ -85,10 +92,12 @@ if asked.get("device", "cpu") != "cpu":  # the CPU baseline's tree predates gate
 config, contract = load_model_config(asked["config"]), load_contract(asked["contract"])
 weights = torch.load(asked["weights_file"], mmap=True, weights_only=True)
 workload = Workload(**asked["workload"])
-rollout(config, contract, weights, workload, **options)
+engine = make_engine(config, contract, weights, workload, **options)
+engine.generate(make_requests(workload, config.vocab_size))
 sync()
+engine.step_count = 0  # both trees' engines count arrival steps from here
 started = time.perf_counter()
-completions, _ = rollout(config, contract, weights, workload, **options)
+completions = engine.generate(make_requests(workload, config.vocab_size))
 sync()
 elapsed = time.perf_counter() - started
 print(json.dumps({"tokens_per_s": sum(len(c.tokens) for c in completions) / elapsed,
@@ -97,7 +106,7 @@ print(json.dumps({"tokens_per_s": sum(len(c.tokens) for c in completions) / elap
 
 
 def timed_rollout(tree, asked: dict) -> dict:
-    """One sample: a fresh process on `tree`'s kernels times a warmed-up rollout; {tokens_per_s,
+    """One sample: a fresh process on `tree`'s kernels times the workload on a warmed engine; {tokens_per_s,
     digest of its outputs}. The tree under judgement runs with the harness's pristine gates
     (BITWISE_APPARATUS) as its working directory when there is one."""
     apparatus = os.environ.get("BITWISE_APPARATUS") if Path(tree) == ROOT else None
