@@ -213,6 +213,7 @@ def main() -> int:
     skip = set(filter(None, args.skip.split(",")))
     if skip - set(SKIPPABLE):
         parser.error(f"--skip: unknown parts {sorted(skip - set(SKIPPABLE))}; choose from {SKIPPABLE}")
+    times_trainer = "trainer" not in skip
     global DEVICE
     DEVICE = args.device
     out = Path(args.out)
@@ -244,8 +245,7 @@ def main() -> int:
                 for name in CONTRACTS:
                     completions, steps, total = timed_rollout(engines[name], config, batch,
                                                               args.prompt_len, args.new_tokens, seed=100 + pair)
-                    train_s = (None if "trainer" in skip
-                               else timed_train_step(config, contracts[name], weights, completions))
+                    train_s = timed_train_step(config, contracts[name], weights, completions) if times_trainer else None
                     cell["samples"][name].append({
                         "tokens_per_s": batch * args.new_tokens / total, "total_s": total, "train_step_s": train_s,
                         "decode_step_s": [s for phase, s in steps if phase == "decode"],
@@ -256,10 +256,10 @@ def main() -> int:
                 summary[name] = {
                     "tokens_per_s": statistics.median(s["tokens_per_s"] for s in samples),
                     "decode_step_ms": 1e3 * statistics.median(d for s in samples for d in s["decode_step_s"]),
-                    "train_step_s": None if "trainer" in skip else statistics.median(s["train_step_s"] for s in samples)}
+                    "train_step_s": statistics.median(s["train_step_s"] for s in samples) if times_trainer else None}
             summary["rollout_ratio"] = summary["consistent"]["tokens_per_s"] / summary["fast"]["tokens_per_s"]
-            summary["train_ratio"] = (None if "trainer" in skip
-                                      else summary["consistent"]["train_step_s"] / summary["fast"]["train_step_s"])
+            summary["train_ratio"] = (summary["consistent"]["train_step_s"] / summary["fast"]["train_step_s"]
+                                      if times_trainer else None)
             if batch == max(batches):
                 roof = decode_roofline_s(config, weights, batch, args.prompt_len + args.new_tokens,
                                          record["bandwidth_bytes_per_s"])
@@ -271,8 +271,8 @@ def main() -> int:
             f, c = summary["fast"], summary["consistent"]
             print(f"{model_name:<18}{batch:>6}{f['tokens_per_s']:>12.1f}{c['tokens_per_s']:>12.1f}"
                   f"{summary['rollout_ratio']:>7.2f}{f['decode_step_ms']:>12.2f}{c['decode_step_ms']:>12.2f}"
-                  + (f"{'-':>14}{'-':>7}" if "trainer" in skip else
-                     f"{f['train_step_s']:>7.2f}/{c['train_step_s']:<6.2f}{summary['train_ratio']:>7.2f}")
+                  + (f"{f['train_step_s']:>7.2f}/{c['train_step_s']:<6.2f}{summary['train_ratio']:>7.2f}"
+                     if times_trainer else f"{'-':>14}{'-':>7}")
                   + (f"  roofline {summary['decode_roofline_ms']:.2f} ms" if "decode_roofline_ms" in summary else "")
                   + ("  graphs" if cell["cuda_graphs"] else "  eager"),
                   flush=True)

@@ -58,6 +58,11 @@ def rollout_options(asked: dict) -> dict:
     return options
 
 
+def mapped_weights(asked: dict) -> dict:
+    """The plan's seeded weights, mapped from the file the gate wrote once (write_weights)."""
+    return torch.load(asked["weights_file"], mmap=True, weights_only=True)
+
+
 def completions_digest(completions) -> str:
     """Tokens and log-prob bits of every completion, in order (sha256)."""
     digest = sha256()
@@ -90,8 +95,7 @@ if asked.get("device", "cpu") != "cpu":  # the CPU baseline's tree predates gate
     device.select(asked["device"])
     sync = torch.cuda.synchronize
 config, contract = load_model_config(asked["config"]), load_contract(asked["contract"])
-weights = torch.load(asked["weights_file"], mmap=True, weights_only=True)
-workload = Workload(**asked["workload"])
+weights, workload = mapped_weights(asked), Workload(**asked["workload"])
 engine = make_engine(config, contract, weights, workload, **options)
 engine.generate(make_requests(workload, config.vocab_size))
 sync()
@@ -102,7 +106,8 @@ sync()
 elapsed = time.perf_counter() - started
 print(json.dumps({"tokens_per_s": sum(len(c.tokens) for c in completions) / elapsed,
                   "kernels": kernels.__file__, "digest": completions_digest(completions)}))
-""".replace("{shared_source}", inspect.getsource(rollout_options) + inspect.getsource(completions_digest))
+""".replace("{shared_source}", "".join(inspect.getsource(f) for f in (rollout_options, mapped_weights,
+                                                                        completions_digest)))
 
 
 def timed_rollout(tree, asked: dict) -> dict:
@@ -150,7 +155,7 @@ def untimed_digest(asked: dict) -> str:
     """The candidate's outputs computed here, untimed: what every timed sample must match."""
     register_all()  # the contract under test may name a planted fault
     completions, _ = rollout(load_model_config(asked["config"]), load_contract(asked["contract"]),
-                             torch.load(asked["weights_file"], mmap=True, weights_only=True),
+                             mapped_weights(asked),
                              Workload(**asked["workload"]), **rollout_options(asked))
     return completions_digest(completions)
 

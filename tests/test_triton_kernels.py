@@ -587,7 +587,7 @@ def _ssm_run(inputs, splits, scans):
     from kernels.ops import ssm_scan
     s = SSM
     state = MambaSequenceState(conv=torch.zeros(1, 1), ssm=torch.zeros(s["heads"], s["head_dim"], s["state"]))
-    outputs, start = [], 0
+    outputs, start = [], 0  # the inputs may be autograd leaves: slices keep their gradients
     for length, scan in zip(splits, scans):
         rows = slice(start, start + length)
         outputs.append(ssm_scan.consistent_with(scan, inputs["x"][rows], inputs["B"][rows], inputs["C"][rows],
@@ -630,20 +630,16 @@ def check_ssm_scan_backward_is_the_torch_forms(ssm_triton, fresh_seed):
     backward recomputes that form), and the forward keeps the Triton bits."""
     from kernels.ops import ssm_scan
     inputs = _ssm_inputs(fresh_seed)
-    s = SSM
     leaves = {k: v.clone().requires_grad_(True) for k, v in inputs.items()}
     grads, ys = [], []
     for scan in (ssm_triton.consistent, ssm_scan.torch_scan):
-        from kernels.models.state import MambaSequenceState
-        state = MambaSequenceState(conv=torch.zeros(1, 1), ssm=torch.zeros(s["heads"], s["head_dim"], s["state"]))
-        y = ssm_scan.consistent_with(scan, leaves["x"], leaves["B"], leaves["C"], leaves["dt_raw"], state,
-                                     leaves["dt_bias"], leaves["A_log"], leaves["D"], chunk_size=s["chunk"])
+        y = _ssm_run(leaves, [SSM["length"]], [scan])
         weight = torch.randn(y.shape, generator=torch.Generator().manual_seed(fresh_seed))
         grads.append(torch.autograd.grad((y * weight).sum(), list(leaves.values())))
         ys.append(y.detach())
     for name, ours, torch_form in zip(leaves, *grads):
         assert_bitwise_equal(ours, torch_form, f"d/d{name} seed={fresh_seed}")
-    assert_bitwise_equal(ys[0], _ssm_run(inputs, [s["length"]], [ssm_triton.consistent]), "forward bits")
+    assert_bitwise_equal(ys[0], _ssm_run(inputs, [SSM["length"]], [ssm_triton.consistent]), "forward bits")
 
 
 def _conv_run(kernel, xbc, weight, bias, splits):

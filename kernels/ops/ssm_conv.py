@@ -16,7 +16,12 @@ from kernels.ops.activation import position_independent_sigmoid
 
 def _window(xbc, state):
     """[K-1+T, C]: the conv state's K-1 rows, then the segment's rows."""
-    return torch.cat([state.conv.to(xbc.dtype), xbc])
+    return window_rows(state.conv, xbc)
+
+
+def window_rows(conv, xbc):
+    """The conv window from the K-1 held rows `conv` and the segment's rows."""
+    return torch.cat([conv.to(xbc.dtype), xbc])
 
 
 def _keep_tail(state, window, kernel_size):

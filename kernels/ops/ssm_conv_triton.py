@@ -66,10 +66,10 @@ class ConsistentConv(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from kernels.ops.ssm_conv import consistent_taps  # the torch form
+        from kernels.ops.ssm_conv import consistent_taps, window_rows  # the torch form
 
         def torch_form(xbc, conv_state, weight, bias):
-            return consistent_taps(torch.cat([conv_state.to(xbc.dtype), xbc]), weight, bias, xbc.shape[0])
+            return consistent_taps(window_rows(conv_state, xbc), weight, bias, xbc.shape[0])
         return grads_of_recomputed(ctx.saved_tensors, ctx.needs_input_grad, torch_form, grad.float())
 
 
