@@ -94,42 +94,73 @@ def ops(m: int) -> dict:
     return calls
 
 
-def mamba_decode_ops() -> dict:
-    """name -> call: one sequence's one-token Mamba decode at nemotron-wide-cut's widths (64
-    heads x 64, state 128, 8 groups, chunk 128), 60 rows into its chunk; each call resets the
-    sequence's state first (attribute writes, no tensor op), so every call does the same work."""
-    from kernels.models.state import MambaSequenceState
+def mamba_decode_ops(num_sequences: int = 64) -> dict:
+    """name -> call: one Mamba layer's one-token decode at nemotron-wide-cut's widths (64 heads
+    x 64, state 128, 8 groups, chunk 128), each sequence 60 rows into its chunk: one sequence
+    on a per-sequence store (segment by segment) and `num_sequences` on the engine's pooled
+    store (the batched forms). Each call resets the positions first (attribute writes, no
+    tensor op), so every call does the same work."""
+    from kernels.models.batch import Segment
+    from kernels.models.state import MambaStateStore, PooledMambaStore
     from kernels.ops import ssm_conv, ssm_scan
-    heads, head_dim, groups, state_size, chunk, pending, taps = 64, 64, 8, 128, 128, 60, 4
+    heads, head_dim, groups, state_size, chunk, held, taps = 64, 64, 8, 128, 128, 60, 4
     conv_dim = heads * head_dim + 2 * groups * state_size
+    shape = dict(conv_rows=taps - 1, conv_dim=conv_dim, num_heads=heads, head_dim=head_dim,
+                 state_size=state_size, chunk_size=chunk, dtype=torch.bfloat16, device="cuda")
 
-    def rnd(*shape, dtype=torch.bfloat16):
-        return torch.randn(*shape, device="cuda").to(dtype)
-    x, B, C = rnd(1, heads, head_dim), rnd(1, groups, state_size), rnd(1, groups, state_size)
-    dt_raw, dt_bias, a_log, d = rnd(1, heads), rnd(heads), torch.rand(heads, device="cuda"), rnd(heads)
-    held = [rnd(pending, heads, head_dim, dtype=torch.float32), rnd(pending, groups, state_size, dtype=torch.float32),
-            rnd(pending, groups, state_size, dtype=torch.float32), torch.rand(pending, heads, device="cuda") * 0.1]
-    ssm0, conv0 = rnd(heads, head_dim, state_size, dtype=torch.float32), rnd(taps - 1, conv_dim)
-    xbc, conv_w, conv_b = rnd(1, conv_dim), rnd(conv_dim, taps), rnd(conv_dim)
-    state = MambaSequenceState(conv=conv0, ssm=ssm0)
+    def rnd(*size, dtype=torch.bfloat16):
+        return torch.randn(*size, device="cuda").to(dtype)
+    dt_bias, a_log, d, conv_w, conv_b = rnd(heads), torch.rand(heads, device="cuda"), rnd(heads), rnd(conv_dim, taps), rnd(conv_dim)
 
-    def scan(variant, replays_pending):
+    def layer(store_type, count, buffers):
+        """A call resetting `count` sequences to `held` rows in, then the door call(variant)."""
+        store = store_type(**shape)
+        rows = [rnd(held, heads, head_dim, dtype=torch.float32), rnd(held, groups, state_size, dtype=torch.float32),
+                rnd(held, groups, state_size, dtype=torch.float32), torch.rand(held, heads, device="cuda") * 0.1]
+        states = [store.open(Segment(seq, 0, 1, 0, "engine_prefill")) for seq in range(count)]
+        for state in states:
+            state.ssm, state.conv = rnd(heads, head_dim, state_size, dtype=torch.float32), rnd(taps - 1, conv_dim)
+            state.pending = rows if buffers else None  # the pooled store copies them into its pool once
+        segments = tuple(Segment(seq, held, 1, seq, "engine_decode") for seq in range(count))
+        inputs = dict(x=rnd(count, heads, head_dim), B=rnd(count, groups, state_size),
+                      C=rnd(count, groups, state_size), dt_raw=rnd(count, heads), xbc=rnd(count, conv_dim))
+
+        def reset():  # attribute writes only
+            for state in states:
+                if store.pooled:
+                    state.folded, state.buffered = (0, held) if buffers else (held, 0)
+                else:
+                    state.folded, state.pending = (0, rows) if buffers else (held, None)
+            store._slot_tables = None
+        return segments, store, inputs, reset
+
+    def scan(variant, store_type, count, buffers):
+        segments, store, i, reset = layer(store_type, count, buffers)
+
         def call():
-            state.ssm, state.folded, state.pending = ssm0, 0, (held if replays_pending else None)
-            variant(x, B, C, dt_raw, state, dt_bias, a_log, d, chunk_size=chunk, dt_min=0.001)
+            reset()
+            variant(i["x"], i["B"], i["C"], i["dt_raw"], segments, store, dt_bias, a_log, d, chunk_size=chunk,
+                    dt_min=0.001)
         return call
 
-    def conv(variant):
+    def conv(variant, store_type, count):
+        segments, store, i, reset = layer(store_type, count, False)
+
         def call():
-            state.conv = conv0
-            variant(xbc, state, conv_w, conv_b)
+            reset()
+            variant(i["xbc"], segments, store, conv_w, conv_b)
         return call
-    return {"mamba decode: ssm_scan consistent (Triton)": scan(ssm_scan.consistent, True),
-            "mamba decode: ssm_scan consistent (torch form)": scan(
-                lambda *a, **k: ssm_scan.consistent_with(ssm_scan.torch_scan, *a, **k), True),
-            "mamba decode: ssm_scan fast_recurrent": scan(ssm_scan.fast_recurrent, False),
-            "mamba decode: ssm_conv consistent (Triton)": conv(ssm_conv.consistent),
-            "mamba decode: ssm_conv fast_window_sum": conv(ssm_conv.fast_window_sum)}
+    many = f"{num_sequences} sequences batched"
+    return {"mamba decode: ssm_scan consistent, 1 sequence": scan(ssm_scan.consistent, MambaStateStore, 1, True),
+            "mamba decode: ssm_scan fast_recurrent, 1 sequence": scan(ssm_scan.fast_recurrent, MambaStateStore, 1, False),
+            "mamba decode: ssm_conv consistent, 1 sequence": conv(ssm_conv.consistent, MambaStateStore, 1),
+            "mamba decode: ssm_conv fast_window_sum, 1 sequence": conv(ssm_conv.fast_window_sum, MambaStateStore, 1),
+            f"mamba decode: ssm_scan consistent, {many}": scan(ssm_scan.consistent, PooledMambaStore, num_sequences, True),
+            f"mamba decode: ssm_scan fast_recurrent, {many}": scan(ssm_scan.fast_recurrent, PooledMambaStore,
+                                                                   num_sequences, False),
+            f"mamba decode: ssm_conv consistent, {many}": conv(ssm_conv.consistent, PooledMambaStore, num_sequences),
+            f"mamba decode: ssm_conv fast_window_sum, {many}": conv(ssm_conv.fast_window_sum, PooledMambaStore,
+                                                                    num_sequences)}
 
 
 def main() -> int:
@@ -145,7 +176,8 @@ def main() -> int:
         for name, call in ops(m).items():
             records.append({"op": name, "m": m, "host_us": host_us(call)})
     for name, call in mamba_decode_ops().items():  # wall per call too: the replay's GPU time may lead
-        records.append({"op": name, "m": 1, "host_us": host_us(call), "synced_us": synced_us(call)})
+        rows = int(name.rsplit(", ", 1)[1].split()[0])  # the sequences decoded: one row each
+        records.append({"op": name, "m": rows, "host_us": host_us(call), "synced_us": synced_us(call)})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_host_overhead.json").write_text(json.dumps({"environment": environment, "samples": records}, indent=1))

@@ -76,7 +76,7 @@ def _run(model, contract, plan, sampling_seed: int) -> list:
     """Every region call's outputs over the plan, on a fresh cache."""
     capture = Capture()
     dispatch = RegionDispatch(contract, [capture])
-    cache = TransientCache(model.config.num_layers, model.config.kv_cache_dtype)
+    cache = TransientCache.for_case(model.config, plan[0][0])
     for batch_case, segment_case, pieces in plan:
         batch = TokenBatch.from_sequences(pieces, batch_case, segment_case, device=device.target())
         hidden = model(batch, dispatch, cache)

@@ -41,7 +41,6 @@ KIND = {"engine_prefill": "prefill", "engine_decode": "decode", "engine_graph": 
 PROBES = {"prefill": ((0, 1), (12, 7), (0, 21)), "decode": ((15, 1), (16, 1), (33, 1)),
           "trainer": ((0, 1), (0, 7), (0, 21))}
 MAX_ROWS = {"prefill": 128, "decode": 64, "trainer": 128}
-SEGMENT_REGIONS = ("ssm_conv", "ssm_scan")  # called once per segment, in order (attention: once, all rows)
 WHOLE_REGIONS = ("weight_quant",)  # outputs are weights, not rows
 POOL_SIZE, MAX_HISTORY, MAX_PIECE = 64, 10, 16
 PROBE_SEQ, POOL_SEQ = 1000, 2000
@@ -74,15 +73,12 @@ def _forward(model, contract, case, pieces, cache, sampling_seeds):
 
 def _rows_of(batch, calls, index: int) -> dict:
     """{(region, layer, n): [tensors]}: segment `index`'s rows of every region output."""
-    segment, num_segments = batch.segments[index], len(batch.segments)
+    segment = batch.segments[index]
     counts, rows = {}, {}
     for region, layer, outputs in calls:
         n = counts[(region, layer)] = counts.get((region, layer), -1) + 1
         tensors = [t for t in outputs if isinstance(t, torch.Tensor)]
-        if region in SEGMENT_REGIONS:
-            if n % num_segments == index:
-                rows[(region, layer, n // num_segments)] = [t.clone() for t in tensors]
-        elif region in WHOLE_REGIONS:
+        if region in WHOLE_REGIONS:
             rows[(region, layer, n)] = [t.clone() for t in tensors]
         else:
             rows[(region, layer, n)] = [t[segment.rows].clone() for t in tensors]
@@ -103,7 +99,7 @@ class World:
         self.pool = [(POOL_SEQ + j, rng.randint(least, most)) for j in range(POOL_SIZE)]
         seq_ids = [probe[0] for probe in self.probes] + [seq for seq, _ in self.pool]
         self.seeds = {seq: rng.randrange(2**31) for seq in seq_ids}  # sampler seed per sequence
-        self.cache = TransientCache(model.config.num_layers, model.config.kv_cache_dtype)
+        self.cache = TransientCache.for_case(model.config, case)
         history = [(seq, 0, ids[:h]) for seq, h, ids in self.probes if h] + [
             (seq, 0, self.tokens(h)) for seq, h in self.pool if h]
         if history:  # prefilled once; every batch runs on a copy

@@ -34,7 +34,6 @@ from kernels.models.state import TransientCache
 
 SIZES = ("cut", "cut-quant")
 REGIONS = ("attention", "ssm_scan")  # per-sequence regions whose rows are compared per token
-ROW_REGIONS = ("attention",)  # called once per case over its segments (ssm_scan: once per segment)
 NUM_SEQUENCES, MIN_LENGTH, MAX_LENGTH = 2, 17, 40
 ENGINE_TOKENS_PER_STEP, ENGINE_BLOCK_SIZE = 12, 16
 
@@ -51,23 +50,18 @@ class Recorder:
     logits and REGIONS outputs, by (quantity, sequence) and start position."""
 
     def __init__(self):
-        self.rows, self.batch, self.counts, self.num_chunks = {}, None, {}, 0
+        self.rows, self.batch, self.num_chunks = {}, None, 0
 
     def begin(self, batch) -> None:
-        self.batch, self.counts = batch, {}
+        self.batch = batch
         self.num_chunks += sum(s.start > 0 and s.case == "engine_prefill" for s in batch.segments)
 
     def __call__(self, call) -> None:
         region, layer = call.region, call.layer
-        if region in REGIONS:
-            n = self.counts[(region, layer)] = self.counts.get((region, layer), -1) + 1
-            if region in ROW_REGIONS:  # one call over a case's segments, rows numbered as they say
-                segments = next(a for a in call.args if isinstance(a, tuple) and a and isinstance(a[0], Segment))
-                for segment in segments:
-                    self._put(f"{region}@layer{layer}", segment, call.output[segment.rows])
-            else:
-                self._put(f"{region}@layer{layer}", self.batch.segments[n % len(self.batch.segments)],
-                          call.output)
+        if region in REGIONS:  # one call over a case's segments, rows numbered as they say
+            segments = next(a for a in call.args if isinstance(a, tuple) and a and isinstance(a[0], Segment))
+            for segment in segments:
+                self._put(f"{region}@layer{layer}", segment, call.output[segment.rows])
 
     def end(self, hidden, logits) -> None:
         for segment in self.batch.segments:
@@ -95,7 +89,7 @@ def _run_phase(model, contract, steps) -> dict:
     """Forwards over steps [(batch case, segment case, pieces)] on one fresh cache."""
     recorder = Recorder()
     dispatch = RegionDispatch(contract, [recorder])
-    cache = TransientCache(model.config.num_layers, model.config.kv_cache_dtype)
+    cache = TransientCache.for_case(model.config, steps[0][0])
     with torch.no_grad():
         for batch_case, segment_case, pieces in steps:
             batch = TokenBatch.from_sequences(pieces, batch_case, segment_case, device=device.target())

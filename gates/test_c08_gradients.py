@@ -80,15 +80,16 @@ class ReferenceDispatch:
     def logprob(self, layer, logits, targets, temperatures, *, full=False):
         return ref_logprob.logprob(logits, targets, temperatures, full=full)
 
-    def ssm_conv(self, layer, xbc, state, weight, bias):
-        if state.position != 0:
-            raise ValueError("the reference convolves a whole sequence from position 0")
-        return ref_ssm.conv_silu(xbc, weight, bias)
+    def ssm_conv(self, layer, xbc, segments, store, weight, bias):
+        if any(s.start != 0 for s in segments):
+            raise ValueError("the reference convolves whole sequences from position 0")
+        return torch.cat([ref_ssm.conv_silu(xbc[s.rows], weight, bias) for s in segments])
 
-    def ssm_scan(self, layer, x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min):
+    def ssm_scan(self, layer, x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min):
         dt = torch.nn.functional.softplus(dt_raw.double() + dt_bias.double())
         self.near_kinks += int(((dt - dt_min).abs() <= KINK_BAND * dt_min).sum())
-        return ref_ssm.scan(x, B, C, dt_raw, dt_bias, A_log, D, dt_min)
+        return torch.cat([ref_ssm.scan(x[s.rows], B[s.rows], C[s.rows], dt_raw[s.rows], dt_bias, A_log, D, dt_min)
+                          for s in segments])
 
     def ssm_norm(self, layer, y, z, w, *, eps, group_size):
         return ref_ssm.gated_norm(y, z, w, eps, group_size)

@@ -1,14 +1,14 @@
 """Capture one door call's inputs and output on each side, save them, load them back.
 
 What a door receives is tensors plus a few structured things: a Segment or a tuple of them
-(plain fields; a call over many segments is cut down to the watched token's), a
-sequence's Mamba state (copied *before* the call, which advances it), and a KV store (saved
+(plain fields; a call over many segments is cut down to the watched token's), a layer's
+Mamba state store (the call's sequences' states copied *before* the call, which advances
+them; saved as the watched sequence's state), and a KV store (saved
 as the K/V it holds for the segment's sequence right after the call, read back through the
 store: the exact bits attention read, taken before a finished sequence's blocks are freed;
 on replay the store's write is a no-op). That is enough to
 re-run the door standalone with any implementation: the shrink stage's repro does so.
 """
-import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kernels.models.batch import Segment
-from kernels.models.state import KVStore, MambaSequenceState
+from kernels.models.state import KVStore, MambaSequenceState, MambaStateStore
 
 
 class SnapshotKV(KVStore):
@@ -53,7 +53,8 @@ class DoorCapture:
 
     def snapshot_before(self, region, layer, args) -> None:
         if (layer, region) == (self.door[0], self.door[1]) and self._tracer.forward == self.forward:
-            self._before = [copy.deepcopy(a) if isinstance(a, MambaSequenceState) else a for a in args]
+            self._before = [a.snapshot(_segments_in(args)) if isinstance(a, MambaStateStore) else a
+                            for a in args]
 
     def _on_call(self, door, call, tokens) -> None:
         if self.captured or door != self.door or self._tracer.forward != self.forward:
@@ -133,12 +134,14 @@ def _spec(value, name: str, tensors: dict, segment):
         return {"segment": {f: getattr(value, f) for f in Segment.__slots__}}
     if _is_segments(value):
         return {"segments": [{f: getattr(s, f) for f in Segment.__slots__} for s in value]}
-    if isinstance(value, MambaSequenceState):
-        pending = None if value.pending is None else [_spec(t, f"{name}.pending{i}", tensors, segment)
-                                                      for i, t in enumerate(value.pending)]
-        return {"mamba_state": {"conv": _spec(value.conv, f"{name}.conv", tensors, segment),
-                                "ssm": _spec(value.ssm, f"{name}.ssm", tensors, segment),
-                                "folded": value.folded, "pending": pending}}
+    if isinstance(value, MambaStateStore) and segment is not None:
+        state = value.held(segment.seq_id)
+        pending = None if state.pending is None else [_spec(t, f"{name}.pending{i}", tensors, segment)
+                                                      for i, t in enumerate(state.pending)]
+        return {"mamba_store": {"seq_id": segment.seq_id,
+                                "conv": _spec(state.conv, f"{name}.conv", tensors, segment),
+                                "ssm": _spec(state.ssm, f"{name}.ssm", tensors, segment),
+                                "folded": state.folded, "pending": pending}}
     if hasattr(value, "read") and hasattr(value, "write") and segment is not None:
         keys, values = value.read(segment)
         return {"kv_snapshot": {"keys": _spec(keys, f"{name}.keys", tensors, segment),
@@ -178,11 +181,11 @@ def _value(spec: dict, tensors: dict):
         return Segment(**spec["segment"])
     if "segments" in spec:
         return tuple(Segment(**fields) for fields in spec["segments"])
-    if "mamba_state" in spec:
-        state = spec["mamba_state"]
+    if "mamba_store" in spec:
+        state = spec["mamba_store"]
         pending = None if state["pending"] is None else [_value(p, tensors) for p in state["pending"]]
-        return MambaSequenceState(_value(state["conv"], tensors), _value(state["ssm"], tensors),
-                                  state["folded"], pending)
+        return MambaStateStore.holding({state["seq_id"]: MambaSequenceState(
+            _value(state["conv"], tensors), _value(state["ssm"], tensors), state["folded"], pending)})
     if "kv_snapshot" in spec:
         snapshot = spec["kv_snapshot"]
         return SnapshotKV(_value(snapshot["keys"], tensors), _value(snapshot["values"], tensors),

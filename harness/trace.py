@@ -9,10 +9,10 @@ Lines are written as calls happen (raw data first); `close()` writes the manifes
 hooked and sampled. A door whose rows are not tokens (weight_quant) gets a whole-tensor digest.
 
 Rows map to tokens through the forward's TokenBatch (a forward pre-hook on the model):
-token-parallel doors cover every row, per-segment doors (ssm_conv, ssm_scan: a Segment or a
-sequence's state among their inputs) one segment each, in segment order, and doors called
-on a selection of rows (head doors: lm_head, sampler, logprob; one case's attention in a
-step that mixes prefill and decode) the rows the runtime names with `selecting_rows`.
+token-parallel doors and the per-case doors (attention, ssm_conv, ssm_scan: called once over
+a case's segments) cover every row, and doors called on a selection of rows (head doors:
+lm_head, sampler, logprob; one case's per-case doors in a step that mixes prefill and
+decode) the rows the runtime names with `selecting_rows`.
 Tracing an engine that replays CUDA graphs is refused: the doors' Python would not run.
 """
 import hashlib
@@ -23,8 +23,6 @@ import numpy
 import torch
 
 from gates.compare import bit_view
-from kernels.models.batch import Segment
-from kernels.models.state import MambaSequenceState
 
 MANTISSA_BITS = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7, torch.float64: 52,
                  torch.float8_e4m3fn: 3, torch.float8_e5m2: 2}
@@ -72,10 +70,6 @@ def whole_digest(tensors) -> str:
     return digest.hexdigest()
 
 
-def _per_sequence(call) -> bool:
-    return any(isinstance(a, (Segment, MambaSequenceState)) for a in call.args)
-
-
 class Tracer:
     """Observer writing `<out>/<side>.jsonl`; attach() to an Engine or a Trainer.
 
@@ -93,7 +87,7 @@ class Tracer:
         self.regions, self.layers = regions, layers
         self.on_call = on_call  # optional: called with (door key, call, token keys) of every call
         self.forward, self.num_lines, self.hooked = -1, 0, set()
-        self._keys, self._segments, self._counts, self._next_base = [], (), {}, 0
+        self._keys, self._counts, self._next_base = [], {}, 0
         self._hooks, self._dispatches = [], []
 
     def attach(self, runtime) -> "Tracer":
@@ -109,7 +103,6 @@ class Tracer:
         batch = args[0]
         self.forward, self._counts = self.forward + 1, {}
         base = self._next_base if self.sequence_ids == "running" else 0
-        self._segments = tuple(batch.segments)
         self._keys = [(base + s.seq_id, s.start + i) for s in batch.segments for i in range(s.length)]
         self._next_base = base + len(batch.segments)
 
@@ -128,12 +121,6 @@ class Tracer:
             return self._count(("rows", call.region, call.layer, tuple(rows))), [self._keys[r] for r in rows]
         if call.region in WHOLE_TENSOR_REGIONS:
             return self._count((call.region, call.layer)), None
-        if _per_sequence(call) and len(self._segments) > 1:
-            n = self._count(("segment", call.region, call.layer))
-            segment = self._segments[n % len(self._segments)]
-            if first.shape[0] != segment.length:
-                return n // len(self._segments), None
-            return n // len(self._segments), self._keys[segment.row:segment.row + segment.length]
         ordinal = self._count((call.region, call.layer))
         return ordinal, (self._keys if first.dim() and first.shape[0] == len(self._keys) else None)
 

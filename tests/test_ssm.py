@@ -8,7 +8,7 @@ import torch
 from gates.compare import assert_bitwise_equal, first_bit_difference
 from gates.reference import ssm as reference
 from kernels.models.batch import Segment
-from kernels.models.state import MambaStateStore
+from kernels.models.state import MambaStateStore, PooledMambaStore
 from kernels.ops import gated_norm, ssm_conv, ssm_scan
 
 HEADS, HEAD_DIM, GROUPS, STATE, KERNEL, CHUNK = 4, 8, 2, 16, 4, 16
@@ -32,21 +32,30 @@ def _inputs(seed, dtype):
     }
 
 
-def _mixer(inputs, splits, conv, scan):
+def _store(dtype, store_type=MambaStateStore):
+    return store_type(conv_rows=KERNEL - 1, conv_dim=CONV_DIM, num_heads=HEADS, head_dim=HEAD_DIM,
+                      state_size=STATE, chunk_size=CHUNK, dtype=dtype)
+
+
+def _door_calls(inputs, segments, rows, store, conv, scan):
+    """The conv and scan doors over `segments` (rows numbered from 0), on `rows` of the inputs;
+    the gated-norm outputs."""
+    num_rows = sum(s.length for s in segments)
+    xbc = conv(inputs["xbc"][rows], segments, store, inputs["conv_w"], inputs["conv_b"])
+    x, B, C = xbc.split([HEADS * HEAD_DIM, GROUPS * STATE, GROUPS * STATE], dim=-1)
+    y = scan(x.reshape(num_rows, HEADS, HEAD_DIM), B.reshape(num_rows, GROUPS, STATE),
+             C.reshape(num_rows, GROUPS, STATE), inputs["dt_raw"][rows], segments, store,
+             inputs["dt_bias"], inputs["A_log"], inputs["D"], chunk_size=CHUNK)
+    return gated_norm.consistent(y.reshape(num_rows, -1), inputs["z"][rows], inputs["norm_w"], eps=1e-5,
+                                 group_size=HEADS * HEAD_DIM // GROUPS)
+
+
+def _mixer(inputs, splits, conv, scan, store_type=MambaStateStore):
     """Run the sequence in segments of the given lengths; per-position gated-norm outputs."""
-    store = MambaStateStore(conv_rows=KERNEL - 1, conv_dim=CONV_DIM, num_heads=HEADS,
-                            head_dim=HEAD_DIM, state_size=STATE, dtype=inputs["xbc"].dtype)
-    outputs, start = [], 0
+    store, outputs, start = _store(inputs["xbc"].dtype, store_type), [], 0
     for length in splits:
-        rows = slice(start, start + length)
-        state = store.open(Segment(0, start, length, 0, "engine_prefill"))
-        xbc = conv(inputs["xbc"][rows], state, inputs["conv_w"], inputs["conv_b"])
-        x, B, C = xbc.split([HEADS * HEAD_DIM, GROUPS * STATE, GROUPS * STATE], dim=-1)
-        y = scan(x.reshape(length, HEADS, HEAD_DIM), B.reshape(length, GROUPS, STATE),
-                 C.reshape(length, GROUPS, STATE), inputs["dt_raw"][rows], state,
-                 inputs["dt_bias"], inputs["A_log"], inputs["D"], chunk_size=CHUNK)
-        outputs.append(gated_norm.consistent(y.reshape(length, -1), inputs["z"][rows],
-                                             inputs["norm_w"], eps=1e-5, group_size=HEADS * HEAD_DIM // GROUPS))
+        segment = Segment(0, start, length, 0, "engine_prefill")
+        outputs.append(_door_calls(inputs, (segment,), slice(start, start + length), store, conv, scan))
         start += length
     return torch.cat(outputs)
 
@@ -85,25 +94,93 @@ def test_fast_recurrent_decode_differs_from_chunked_prefill(fresh_seed):
 
 def test_consistent_scan_agrees_with_the_float64_recurrence(fresh_seed):
     inputs = _inputs(fresh_seed, torch.float32)
-    store = MambaStateStore(conv_rows=KERNEL - 1, conv_dim=CONV_DIM, num_heads=HEADS,
-                            head_dim=HEAD_DIM, state_size=STATE, dtype=torch.float32)
-    state = store.open(Segment(0, 0, LENGTH, 0, "trainer_fwd"))
-    xbc = ssm_conv.consistent(inputs["xbc"], state, inputs["conv_w"], inputs["conv_b"])
+    store, segments = _store(torch.float32), (Segment(0, 0, LENGTH, 0, "trainer_fwd"),)
+    xbc = ssm_conv.consistent(inputs["xbc"], segments, store, inputs["conv_w"], inputs["conv_b"])
     expected_xbc = reference.conv_silu(inputs["xbc"], inputs["conv_w"], inputs["conv_b"])
     conv_error = float((xbc.double() - expected_xbc).abs().max() / expected_xbc.abs().max())
     x, B, C = xbc.split([HEADS * HEAD_DIM, GROUPS * STATE, GROUPS * STATE], dim=-1)
     args = (x.reshape(LENGTH, HEADS, HEAD_DIM), B.reshape(LENGTH, GROUPS, STATE), C.reshape(LENGTH, GROUPS, STATE))
-    y = ssm_scan.consistent(*args, inputs["dt_raw"], state, inputs["dt_bias"], inputs["A_log"], inputs["D"],
-                            chunk_size=CHUNK)
+    y = ssm_scan.consistent(*args, inputs["dt_raw"], segments, store, inputs["dt_bias"], inputs["A_log"],
+                            inputs["D"], chunk_size=CHUNK)
     expected = reference.scan(*args, inputs["dt_raw"], inputs["dt_bias"], inputs["A_log"], inputs["D"])
     error = float((y.double() - expected).abs().max() / expected.abs().max())
     print(f"conv rel error {conv_error:.2e}, scan rel error {error:.2e} (tolerance {REFERENCE_TOLERANCE})")
     assert conv_error < REFERENCE_TOLERANCE and error < REFERENCE_TOLERANCE, (conv_error, error, fresh_seed)
+    state = store.held(0)
     assert state.folded == 64 and state.pending[0].shape[0] == LENGTH - 64
 
 
-def test_state_store_refuses_a_segment_at_the_wrong_position():
-    store = MambaStateStore(conv_rows=3, conv_dim=8, num_heads=2, head_dim=2, state_size=2, dtype=torch.float32)
+@pytest.mark.parametrize("store_type", [MambaStateStore, PooledMambaStore])
+def test_state_store_refuses_a_segment_at_the_wrong_position(store_type):
+    store = _store(torch.float32, store_type)
     store.open(Segment(0, 0, 4, 0, "engine_prefill"))
     with pytest.raises(ValueError, match="state is at 0, segment starts at 4"):
         store.open(Segment(0, 4, 1, 0, "engine_decode"))
+
+
+def _group_run(inputs_by_seq, prompt_lengths, conv, scan, store):
+    """Sequences prefilled together (one group of segments), then decoded together a token a
+    step (one group of one-row segments, the batched forms on a pooled store): each
+    sequence's gated-norm outputs, in position order."""
+    length = inputs_by_seq[0]["xbc"].shape[0]
+    outputs = {seq: [] for seq in range(len(inputs_by_seq))}
+    plan = [[(seq, 0, n) for seq, n in enumerate(prompt_lengths)]]
+    plan += [[(seq, t, 1) for seq, n in enumerate(prompt_lengths) if t >= n] for t in range(min(prompt_lengths), length)]
+    for pieces in plan:
+        segments, rows, row = [], [], 0
+        for seq, start, n in pieces:
+            segments.append(Segment(seq, start, n, row, "engine_decode"))
+            rows.append((seq, slice(start, start + n)))
+            row += n
+        stacked = {key: torch.cat([inputs_by_seq[seq][key][r] for seq, r in rows])
+                   for key in ("xbc", "dt_raw", "z")}
+        shared = {key: value for key, value in inputs_by_seq[0].items() if key not in stacked}
+        out = _door_calls({**shared, **stacked}, tuple(segments), slice(None), store, conv, scan)
+        for segment in segments:
+            outputs[segment.seq_id].append(out[segment.rows])
+    return [torch.cat(parts) for _, parts in sorted(outputs.items())]
+
+
+def _sequences(seed, dtype, count):
+    """`count` sequences' own rows over one set of weights."""
+    weights = _inputs(seed, dtype)
+    return [{**weights, **{key: _inputs(seed + 1 + i, dtype)[key] for key in ("xbc", "dt_raw", "z")}}
+            for i in range(count)]
+
+
+def test_pooled_store_gives_the_per_sequence_bits(fresh_seed):
+    """The consistent doors on the engine's pooled store (one slot pool grown from 1, the
+    sequences decoded as groups) give each sequence the bits of a run alone on its own
+    per-sequence state; fresh slots after release hold no trace of the last sequence."""
+    sequences = _sequences(fresh_seed, torch.bfloat16, 5)
+    prompts = [1, 15, 16, 17, 33]
+    store = _store(torch.bfloat16, PooledMambaStore)
+    together = _group_run(sequences, prompts, ssm_conv.consistent, ssm_scan.consistent, store)
+    assert store.conv.shape[0] == 8, "5 sequences: the pool doubled from 1 slot to 8"
+    for seq, (inputs, prompt) in enumerate(zip(sequences, prompts)):
+        alone = _mixer(inputs, _splits([prompt]), ssm_conv.consistent, ssm_scan.consistent)
+        assert_bitwise_equal(together[seq], alone, f"sequence {seq} (prompt {prompt}), seed {fresh_seed}")
+    for seq in range(5):
+        store.release(seq)
+    again = _group_run(sequences[:2], prompts[:2], ssm_conv.consistent, ssm_scan.consistent, store)
+    for seq in range(2):
+        assert_bitwise_equal(again[seq], together[seq], f"sequence {seq} on a reused slot, seed {fresh_seed}")
+
+
+FAST_BATCH_TOLERANCE = 1e-5  # relative to max |out|: the batched recurrence vs one sequence at a time
+
+
+def test_fast_batched_decode_computes_the_recurrence(fresh_seed):
+    """The fast forms' batched decode (every sequence's state gathered by slot, put back)
+    computes what their one-sequence decode does, to within fp32 reordering; no bits are
+    claimed for the fast contract."""
+    sequences = _sequences(fresh_seed, torch.float32, 4)
+    prompts = [3, 9, 16, 20]
+    store = _store(torch.float32, PooledMambaStore)
+    batched = _group_run(sequences, prompts, ssm_conv.fast_window_sum, ssm_scan.fast_recurrent, store)
+    assert store.rows is None, "the fast recurrence buffers no rows"
+    for seq, (inputs, prompt) in enumerate(zip(sequences, prompts)):
+        alone = _mixer(inputs, _splits([prompt]), ssm_conv.fast_window_sum, ssm_scan.fast_recurrent)
+        error = float((batched[seq] - alone).abs().max() / alone.abs().max())
+        print(f"sequence {seq}: batched vs alone rel error {error:.2e} (tolerance {FAST_BATCH_TOLERANCE})")
+        assert error < FAST_BATCH_TOLERANCE, (seq, error, fresh_seed)

@@ -642,14 +642,15 @@ def check_ssm_scan_backward_is_the_torch_forms(ssm_triton, fresh_seed):
     assert_bitwise_equal(ys[0], _ssm_run(inputs, [SSM["length"]], [ssm_triton.consistent]), "forward bits")
 
 
-def _conv_run(kernel, xbc, weight, bias, splits):
-    """The conv of xbc's rows in segments of `splits`, the state carried: every row's output."""
+def _conv_run(conv_segment, xbc, weight, bias, splits):
+    """The conv of xbc's rows in segments of `splits` by conv_segment (ssm_conv_triton.consistent
+    or the torch form ssm_conv.consistent_segment), the state carried: every row's output."""
     from kernels.models.state import MambaSequenceState
     state = MambaSequenceState(conv=torch.zeros(weight.shape[1] - 1, xbc.shape[1], dtype=xbc.dtype),
                                ssm=torch.zeros(1))
     outputs, start = [], 0
     for length in splits:
-        outputs.append(kernel.consistent(xbc[start:start + length], state, weight, bias))
+        outputs.append(conv_segment(xbc[start:start + length], state, weight, bias))
         start += length
     return torch.cat(outputs)
 
@@ -663,17 +664,115 @@ def check_ssm_conv_phases_agree_and_match_the_torch_form(fresh_seed):
     g = torch.Generator().manual_seed(fresh_seed)
     projected = torch.randn(24, 300 + 7, generator=g)
     xbc, weight, bias = projected[:, 7:], torch.randn(300, 4, generator=g) * 0.5, torch.randn(300, generator=g) * 0.1
-    whole = _conv_run(kernel, xbc, weight, bias, [24])
+    whole = _conv_run(kernel.consistent, xbc, weight, bias, [24])
     for pieces in ([2, 1, 5, 10], [3]):
         splits = pieces + [1] * (24 - sum(pieces))
-        assert_bitwise_equal(_conv_run(kernel, xbc, weight, bias, splits), whole, f"splits {pieces} seed={fresh_seed}")
-    torch_form = _conv_run(ssm_conv, xbc, weight, bias, [24])
+        assert_bitwise_equal(_conv_run(kernel.consistent, xbc, weight, bias, splits), whole,
+                             f"splits {pieces} seed={fresh_seed}")
+    torch_form = _conv_run(ssm_conv.consistent_segment, xbc, weight, bias, [24])
     error = float((whole - torch_form).abs().max() / torch_form.abs().max())
     print(f"ssm conv (Triton) vs the torch form: max |error| / max |y| = {error:.2e}")
     assert error < 1e-6, f"error {error} seed={fresh_seed}"
     leaves = [t.clone().requires_grad_(True) for t in (xbc, weight, bias)]
     weight_out = torch.randn(24, 300, generator=g)
-    grads = [torch.autograd.grad((_conv_run(module, *leaves, [24]) * weight_out).sum(), leaves)
-             for module in (kernel, ssm_conv)]
+    grads = [torch.autograd.grad((_conv_run(form, *leaves, [24]) * weight_out).sum(), leaves)
+             for form in (kernel.consistent, ssm_conv.consistent_segment)]
     for name, ours, torch_grad in zip(("xbc", "weight", "bias"), *grads):
         assert_bitwise_equal(ours, torch_grad, f"d/d{name} seed={fresh_seed}")
+
+
+def _pooled_store(conv_dim, kernel_size, dtype):
+    from kernels.models.state import PooledMambaStore
+    s = SSM
+    return PooledMambaStore(conv_rows=kernel_size - 1, conv_dim=conv_dim, num_heads=s["heads"],
+                            head_dim=s["head_dim"], state_size=s["state"], chunk_size=s["chunk"], dtype=dtype)
+
+
+def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
+    """The engine's batched decode (every sequence's new row written into the store's row pool
+    after its buffered rows, the kernels run once over all): each sequence's rows equal its
+    run alone through one-segment calls, bit for bit, with histories that leave 0, 1, Q-2
+    and Q-1 rows buffered (the last one completes its chunk at the first decode and folds it);
+    the states after the decodes are equal too. Negative control: a sequence's slot of the
+    state pool doubled changes its rows, and only its rows (an ulp decays away in the chunk)."""
+    from kernels.models.batch import Segment
+    from kernels.ops import ssm_scan
+    s = SSM
+    histories = [s["chunk"], 17, 2 * s["chunk"] - 2, s["chunk"] - 1, 5]
+    decodes = 20  # crosses a chunk boundary for every sequence
+    sequences = [_ssm_inputs(fresh_seed + i) for i in range(len(histories))]
+    shared = {k: sequences[0][k] for k in ("dt_bias", "A_log", "D")}
+    alone = [_ssm_run({**inputs, **shared}, [h] + [1] * decodes, [ssm_triton.consistent] * (decodes + 1))
+             for inputs, h in zip(sequences, histories)]
+
+    def batched(disturb=None):
+        store = _pooled_store(8, 4, torch.float32)
+        rows = {seq: [] for seq in range(len(histories))}
+        for seq, (inputs, h) in enumerate(zip(sequences, histories)):  # each prefilled alone
+            segment = (Segment(seq, 0, h, 0, "engine_prefill"),)
+            rows[seq].append(ssm_scan.each_segment(
+                lambda *a, **k: ssm_scan.consistent_with(ssm_triton.consistent, *a, **k), segment, store,
+                tuple(inputs[key][:h] for key in ("x", "B", "C", "dt_raw")), shared["dt_bias"], shared["A_log"],
+                shared["D"], chunk_size=s["chunk"]))
+        if disturb is not None:
+            slot = store.held(disturb).slot
+            store.ssm[slot] = 2 * store.ssm[slot]
+        for t in range(decodes):
+            segments = tuple(Segment(seq, h + t, 1, seq, "engine_decode") for seq, h in enumerate(histories))
+            new = [torch.cat([inputs[key][h + t:h + t + 1] for inputs, h in zip(sequences, histories)])
+                   for key in ("x", "B", "C", "dt_raw")]
+            y = ssm_scan._consistent_decode_batch(*new, segments, store, shared["dt_bias"], shared["A_log"],
+                                                  shared["D"], chunk_size=s["chunk"], dt_min=0.0)
+            for seq in rows:
+                rows[seq].append(y[seq:seq + 1])
+        return [torch.cat(parts) for _, parts in sorted(rows.items())], store
+
+    together, store = batched()
+    for seq, h in enumerate(histories):
+        assert_bitwise_equal(together[seq], alone[seq], f"sequence {seq} (history {h}) seed={fresh_seed}")
+        state = store.held(seq)
+        assert state.position == h + decodes and state.buffered == (h + decodes) % s["chunk"]
+    disturbed, _ = batched(disturb=2)
+    assert first_bit_difference(disturbed[2][histories[2]:], alone[2][histories[2]:]) is not None, "control"
+    for seq in (0, 1, 3, 4):
+        assert_bitwise_equal(disturbed[seq], alone[seq], f"undisturbed sequence {seq}")
+
+
+def check_ssm_conv_batched_decode_is_the_segment_bits(fresh_seed):
+    """The engine's batched conv decode (one launch, each row after its slot's K-1 rows of the
+    conv pool, the pool moved on in place) equals each sequence's one-row calls, bit for bit,
+    outputs and conv rows; a row read from a wider projection in place. Negative control: two
+    sequences' slots swapped give each the other's outputs."""
+    kernel = _import_kernel("ssm_conv_triton")
+    from kernels.models.batch import Segment
+    g = torch.Generator().manual_seed(fresh_seed)
+    weight, bias = torch.randn(300, 4, generator=g) * 0.5, torch.randn(300, generator=g) * 0.1
+    lengths, decodes = [1, 2, 3, 9], 6
+    streams = [torch.randn(n + decodes, 300 + 7, generator=g)[:, 7:] for n in lengths]
+    alone = [_conv_run(kernel.consistent, xbc, weight, bias, [n] + [1] * decodes) for xbc, n in zip(streams, lengths)]
+
+    def batched(swap=False):
+        store = _pooled_store(300, 4, torch.float32)
+        outputs = {seq: [] for seq in range(len(lengths))}
+        for seq, (xbc, n) in enumerate(zip(streams, lengths)):
+            outputs[seq].append(kernel.consistent(xbc[:n], store.open(Segment(seq, 0, n, 0, "engine_prefill")),
+                                                  weight, bias))
+            store.held(seq).folded = n  # the positions a scan would have moved on (conv moves none)
+        for t in range(decodes):
+            segments = tuple(Segment(seq, n + t, 1, seq, "engine_decode") for seq, n in enumerate(lengths))
+            slots = store.decode_slots(segments)
+            if swap:
+                slots = slots[[1, 0, 2, 3]]
+            rows = torch.cat([xbc[n + t:n + t + 1] for xbc, n in zip(streams, lengths)])
+            out = kernel.decode_batch(rows, slots, store.conv, weight, bias)
+            store.advance(segments, buffered=False)
+            for seq in outputs:
+                outputs[seq].append(out[seq:seq + 1])
+        return [torch.cat(parts) for _, parts in sorted(outputs.items())], store
+
+    together, store = batched()
+    for seq, (xbc, n) in enumerate(zip(streams, lengths)):
+        assert_bitwise_equal(together[seq], alone[seq], f"sequence {seq} (prompt {n}) seed={fresh_seed}")
+        assert_bitwise_equal(store.conv[store.held(seq).slot], xbc[n + decodes - 3:n + decodes], f"conv rows {seq}")
+    swapped, _ = batched(swap=True)
+    assert first_bit_difference(swapped[0][lengths[0]:], alone[0][lengths[0]:]) is not None, "control"

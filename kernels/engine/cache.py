@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.models.state import KVStore, MambaStateStore
+from kernels.models.state import KVStore, MambaStateStore, PooledMambaStore
 from kernels.ops.quant_regions import kv_decode, kv_encode
 
 
@@ -178,8 +178,8 @@ class PagedLayerKV(KVStore):
 
 
 class EngineCache:
-    """Everything the engine keeps per sequence: paged KV for attention layers, fp32 conv/SSM
-    state for Mamba layers. The scheduler reserves and releases through it, so a finished
+    """Everything the engine keeps per sequence: paged KV for attention layers, conv/SSM state
+    in slot pools for Mamba layers (a decode step reads them batched). The scheduler reserves and releases through it, so a finished
     or invalidated sequence loses both."""
 
     def __init__(self, paged: PagedKVCache):
@@ -191,7 +191,7 @@ class EngineCache:
 
     def mamba(self, layer: int, **shape) -> MambaStateStore:
         if layer not in self._mamba:
-            self._mamba[layer] = MambaStateStore(**shape)
+            self._mamba[layer] = PooledMambaStore(**shape)
         return self._mamba[layer]
 
     @property

@@ -3,9 +3,9 @@ attention without positional encoding, MoE (sigmoid router with a selection-only
 relu^2 experts, a shared expert) or a dense relu^2 MLP; final norm; untied lm_head.
 
 ONE definition for both runtimes: every region goes through `dispatch(region, case, layer,
-...)`; attention runs once per case over all that case's segments, conv and scan segment by
-segment in the segment's case, against the cache the runtime passes (paged KV and Mamba
-state in the engine, transient ones in the trainer). kernels/models/nemotron_config.py holds the config.
+...)`; attention, conv and scan run once per case over all that case's segments, against the
+cache the runtime passes (paged KV and pooled Mamba state in the engine, transient ones in the
+trainer): a decode-only group's conv and scan take every sequence's state in one batched call. kernels/models/nemotron_config.py holds the config.
 """
 import math
 
@@ -140,26 +140,23 @@ class NemotronModel(nn.Module):
         return dispatch("o_proj", case, index, attended.reshape(rows, -1), layer.o_proj)
 
     def _mamba(self, dispatch, batch, index, layer, normed, cache):
-        c, case = self.config, batch.case
+        c, case, rows = self.config, batch.case, normed.shape[0]
         projected = self._projection(dispatch, case, index, "ssm_in_proj", normed, layer.in_proj)
         z, xbc, dt_raw = projected.split([c.mamba_inner, c.conv_dim, c.mamba_num_heads], dim=-1)
         store = cache.mamba(index, conv_rows=c.conv_kernel - 1, conv_dim=c.conv_dim,
                             num_heads=c.mamba_num_heads, head_dim=c.mamba_head_dim,
-                            state_size=c.ssm_state_size, dtype=c.torch_dtype, device=normed.device)
-        outputs = []
-        for s in batch.segments:
-            state = store.open(s)
-            conv = dispatch("ssm_conv", s.case, index, xbc[s.rows], state, layer.conv_weight, layer.conv_bias)
-            x, B, C = conv.split([c.mamba_inner, c.n_groups * c.ssm_state_size,
-                                  c.n_groups * c.ssm_state_size], dim=-1)
-            y = dispatch("ssm_scan", s.case, index,
-                         x.reshape(s.length, c.mamba_num_heads, c.mamba_head_dim),
-                         B.reshape(s.length, c.n_groups, c.ssm_state_size),
-                         C.reshape(s.length, c.n_groups, c.ssm_state_size), dt_raw[s.rows], state,
-                         layer.dt_bias, layer.A_log, layer.D,
-                         chunk_size=c.chunk_size, dt_min=c.time_step_min)
-            outputs.append(y.reshape(s.length, c.mamba_inner))
-        gated = dispatch("ssm_norm", case, index, torch.cat(outputs), z, layer.gated_norm,
+                            state_size=c.ssm_state_size, chunk_size=c.chunk_size, dtype=c.torch_dtype,
+                            device=normed.device)
+        conv = call_per_case(dispatch, "ssm_conv", batch, index, (xbc,), store, layer.conv_weight,
+                             layer.conv_bias)
+        x, B, C = conv.split([c.mamba_inner, c.n_groups * c.ssm_state_size, c.n_groups * c.ssm_state_size],
+                             dim=-1)
+        y = call_per_case(dispatch, "ssm_scan", batch, index,
+                          (x.reshape(rows, c.mamba_num_heads, c.mamba_head_dim),
+                           B.reshape(rows, c.n_groups, c.ssm_state_size),
+                           C.reshape(rows, c.n_groups, c.ssm_state_size), dt_raw), store,
+                          layer.dt_bias, layer.A_log, layer.D, chunk_size=c.chunk_size, dt_min=c.time_step_min)
+        gated = dispatch("ssm_norm", case, index, y.reshape(rows, c.mamba_inner), z, layer.gated_norm,
                          eps=c.layer_norm_epsilon, group_size=c.mamba_inner // c.n_groups)
         return self._projection(dispatch, case, index, "ssm_out_proj", gated, layer.out_proj)
 

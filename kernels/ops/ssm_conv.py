@@ -2,6 +2,10 @@
 y_t[c] = silu(bias[c] + sum_{k<K} w[c, k] * x_{t-K+1+k}[c]), with the K-1 inputs before the
 segment taken from the sequence's conv state (zeros at position 0).
 
+Each door takes a case group's rows, its segments and the layer's state store; a per-segment
+form runs segment by segment, and a decode-only group on a pooled store (the engine's) is
+one batched call where a form has one (kernels/models/state.py: batched_decode).
+
 Consistency: the consistent variant accumulates the K taps one by one in fp32 in a fixed
 order with elementwise ops only, and uses the position-independent sigmoid, so a row's bits
 do not depend on whether it was computed in prefill, in a chunk or as a one-token decode.
@@ -11,6 +15,7 @@ decode (a different reduction order). Reference: gates/reference/ssm.py.
 import torch
 import torch.nn.functional as F
 
+from kernels.models.state import batched_decode, each_segment
 from kernels.ops.activation import position_independent_sigmoid
 
 
@@ -28,8 +33,12 @@ def _keep_tail(state, window, kernel_size):
     state.conv = window[window.shape[0] - (kernel_size - 1):].detach()
 
 
-def fast_conv1d(xbc, state, weight, bias):
+def fast_conv1d(xbc, segments, store, weight, bias):
     """Prefill as engines do it: F.conv1d over the window, SiLU in the activation dtype."""
+    return each_segment(_conv1d, segments, store, (xbc,), weight, bias)
+
+
+def _conv1d(xbc, state, weight, bias):
     kernel_size = weight.shape[-1]
     window = _window(xbc, state)
     out = F.conv1d(window.t()[None], weight[:, None, :], bias, groups=weight.shape[0])[0].t()
@@ -37,8 +46,18 @@ def fast_conv1d(xbc, state, weight, bias):
     return F.silu(out)
 
 
-def fast_window_sum(xbc, state, weight, bias):
-    """Decode as engines do it: per step, (window * w).sum(-1) + bias, SiLU."""
+def fast_window_sum(xbc, segments, store, weight, bias):
+    """Decode as engines do it: per step, (window * w).sum(-1) + bias, SiLU; every sequence of
+    a decode-only group in one go on a pooled store, as engines batch it."""
+    if batched_decode(segments, store):
+        slots = store.decode_slots(segments)
+        window = torch.cat([store.conv[slots].to(xbc.dtype), xbc[:, None]], dim=1)  # [B, K, C]
+        store.conv[slots] = window[:, 1:]
+        return F.silu((window * weight.t()).sum(dim=1) + bias)
+    return each_segment(_window_sum, segments, store, (xbc,), weight, bias)
+
+
+def _window_sum(xbc, state, weight, bias):
     kernel_size = weight.shape[-1]
     window = _window(xbc, state)
     rows = [(window[t:t + kernel_size].t() * weight).sum(dim=-1) + bias for t in range(xbc.shape[0])]
@@ -46,12 +65,20 @@ def fast_window_sum(xbc, state, weight, bias):
     return F.silu(torch.stack(rows))
 
 
-def consistent(xbc, state, weight, bias):
+def consistent(xbc, segments, store, weight, bias):
     """Taps accumulated in fp32 in order k = 0..K-1, one rounding after the SiLU. On CUDA one
-    Triton kernel (kernels/ops/ssm_conv_triton.py) does the same terms, where these are ~24 ops."""
+    Triton kernel (kernels/ops/ssm_conv_triton.py) does the same terms, where these are ~24 ops
+    a segment, and a decode-only group is one launch for every sequence."""
     if xbc.device.type == "cuda":
         from kernels.ops import ssm_conv_triton  # imports Triton: CUDA machines only
-        return ssm_conv_triton.consistent(xbc, state, weight, bias)
+        if batched_decode(segments, store):
+            return ssm_conv_triton.decode_batch(xbc, store.decode_slots(segments), store.conv, weight, bias)
+        return each_segment(ssm_conv_triton.consistent, segments, store, (xbc,), weight, bias)
+    return each_segment(consistent_segment, segments, store, (xbc,), weight, bias)
+
+
+def consistent_segment(xbc, state, weight, bias):
+    """The consistent conv of one segment in torch ops (the CPU form)."""
     window = _window(xbc, state)
     _keep_tail(state, window, weight.shape[-1])
     return consistent_taps(window, weight, bias, xbc.shape[0]).to(xbc.dtype)

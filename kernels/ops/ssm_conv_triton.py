@@ -1,5 +1,6 @@
 """The consistent Mamba-2 causal conv + SiLU on CUDA (the CUDA backend of ssm_conv.consistent):
-one Triton kernel where the torch form is ~24 elementwise ops a call.
+one Triton kernel where the torch form is ~24 elementwise ops a call; a decode-only group is
+one launch for every sequence (decode_batch), reading and moving on the pool's conv rows.
 
 One program per (row, block of channels): acc = bias, then acc + w[c, k] * window[t + k] for
 k = 0..K-1 in order, in fp32, then acc * 1 / (1 + exp(-acc)), rounded once to the activation
@@ -20,31 +21,46 @@ BLOCK_C = 256
 
 
 @triton.jit
-def _conv_silu_kernel(x_ptr, state_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, channels,
-                      K: tl.constexpr, BLOCK: tl.constexpr):
+def _conv_silu_kernel(x_ptr, state_ptr, slots_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, channels,
+                      K: tl.constexpr, BLOCK: tl.constexpr, DECODE: tl.constexpr):
     row, block = tl.program_id(0), tl.program_id(1)
     c = block * BLOCK + tl.arange(0, BLOCK)
     live = c < channels
+    if DECODE:  # one row per sequence: its window is its slot's K-1 state rows, then the row
+        state = state_ptr + tl.load(slots_ptr + row) * (K - 1) * channels
+        local = 0
+    else:  # one sequence's rows: row's window starts `row` rows into (state rows, the rows)
+        state = state_ptr
+        local = row
     acc = tl.load(b_ptr + c, mask=live, other=0.0).to(tl.float32)
     for k in tl.static_range(K):
-        at = row + k + tl.zeros_like(c)  # window row: the K-1 state rows first, then the call's rows
+        at = local + k + tl.zeros_like(c)  # window row: the K-1 state rows first, then the call's rows
         in_state = at < K - 1
-        held = tl.load(state_ptr + at * channels + c, mask=live & in_state, other=0.0)
-        fresh = tl.load(x_ptr + (at - (K - 1)) * x_row_stride + c, mask=live & (at >= K - 1), other=0.0)
+        held = tl.load(state + at * channels + c, mask=live & in_state, other=0.0)
+        fresh = tl.load(x_ptr + (row - local + at - (K - 1)) * x_row_stride + c, mask=live & (at >= K - 1), other=0.0)
         tap = tl.where(in_state, held, fresh).to(tl.float32)
         acc = acc + tl.load(w_ptr + c * K + k, mask=live, other=0.0).to(tl.float32) * tap
     out = acc * (1.0 / (1.0 + tl.exp(-acc)))
     tl.store(out_ptr + row * channels + c, out.to(out_ptr.dtype.element_ty), mask=live)
+    if DECODE:  # the slot's state moves on a row: state rows 1..K-2, then this row (each read before it is overwritten)
+        for k in tl.static_range(K - 1):
+            if k + 1 < K - 1:
+                moved = tl.load(state + (k + 1) * channels + c, mask=live)
+            else:
+                moved = tl.load(x_ptr + row * x_row_stride + c, mask=live)
+            tl.store(state + k * channels + c, moved, mask=live)
 
 
-def _launch(xbc, conv_state, weight, bias):
+def _launch(xbc, conv_state, weight, bias, slots=None):
+    """slots None: one sequence's rows after conv_state [K-1, C]; else one row per sequence,
+    conv_state the pool [S, K-1, C] and slots [M] long (the pool moves on a row)."""
     num_rows, channels = xbc.shape
     if xbc.stride(1) != 1:
         xbc = xbc.contiguous()
     out = torch.empty((num_rows, channels), dtype=xbc.dtype, device=xbc.device)
     _conv_silu_kernel[(num_rows, triton.cdiv(channels, BLOCK_C))](
-        xbc, conv_state.contiguous(), weight.contiguous(), bias, out, xbc.stride(0), channels,
-        K=weight.shape[-1], BLOCK=BLOCK_C)
+        xbc, conv_state.contiguous(), conv_state if slots is None else slots, weight.contiguous(), bias, out,
+        xbc.stride(0), channels, K=weight.shape[-1], BLOCK=BLOCK_C, DECODE=slots is not None)
     return out
 
 
@@ -71,6 +87,15 @@ class ConsistentConv(torch.autograd.Function):
         def torch_form(xbc, conv_state, weight, bias):
             return consistent_taps(window_rows(conv_state, xbc), weight, bias, xbc.shape[0])
         return grads_of_recomputed(ctx.saved_tensors, ctx.needs_input_grad, torch_form, grad.float())
+
+
+def decode_batch(xbc, slots, conv_pool, weight, bias):
+    """One row per sequence [b, C], each after its slot's K-1 rows of conv_pool [S, K-1, C] (in
+    the activation dtype), in one launch: the same terms as a one-row consistent() call; every
+    slot's rows move on by the row, in place."""
+    if conv_pool.dtype != xbc.dtype or not conv_pool.is_contiguous():
+        raise ValueError("ssm_conv on CUDA: the conv pool is contiguous, in the rows' dtype")
+    return _launch(xbc, conv_pool, weight, bias, slots)
 
 
 def consistent(xbc, state, weight, bias):

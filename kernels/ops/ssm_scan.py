@@ -14,11 +14,15 @@ terms are selected away, padding adds exact zeros), so prefill, chunked prefill 
 decode and the trainer give the same bits. Fast variants: chunks aligned at the call's first
 row (engine prefill) and the one-step recurrence (engine decode), as engines run them.
 On CUDA the consistent chunks run as Triton kernels (kernels/ops/ssm_scan_triton.py): the same
-terms, the decode computing its new row only, in a few launches. Reference: gates/reference/ssm.py.
+terms, the decode computing its new row only, in a few launches. Each door takes a case group's rows, segments and the layer's state store: segment by
+segment, or for a decode-only group on a pooled store (the engine's) one batched call: the
+fast recurrence in a few ops for every sequence, the consistent chunk re-play as the same
+Triton kernels over every sequence's buffered rows (CUDA). Reference: gates/reference/ssm.py.
 """
 import torch
 import torch.nn.functional as F
 
+from kernels.models.state import batched_decode, each_segment
 from kernels.ops.padding import pad_to_multiple
 
 
@@ -82,10 +86,35 @@ def scan_for(device):
     return torch_scan
 
 
-def consistent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
+def consistent(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
     """Chunks at absolute positions; the unfinished chunk is buffered and re-played."""
+    if x.device.type == "cuda" and batched_decode(segments, store):
+        return _consistent_decode_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D,
+                                        chunk_size=chunk_size, dt_min=dt_min)
+    return each_segment(consistent_segment, segments, store, (x, B, C, dt_raw), dt_bias, A_log, D,
+                        chunk_size=chunk_size, dt_min=dt_min)
+
+
+def consistent_segment(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
+    """One segment's consistent scan on its sequence's state."""
     return consistent_with(scan_for(x.device), x, B, C, dt_raw, state, dt_bias, A_log, D,
                            chunk_size=chunk_size, dt_min=dt_min)
+
+
+def _consistent_decode_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min):
+    """Every sequence's one new row written after its buffered rows in the store's pools, then
+    the Triton kernels re-play each sequence's chunk there (ssm_scan_triton.decode_batch): a
+    row's terms and order are those of consistent_segment's kernels."""
+    from kernels.ops import ssm_scan_triton  # imports Triton: CUDA machines only
+    dt = position_independent_softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min)
+    slots, buffered = store.decode_tables(segments)
+    rows = (x.float(), B.float(), C.float(), dt)
+    for pool, new in zip(store.row_pools(rows), rows):
+        pool[slots, buffered] = new
+    y = ssm_scan_triton.decode_batch(store.rows, store.ssm, slots, buffered, -torch.exp(A_log.float()), D,
+                                     chunk_size=chunk_size)
+    store.advance(segments, buffered=True)
+    return y
 
 
 def consistent_with(scan, x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
@@ -103,8 +132,13 @@ def consistent_with(scan, x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_si
     return y
 
 
-def fast_chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
+def fast_chunked(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
     """Engine prefill: chunks start at this call's first row; everything is folded."""
+    return each_segment(_chunked, segments, store, (x, B, C, dt_raw), dt_bias, A_log, D,
+                        chunk_size=chunk_size, dt_min=dt_min)
+
+
+def _chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min):
     dt, A = F.softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min), -torch.exp(A_log.float())
     rows = _rows(state, x, B, C, dt)
     num_buffered = rows[0].shape[0] - x.shape[0]
@@ -113,8 +147,16 @@ def fast_chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_mi
     return y[num_buffered:]
 
 
-def fast_recurrent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
-    """Engine decode: the one-step state update per token (buffered rows first)."""
+def fast_recurrent(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
+    """Engine decode: the one-step state update per token (buffered rows first); a decode-only
+    group on a pooled store updates every sequence's state in one go, as engines batch it
+    (segment by segment when a consistent prefill left rows buffered: a planted mix)."""
+    if batched_decode(segments, store) and not store.holds_buffered_rows(segments):
+        return _recurrent_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, dt_min=dt_min)
+    return each_segment(_recurrent, segments, store, (x, B, C, dt_raw), dt_bias, A_log, D, dt_min=dt_min)
+
+
+def _recurrent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, dt_min):
     dt, A = F.softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min), -torch.exp(A_log.float())
     rows = _rows(state, x, B, C, dt)
     num_heads, num_groups = rows[0].shape[1], rows[1].shape[1]
@@ -127,3 +169,15 @@ def fast_recurrent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_
         outputs.append((s * ch[:, None, :]).sum(dim=-1) + D32[:, None] * xt)
     state.ssm, state.folded, state.pending = s, state.folded + rows[0].shape[0], None
     return torch.stack(outputs)[rows[0].shape[0] - x.shape[0]:]
+
+
+def _recurrent_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, dt_min):
+    """One step of every sequence [b] at once: states [b, H, P, N] gathered by slot, put back."""
+    dt, A = F.softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min), -torch.exp(A_log.float())
+    per_group = x.shape[1] // B.shape[1]
+    bh, ch = (t.float().repeat_interleave(per_group, dim=1) for t in (B, C))  # [b, H, N]
+    xf, slots = x.float(), store.decode_slots(segments)
+    s = torch.exp(dt * A)[:, :, None, None] * store.ssm[slots] + (dt[:, :, None] * xf)[..., None] * bh[:, :, None, :]
+    store.ssm[slots] = s
+    store.advance(segments, buffered=False)
+    return (s * ch[:, :, None, :]).sum(dim=-1) + D.float()[:, None] * xf

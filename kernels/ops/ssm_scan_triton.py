@@ -17,6 +17,9 @@ one-token decode; the blocks' other rows only add exact zeros (masked weights; a
 there loads as 0, and an fp32 accumulator that starts at +0 stays unchanged by +-0). Dots
 in fp32 ("ieee": no TF32 rounding of the operands). The arithmetic is the torch form's,
 term for term; its bits are the CUDA machine's own (CPU and CUDA are separate machines).
+Batched decode (decode_batch): the same kernels with one program set per sequence, reading
+each sequence's buffered rows and boundary state in the store's pools; a decoded row walks
+the same blocks in the same order as in forward(), so its bits are those of a one-segment call.
 Backward: recomputes the torch form in fp32 and differentiates it (C8's tolerance).
 Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
 """
@@ -29,66 +32,82 @@ from kernels.ops.autograd_use import grads_of_recomputed, records_graph
 ROW_BLOCK = 32  # BT = BS; smaller when the chunk is (Q = 16 in the cut)
 
 
+# Each kernel's last grid axis is the sequence: meta [B, 5] int64 holds per sequence its first
+# row in the row tensors, its rows from the chunk boundary, its first new row, the index of its
+# boundary state and the first row of its output. One segment's call is B = 1; a batched
+# decode reads every sequence's rows and state in the store's pools, at slot * Q and slot.
+
+
 @triton.jit
-def _chunk_cumsum_kernel(dt_ptr, a_ptr, cs_ptr, num_rows, num_heads, padded_rows, Q: tl.constexpr):
-    chunk, head = tl.program_id(0), tl.program_id(1)
+def _chunk_cumsum_kernel(dt_ptr, a_ptr, cs_ptr, meta_ptr, num_heads, padded_rows, Q: tl.constexpr):
+    chunk, head, seq = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    base, num_rows = tl.load(meta_ptr + seq * 5 + 0), tl.load(meta_ptr + seq * 5 + 1)
     rows = chunk * Q + tl.arange(0, Q)
-    dt = tl.load(dt_ptr + rows * num_heads + head, mask=rows < num_rows, other=0.0)
-    tl.store(cs_ptr + head * padded_rows + rows, tl.cumsum(dt * tl.load(a_ptr + head), axis=0))
+    dt = tl.load(dt_ptr + (base + rows) * num_heads + head, mask=rows < num_rows, other=0.0)
+    tl.store(cs_ptr + (seq * num_heads + head) * padded_rows + rows, tl.cumsum(dt * tl.load(a_ptr + head), axis=0))
 
 
 @triton.jit
-def _chunk_states_kernel(x_ptr, b_ptr, dt_ptr, cs_ptr, s0_ptr, starts_ptr, num_complete, num_heads,
+def _chunk_states_kernel(x_ptr, b_ptr, dt_ptr, cs_ptr, s0_ptr, starts_ptr, meta_ptr, num_starts, num_heads,
                          num_groups, heads_per_group, padded_rows, P: tl.constexpr, N: tl.constexpr,
                          Q: tl.constexpr, BS: tl.constexpr):
-    head = tl.program_id(0)
+    head, seq = tl.program_id(0), tl.program_id(1)
     group = head // heads_per_group
+    base, num_rows = tl.load(meta_ptr + seq * 5 + 0), tl.load(meta_ptr + seq * 5 + 1)
+    state_index = tl.load(meta_ptr + seq * 5 + 3)
+    cs_row = (seq * num_heads + head) * padded_rows
     p, n = tl.arange(0, P), tl.arange(0, N)
     tile = p[:, None] * N + n[None, :]
-    state = tl.load(s0_ptr + head * P * N + tile)
-    for chunk in range(0, num_complete):
-        tl.store(starts_ptr + (chunk * num_heads + head) * P * N + tile, state)
-        cs_end = tl.load(cs_ptr + head * padded_rows + chunk * Q + Q - 1)
+    starts = starts_ptr + seq * num_starts * num_heads * P * N
+    state = tl.load(s0_ptr + (state_index * num_heads + head) * P * N + tile)
+    tl.store(starts + head * P * N + tile, state)  # chunk 0's start, also when no chunk completes
+    for chunk in range(0, num_rows // Q):
+        tl.store(starts + (chunk * num_heads + head) * P * N + tile, state)
+        cs_end = tl.load(cs_ptr + cs_row + chunk * Q + Q - 1)
         acc = tl.zeros((P, N), dtype=tl.float32)
         for s0 in range(0, Q, BS):
             s = chunk * Q + s0 + tl.arange(0, BS)
-            to_end = tl.exp(cs_end - tl.load(cs_ptr + head * padded_rows + s)) * tl.load(dt_ptr + s * num_heads + head)
-            xs = tl.load(x_ptr + (s[:, None] * num_heads + head) * P + p[None, :])  # [BS, P]
-            bs = tl.load(b_ptr + (s[:, None] * num_groups + group) * N + n[None, :])  # [BS, N]
+            to_end = tl.exp(cs_end - tl.load(cs_ptr + cs_row + s)) * tl.load(dt_ptr + (base + s) * num_heads + head)
+            xs = tl.load(x_ptr + ((base + s)[:, None] * num_heads + head) * P + p[None, :])  # [BS, P]
+            bs = tl.load(b_ptr + ((base + s)[:, None] * num_groups + group) * N + n[None, :])  # [BS, N]
             acc = tl.dot(tl.trans(xs * to_end[:, None]), bs, acc, input_precision="ieee")
         state = tl.exp(cs_end) * state + acc
-    tl.store(starts_ptr + (num_complete * num_heads + head) * P * N + tile, state)
+    tl.store(starts + ((num_starts - 1) * num_heads + head) * P * N + tile, state)
 
 
 @triton.jit
-def _chunk_outputs_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, starts_ptr, d_ptr, y_ptr, first_row, num_rows,
+def _chunk_outputs_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, starts_ptr, d_ptr, y_ptr, meta_ptr, num_starts,
                           num_heads, num_groups, heads_per_group, padded_rows, P: tl.constexpr, N: tl.constexpr,
                           Q: tl.constexpr, BT: tl.constexpr):
-    block, head = tl.program_id(0), tl.program_id(1)
+    block, head, seq = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     group = head // heads_per_group
+    base, num_rows = tl.load(meta_ptr + seq * 5 + 0), tl.load(meta_ptr + seq * 5 + 1)
+    first_row, out_base = tl.load(meta_ptr + seq * 5 + 2), tl.load(meta_ptr + seq * 5 + 4)
+    cs_row = (seq * num_heads + head) * padded_rows
     t0 = (first_row // BT + block) * BT  # aligned: BT divides Q, so a block never straddles chunks
     chunk = t0 // Q
     t, p, n = t0 + tl.arange(0, BT), tl.arange(0, P), tl.arange(0, N)
     t_live = t < num_rows
-    ct = tl.load(c_ptr + (t[:, None] * num_groups + group) * N + n[None, :], mask=t_live[:, None], other=0.0)
-    cs_t = tl.load(cs_ptr + head * padded_rows + t)
+    ct = tl.load(c_ptr + ((base + t)[:, None] * num_groups + group) * N + n[None, :], mask=t_live[:, None], other=0.0)
+    cs_t = tl.load(cs_ptr + cs_row + t)
     acc = tl.zeros((BT, P), dtype=tl.float32)
     for s0 in range(chunk * Q, t0 + BT, BT):
         s = s0 + tl.arange(0, BT)
         s_live = s < num_rows
-        bs = tl.load(b_ptr + (s[:, None] * num_groups + group) * N + n[None, :], mask=s_live[:, None], other=0.0)
-        xs = tl.load(x_ptr + (s[:, None] * num_heads + head) * P + p[None, :], mask=s_live[:, None], other=0.0)
-        dt_s = tl.load(dt_ptr + s * num_heads + head, mask=s_live, other=0.0)
-        decay = tl.exp(cs_t[:, None] - tl.load(cs_ptr + head * padded_rows + s)[None, :])
+        bs = tl.load(b_ptr + ((base + s)[:, None] * num_groups + group) * N + n[None, :], mask=s_live[:, None], other=0.0)
+        xs = tl.load(x_ptr + ((base + s)[:, None] * num_heads + head) * P + p[None, :], mask=s_live[:, None], other=0.0)
+        dt_s = tl.load(dt_ptr + (base + s) * num_heads + head, mask=s_live, other=0.0)
+        decay = tl.exp(cs_t[:, None] - tl.load(cs_ptr + cs_row + s)[None, :])
         scores = tl.dot(ct, tl.trans(bs), input_precision="ieee")
         weights = tl.where(s[None, :] <= t[:, None], scores * decay * dt_s[None, :], 0.0)
         acc = tl.dot(weights, xs, acc, input_precision="ieee")
-    start = tl.load(starts_ptr + (chunk * num_heads + head) * P * N + p[None, :] * N + n[:, None])  # [N, P]
+    starts = starts_ptr + (seq * num_starts + chunk) * num_heads * P * N
+    start = tl.load(starts + head * P * N + p[None, :] * N + n[:, None])  # [N, P]
     from_start = tl.dot(ct, start, input_precision="ieee") * tl.exp(cs_t)[:, None]
-    xt = tl.load(x_ptr + (t[:, None] * num_heads + head) * P + p[None, :], mask=t_live[:, None], other=0.0)
+    xt = tl.load(x_ptr + ((base + t)[:, None] * num_heads + head) * P + p[None, :], mask=t_live[:, None], other=0.0)
     y = acc + from_start + tl.load(d_ptr + head) * xt
     stored = t_live & (t >= first_row)
-    tl.store(y_ptr + ((t - first_row)[:, None] * num_heads + head) * P + p[None, :], y, mask=stored[:, None])
+    tl.store(y_ptr + ((out_base + t - first_row)[:, None] * num_heads + head) * P + p[None, :], y, mask=stored[:, None])
 
 
 def _require(rows, chunk_size: int) -> int:
@@ -106,28 +125,60 @@ def forward(rows, state0, A, D, *, chunk_size: int, first_row: int):
     chunk boundary, state0 the state there; A [H] fp32, D [H]."""
     if any(r.dtype != torch.float32 for r in rows):
         raise ValueError("ssm_scan on CUDA: the rows come in fp32")
-    x, B, C, dt = (r.contiguous() for r in rows)
-    block = _require(rows, chunk_size)
-    num_rows, num_heads, head_dim = x.shape
-    num_groups, state_size = B.shape[1], B.shape[2]
-    num_chunks, num_complete = triton.cdiv(num_rows, chunk_size), num_rows // chunk_size
-    padded = num_chunks * chunk_size
-    cs = torch.empty((num_heads, padded), dtype=torch.float32, device=x.device)
-    _chunk_cumsum_kernel[(num_chunks, num_heads)](dt, A, cs, num_rows, num_heads, padded, Q=chunk_size)
+    rows = [r.contiguous() for r in rows]
+    num_rows, block = rows[0].shape[0], _require(rows, chunk_size)
+    meta = torch.tensor([[0, num_rows, first_row, 0, 0]], dtype=torch.int64).to(rows[0].device, non_blocking=True)
+    num_starts = num_rows // chunk_size + 1
     state0 = state0.contiguous()
-    if num_complete:
-        starts = torch.empty((num_complete + 1,) + state0.shape, dtype=torch.float32, device=x.device)
-        _chunk_states_kernel[(num_heads,)](x, B, dt, cs, state0, starts, num_complete, num_heads, num_groups,
-                                           num_heads // num_groups, padded, P=head_dim, N=state_size,
-                                           Q=chunk_size, BS=block, num_warps=8)
-    else:  # a decode inside a chunk: its start is the sequence's boundary state, as it is
-        starts = state0[None]
-    y = torch.empty((num_rows - first_row, num_heads, head_dim), dtype=torch.float32, device=x.device)
-    num_blocks = triton.cdiv(num_rows, block) - first_row // block
-    _chunk_outputs_kernel[(num_blocks, num_heads)](x, B, C, dt, cs, starts, D, y, first_row, num_rows, num_heads,
-                                                   num_groups, num_heads // num_groups, padded, P=head_dim,
-                                                   N=state_size, Q=chunk_size, BT=block, num_warps=8)
-    return y, starts[num_complete]
+    # a call inside one chunk starts from the sequence's boundary state as it is: no states pass
+    starts = None if num_starts == 1 else torch.empty((num_starts,) + state0.shape, dtype=torch.float32,
+                                                      device=state0.device)
+    y = torch.empty((num_rows - first_row,) + rows[0].shape[1:], dtype=torch.float32, device=state0.device)
+    starts = _launch(rows, state0, starts, A, D, y, meta, chunk_size=chunk_size, num_rows=num_rows,
+                     num_sequences=1, num_blocks=triton.cdiv(num_rows, block) - first_row // block)
+    return y, starts[num_starts - 1]
+
+
+def decode_batch(pools, state_pool, slots, buffered, A, D, *, chunk_size: int):
+    """One new row of every sequence [b], already written at row `buffered` of its slot in the
+    row pools (x [S, Q, H, P], B, C [S, Q, G, N], dt [S, Q, H], fp32): its output [b, H, P],
+    the kernels re-playing each slot's chunk as forward() does one segment's. A sequence whose
+    chunk completes folds it: its slot of state_pool [S, H, P, N] moves to the chunk's end."""
+    num_sequences = slots.shape[0]
+    meta = torch.stack((slots * chunk_size, buffered + 1, buffered, slots,
+                        torch.arange(num_sequences, device=slots.device)), dim=1)
+    x = pools[0]
+    rows = [pool.view(-1, *pool.shape[2:]) for pool in pools]
+    starts = torch.empty((num_sequences, 2) + state_pool.shape[1:], dtype=torch.float32, device=x.device)
+    y = torch.empty((num_sequences,) + x.shape[2:], dtype=torch.float32, device=x.device)
+    _launch(rows, state_pool, starts, A, D, y, meta, chunk_size=chunk_size, num_rows=chunk_size,
+            num_sequences=num_sequences, num_blocks=1)
+    state_pool[slots] = starts[:, 1]
+    return y
+
+
+def _launch(rows, states, starts, A, D, y, meta, *, chunk_size, num_rows, num_sequences, num_blocks):
+    """The three kernels over `num_sequences` sequences of at most `num_rows` rows each; starts
+    [B, n, H, P, N] (None: n = 1, the boundary state `states` itself, B = 1). The starts."""
+    x, B, C, dt = rows
+    block = _require(rows, chunk_size)
+    num_heads, head_dim = x.shape[1], x.shape[2]
+    num_groups, state_size = B.shape[1], B.shape[2]
+    num_chunks = triton.cdiv(num_rows, chunk_size)
+    padded = num_chunks * chunk_size
+    shape = dict(P=head_dim, N=state_size, Q=chunk_size)
+    cs = torch.empty((num_sequences, num_heads, padded), dtype=torch.float32, device=x.device)
+    _chunk_cumsum_kernel[(num_chunks, num_heads, num_sequences)](dt, A, cs, meta, num_heads, padded, Q=chunk_size)
+    if starts is None:
+        starts = states[None]
+    else:
+        _chunk_states_kernel[(num_heads, num_sequences)](x, B, dt, cs, states, starts, meta, starts.shape[-4],
+                                                         num_heads, num_groups, num_heads // num_groups, padded,
+                                                         BS=block, num_warps=8, **shape)
+    _chunk_outputs_kernel[(num_blocks, num_heads, num_sequences)](
+        x, B, C, dt, cs, starts, D, y, meta, starts.shape[-4], num_heads, num_groups, num_heads // num_groups,
+        padded, BT=block, num_warps=8, **shape)
+    return starts
 
 
 class ConsistentScan(torch.autograd.Function):
