@@ -101,7 +101,8 @@ def mamba_decode_ops(num_sequences: int = 64) -> dict:
     store (the batched forms). Each call resets the positions first (attribute writes, no
     tensor op), so every call does the same work."""
     from kernels.models.batch import Segment
-    from kernels.models.state import MambaStateStore, PooledMambaStore
+    from kernels.models.mamba_pool import PooledMambaStore
+    from kernels.models.mamba_state import MambaStateStore
     from kernels.ops import ssm_conv, ssm_scan
     heads, head_dim, groups, state_size, chunk, held, taps = 64, 64, 8, 128, 128, 60, 4
     conv_dim = heads * head_dim + 2 * groups * state_size

@@ -17,7 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kernels.models.batch import Segment
-from kernels.models.state import KVStore, MambaSequenceState, MambaStateStore
+from kernels.models.mamba_state import MambaSequenceState, MambaStateStore
+from kernels.models.state import KVStore
 
 
 class SnapshotKV(KVStore):

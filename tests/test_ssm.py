@@ -8,7 +8,8 @@ import torch
 from gates.compare import assert_bitwise_equal, first_bit_difference
 from gates.reference import ssm as reference
 from kernels.models.batch import Segment
-from kernels.models.state import MambaStateStore, PooledMambaStore
+from kernels.models.mamba_pool import PooledMambaStore
+from kernels.models.mamba_state import MambaStateStore
 from kernels.ops import gated_norm, ssm_conv, ssm_scan
 
 HEADS, HEAD_DIM, GROUPS, STATE, KERNEL, CHUNK = 4, 8, 2, 16, 4, 16

@@ -583,7 +583,7 @@ def _ssm_inputs(seed):
 def _ssm_run(inputs, splits, scans):
     """The sequence in segments of `splits` rows, segment i scanned by scans[i] (a backend
     of ssm_scan.consistent_with), the state carried: every row's y."""
-    from kernels.models.state import MambaSequenceState
+    from kernels.models.mamba_state import MambaSequenceState
     from kernels.ops import ssm_scan
     s = SSM
     state = MambaSequenceState(conv=torch.zeros(1, 1), ssm=torch.zeros(s["heads"], s["head_dim"], s["state"]))
@@ -645,7 +645,7 @@ def check_ssm_scan_backward_is_the_torch_forms(ssm_triton, fresh_seed):
 def _conv_run(conv_segment, xbc, weight, bias, splits):
     """The conv of xbc's rows in segments of `splits` by conv_segment (ssm_conv_triton.consistent
     or the torch form ssm_conv.consistent_segment), the state carried: every row's output."""
-    from kernels.models.state import MambaSequenceState
+    from kernels.models.mamba_state import MambaSequenceState
     state = MambaSequenceState(conv=torch.zeros(weight.shape[1] - 1, xbc.shape[1], dtype=xbc.dtype),
                                ssm=torch.zeros(1))
     outputs, start = [], 0
@@ -682,7 +682,7 @@ def check_ssm_conv_phases_agree_and_match_the_torch_form(fresh_seed):
 
 
 def _pooled_store(conv_dim, kernel_size, dtype):
-    from kernels.models.state import PooledMambaStore
+    from kernels.models.mamba_pool import PooledMambaStore
     s = SSM
     return PooledMambaStore(conv_rows=kernel_size - 1, conv_dim=conv_dim, num_heads=s["heads"],
                             head_dim=s["head_dim"], state_size=s["state"], chunk_size=s["chunk"], dtype=dtype)
@@ -776,3 +776,19 @@ def check_ssm_conv_batched_decode_is_the_segment_bits(fresh_seed):
         assert_bitwise_equal(store.conv[store.held(seq).slot], xbc[n + decodes - 3:n + decodes], f"conv rows {seq}")
     swapped, _ = batched(swap=True)
     assert first_bit_difference(swapped[0][lengths[0]:], alone[0][lengths[0]:]) is not None, "control"
+
+
+def check_ssm_scan_fast_prefill_folds_every_row(ssm_triton, fresh_seed):
+    """The fast contract's CUDA prefill (fold_all: chunks from the call's row 0, the last partial
+    chunk folded through zero-dt padding): every row's y and the state after all rows within
+    1e-5 of the torch form's run_chunks (printed); it claims no bits."""
+    from kernels.ops import ssm_scan
+    inputs, s = _ssm_inputs(fresh_seed), SSM
+    dt = torch.nn.functional.softplus(inputs["dt_raw"] + inputs["dt_bias"])
+    rows, A = [inputs["x"], inputs["B"], inputs["C"], dt], -torch.exp(inputs["A_log"])
+    state0 = torch.randn(s["heads"], s["head_dim"], s["state"], generator=torch.Generator().manual_seed(fresh_seed))
+    y, end = ssm_triton.fold_all(rows, state0, A, inputs["D"], chunk_size=s["chunk"], first_row=3)
+    y_torch, _, end_torch = ssm_scan.run_chunks(rows, state0, A, inputs["D"], s["chunk"])
+    errors = [float((a - b).abs().max() / b.abs().max()) for a, b in ((y, y_torch[3:]), (end, end_torch))]
+    print(f"fast prefill (Triton) vs torch form: y {errors[0]:.2e}, end state {errors[1]:.2e}")
+    assert y.shape == y_torch[3:].shape and max(errors) < 1e-5, (errors, fresh_seed)

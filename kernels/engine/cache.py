@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.models.state import KVStore, MambaStateStore, PooledMambaStore
+from kernels.models.mamba_pool import PooledMambaStore
+from kernels.models.mamba_state import MambaStateStore
+from kernels.models.state import KVStore
 from kernels.ops.quant_regions import kv_decode, kv_encode
 
 

@@ -15,7 +15,7 @@ decode (a different reduction order). Reference: gates/reference/ssm.py.
 import torch
 import torch.nn.functional as F
 
-from kernels.models.state import batched_decode, each_segment
+from kernels.models.mamba_state import batched_decode, each_segment
 from kernels.ops.activation import position_independent_sigmoid
 
 

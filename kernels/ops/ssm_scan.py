@@ -22,7 +22,8 @@ Triton kernels over every sequence's buffered rows (CUDA). Reference: gates/refe
 import torch
 import torch.nn.functional as F
 
-from kernels.models.state import batched_decode, each_segment
+from kernels.models.mamba_state import batched_decode, each_segment
+from kernels.ops.autograd_use import records_graph
 from kernels.ops.padding import pad_to_multiple
 
 
@@ -142,9 +143,14 @@ def _chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min):
     dt, A = F.softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min), -torch.exp(A_log.float())
     rows = _rows(state, x, B, C, dt)
     num_buffered = rows[0].shape[0] - x.shape[0]
-    y, _, end = run_chunks(rows, state.ssm, A, D, chunk_size)
+    if x.device.type == "cuda" and not records_graph(*rows, state.ssm, A, D):
+        from kernels.ops import ssm_scan_triton  # the engine's prefill as engines run it: chunk kernels
+        y, end = ssm_scan_triton.fold_all(rows, state.ssm, A, D, chunk_size=chunk_size, first_row=num_buffered)
+    else:
+        y, _, end = run_chunks(rows, state.ssm, A, D, chunk_size)
+        y = y[num_buffered:]
     state.ssm, state.folded, state.pending = end, state.folded + rows[0].shape[0], None
-    return y[num_buffered:]
+    return y
 
 
 def fast_recurrent(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):

@@ -28,14 +28,16 @@ import triton
 import triton.language as tl
 
 from kernels.ops.autograd_use import grads_of_recomputed, records_graph
+from kernels.ops.padding import pad_to_multiple
 
 ROW_BLOCK = 32  # BT = BS; smaller when the chunk is (Q = 16 in the cut)
 
 
 # Each kernel's last grid axis is the sequence: meta [B, 5] int64 holds per sequence its first
 # row in the row tensors, its rows from the chunk boundary, its first new row, the index of its
-# boundary state and the first row of its output. One segment's call is B = 1; a batched
-# decode reads every sequence's rows and state in the store's pools, at slot * Q and slot.
+# states (boundary state and chunk starts) and the first row of its output. One segment's call
+# is B = 1, index 0; a batched decode reads every sequence's rows and state in the store's
+# pools, at slot * Q and slot, and its chunk start is the pool's state itself (one start).
 
 
 @triton.jit
@@ -58,10 +60,10 @@ def _chunk_states_kernel(x_ptr, b_ptr, dt_ptr, cs_ptr, s0_ptr, starts_ptr, meta_
     cs_row = (seq * num_heads + head) * padded_rows
     p, n = tl.arange(0, P), tl.arange(0, N)
     tile = p[:, None] * N + n[None, :]
-    starts = starts_ptr + seq * num_starts * num_heads * P * N
+    starts = starts_ptr + state_index * num_starts * num_heads * P * N
+    num_complete = num_rows // Q
     state = tl.load(s0_ptr + (state_index * num_heads + head) * P * N + tile)
-    tl.store(starts + head * P * N + tile, state)  # chunk 0's start, also when no chunk completes
-    for chunk in range(0, num_rows // Q):
+    for chunk in range(0, num_complete):
         tl.store(starts + (chunk * num_heads + head) * P * N + tile, state)
         cs_end = tl.load(cs_ptr + cs_row + chunk * Q + Q - 1)
         acc = tl.zeros((P, N), dtype=tl.float32)
@@ -72,7 +74,8 @@ def _chunk_states_kernel(x_ptr, b_ptr, dt_ptr, cs_ptr, s0_ptr, starts_ptr, meta_
             bs = tl.load(b_ptr + ((base + s)[:, None] * num_groups + group) * N + n[None, :])  # [BS, N]
             acc = tl.dot(tl.trans(xs * to_end[:, None]), bs, acc, input_precision="ieee")
         state = tl.exp(cs_end) * state + acc
-    tl.store(starts + ((num_starts - 1) * num_heads + head) * P * N + tile, state)
+    if num_complete > 0:  # a decode's sequence whose chunk did not complete keeps its state
+        tl.store(starts + ((num_starts - 1) * num_heads + head) * P * N + tile, state)
 
 
 @triton.jit
@@ -101,7 +104,8 @@ def _chunk_outputs_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, starts_ptr, d_ptr
         scores = tl.dot(ct, tl.trans(bs), input_precision="ieee")
         weights = tl.where(s[None, :] <= t[:, None], scores * decay * dt_s[None, :], 0.0)
         acc = tl.dot(weights, xs, acc, input_precision="ieee")
-    starts = starts_ptr + (seq * num_starts + chunk) * num_heads * P * N
+    start_index = tl.load(meta_ptr + seq * 5 + 3)
+    starts = starts_ptr + (start_index * num_starts + chunk) * num_heads * P * N
     start = tl.load(starts + head * P * N + p[None, :] * N + n[:, None])  # [N, P]
     from_start = tl.dot(ct, start, input_precision="ieee") * tl.exp(cs_t)[:, None]
     xt = tl.load(x_ptr + ((base + t)[:, None] * num_heads + head) * P + p[None, :], mask=t_live[:, None], other=0.0)
@@ -130,55 +134,74 @@ def forward(rows, state0, A, D, *, chunk_size: int, first_row: int):
     meta = torch.tensor([[0, num_rows, first_row, 0, 0]], dtype=torch.int64).to(rows[0].device, non_blocking=True)
     num_starts = num_rows // chunk_size + 1
     state0 = state0.contiguous()
-    # a call inside one chunk starts from the sequence's boundary state as it is: no states pass
-    starts = None if num_starts == 1 else torch.empty((num_starts,) + state0.shape, dtype=torch.float32,
-                                                      device=state0.device)
+    cs = _cumsums(rows, A, meta, chunk_size=chunk_size, num_rows=num_rows, num_sequences=1)
+    if num_starts == 1:  # a call inside one chunk starts from the sequence's boundary state as it is
+        starts = state0[None]
+    else:
+        starts = torch.empty((num_starts,) + state0.shape, dtype=torch.float32, device=state0.device)
+        _states(rows, cs, state0, starts, meta, chunk_size=chunk_size, num_sequences=1)
     y = torch.empty((num_rows - first_row,) + rows[0].shape[1:], dtype=torch.float32, device=state0.device)
-    starts = _launch(rows, state0, starts, A, D, y, meta, chunk_size=chunk_size, num_rows=num_rows,
-                     num_sequences=1, num_blocks=triton.cdiv(num_rows, block) - first_row // block)
+    _outputs(rows, cs, starts, D, y, meta, chunk_size=chunk_size, num_sequences=1,
+             num_blocks=triton.cdiv(num_rows, block) - first_row // block)
     return y, starts[num_starts - 1]
+
+
+def fold_all(rows, state0, A, D, *, chunk_size: int, first_row: int):
+    """The fast contract's prefill on CUDA (chunks from the call's row 0, every row folded):
+    (y of rows[first_row:], the state after all rows). Padding the rows to whole chunks with
+    zeros folds the last partial chunk: a padding row's dt is 0, so it moves neither the
+    cumsum nor the state."""
+    num_rows = rows[0].shape[0]
+    y, end = forward([pad_to_multiple(r, 0, chunk_size) for r in rows], state0, A, D, chunk_size=chunk_size,
+                     first_row=first_row)
+    return y[:num_rows - first_row], end
 
 
 def decode_batch(pools, state_pool, slots, buffered, A, D, *, chunk_size: int):
     """One new row of every sequence [b], already written at row `buffered` of its slot in the
     row pools (x [S, Q, H, P], B, C [S, Q, G, N], dt [S, Q, H], fp32): its output [b, H, P],
-    the kernels re-playing each slot's chunk as forward() does one segment's. A sequence whose
-    chunk completes folds it: its slot of state_pool [S, H, P, N] moves to the chunk's end."""
+    the kernels re-playing each slot's chunk as forward() does one segment's. The outputs read
+    each slot of state_pool [S, H, P, N] as their chunk's start; then a sequence whose chunk
+    completes folds it there, in place (the others' states are not touched)."""
     num_sequences = slots.shape[0]
     meta = torch.stack((slots * chunk_size, buffered + 1, buffered, slots,
                         torch.arange(num_sequences, device=slots.device)), dim=1)
-    x = pools[0]
     rows = [pool.view(-1, *pool.shape[2:]) for pool in pools]
-    starts = torch.empty((num_sequences, 2) + state_pool.shape[1:], dtype=torch.float32, device=x.device)
-    y = torch.empty((num_sequences,) + x.shape[2:], dtype=torch.float32, device=x.device)
-    _launch(rows, state_pool, starts, A, D, y, meta, chunk_size=chunk_size, num_rows=chunk_size,
-            num_sequences=num_sequences, num_blocks=1)
-    state_pool[slots] = starts[:, 1]
+    cs = _cumsums(rows, A, meta, chunk_size=chunk_size, num_rows=chunk_size, num_sequences=num_sequences)
+    y = torch.empty((num_sequences,) + pools[0].shape[2:], dtype=torch.float32, device=state_pool.device)
+    _outputs(rows, cs, state_pool[:, None], D, y, meta, chunk_size=chunk_size, num_sequences=num_sequences,
+             num_blocks=1)
+    _states(rows, cs, state_pool, state_pool[:, None], meta, chunk_size=chunk_size, num_sequences=num_sequences)
     return y
 
 
-def _launch(rows, states, starts, A, D, y, meta, *, chunk_size, num_rows, num_sequences, num_blocks):
-    """The three kernels over `num_sequences` sequences of at most `num_rows` rows each; starts
-    [B, n, H, P, N] (None: n = 1, the boundary state `states` itself, B = 1). The starts."""
-    x, B, C, dt = rows
-    block = _require(rows, chunk_size)
-    num_heads, head_dim = x.shape[1], x.shape[2]
-    num_groups, state_size = B.shape[1], B.shape[2]
+def _cumsums(rows, A, meta, *, chunk_size, num_rows, num_sequences):
+    """[B, H, chunks * Q]: every sequence's chunk cumsums of dt * A."""
+    dt, num_heads = rows[3], rows[0].shape[1]
     num_chunks = triton.cdiv(num_rows, chunk_size)
-    padded = num_chunks * chunk_size
-    shape = dict(P=head_dim, N=state_size, Q=chunk_size)
-    cs = torch.empty((num_sequences, num_heads, padded), dtype=torch.float32, device=x.device)
-    _chunk_cumsum_kernel[(num_chunks, num_heads, num_sequences)](dt, A, cs, meta, num_heads, padded, Q=chunk_size)
-    if starts is None:
-        starts = states[None]
-    else:
-        _chunk_states_kernel[(num_heads, num_sequences)](x, B, dt, cs, states, starts, meta, starts.shape[-4],
-                                                         num_heads, num_groups, num_heads // num_groups, padded,
-                                                         BS=block, num_warps=8, **shape)
+    cs = torch.empty((num_sequences, num_heads, num_chunks * chunk_size), dtype=torch.float32, device=dt.device)
+    _chunk_cumsum_kernel[(num_chunks, num_heads, num_sequences)](dt, A, cs, meta, num_heads, cs.shape[-1],
+                                                                Q=chunk_size)
+    return cs
+
+
+def _states(rows, cs, states, starts, meta, *, chunk_size, num_sequences):
+    """Every sequence's completed chunks folded from its state in `states` [S, H, P, N] (or
+    [H, P, N]): chunk starts and the end state into `starts` [S, n, H, P, N] at the same index."""
+    x, B, _, dt = rows
+    num_heads, num_groups = x.shape[1], B.shape[1]
+    _chunk_states_kernel[(num_heads, num_sequences)](
+        x, B, dt, cs, states, starts, meta, starts.shape[-4], num_heads, num_groups, num_heads // num_groups,
+        cs.shape[-1], P=x.shape[2], N=B.shape[2], Q=chunk_size, BS=_require(rows, chunk_size), num_warps=8)
+
+
+def _outputs(rows, cs, starts, D, y, meta, *, chunk_size, num_sequences, num_blocks):
+    """Every sequence's new rows' outputs into y, each chunk from its start in `starts`."""
+    x, B, C, dt = rows
+    num_heads, num_groups = x.shape[1], B.shape[1]
     _chunk_outputs_kernel[(num_blocks, num_heads, num_sequences)](
         x, B, C, dt, cs, starts, D, y, meta, starts.shape[-4], num_heads, num_groups, num_heads // num_groups,
-        padded, BT=block, num_warps=8, **shape)
-    return starts
+        cs.shape[-1], P=x.shape[2], N=B.shape[2], Q=chunk_size, BT=_require(rows, chunk_size), num_warps=8)
 
 
 class ConsistentScan(torch.autograd.Function):

@@ -1,0 +1,142 @@
+"""The engine's Mamba-2 state store: every sequence's state in device pools indexed by slot,
+so a decode-only batch reads and writes them all in one op per tensor (the batched forms of
+kernels/ops/ssm_conv.py and ssm_scan.py); a segment at a time goes through PooledState.
+"""
+import torch
+
+from kernels.models.mamba_state import MambaSequenceState, MambaStateStore
+
+
+class PooledMambaStore(MambaStateStore):
+    """One Mamba layer's states in device pools indexed by slot, as engines keep them: conv
+    [slots, K-1, C], ssm [slots, H, P, N] fp32 and, for a scan that re-plays its chunk, the
+    buffered rows [slots, Q, ...] fp32. A decode-only batch then reads and writes every
+    sequence's state in one op per tensor (decode_slots); a segment at a time goes through
+    PooledState, a view with the per-sequence interface. Pools grow by doubling."""
+
+    pooled = True
+
+    def __init__(self, *, conv_rows, conv_dim, num_heads, head_dim, state_size, chunk_size, dtype, device="cpu"):
+        self.chunk_size = chunk_size
+        self.conv = torch.zeros(1, conv_rows, conv_dim, dtype=dtype, device=device)
+        self.ssm = torch.zeros(1, num_heads, head_dim, state_size, dtype=torch.float32, device=device)
+        self.rows: list | None = None
+        """x [slots, Q, H, P], B, C [slots, Q, G, N], dt [slots, Q, H], fp32; made on first use."""
+        self._states: dict[int, PooledState] = {}
+        self._free = [0]
+        self._slot_tables = None  # (segments, slots [B] long): every call of one forward reuses it
+
+    def _fresh(self) -> "PooledState":
+        state = PooledState(self, self._take_slot())
+        state.conv, state.ssm = 0.0, 0.0
+        return state
+
+    def _zeros(self) -> MambaSequenceState:
+        return MambaSequenceState(torch.zeros_like(self.conv[0]), torch.zeros_like(self.ssm[0]))
+
+    def _take_slot(self) -> int:
+        if not self._free:
+            grown = self.conv.shape[0]
+            self._free = list(range(grown, 2 * grown))
+            self.conv = torch.cat([self.conv, torch.zeros_like(self.conv)])
+            self.ssm = torch.cat([self.ssm, torch.zeros_like(self.ssm)])
+            if self.rows is not None:
+                self.rows = [torch.cat([pool, torch.zeros_like(pool)]) for pool in self.rows]
+            self._slot_tables = None
+        return self._free.pop(0)
+
+    def row_pools(self, rows) -> list:
+        """The buffered-row pools, made on first use from one call's rows (x, B, C, dt)."""
+        if self.rows is None:
+            self.rows = [torch.zeros(self.conv.shape[0], self.chunk_size, *r.shape[1:], dtype=torch.float32,
+                                     device=r.device) for r in rows]
+        return self.rows
+
+    def decode_slots(self, segments) -> torch.Tensor:
+        """[B] long: the slot of every segment's sequence, after checking each is at its start."""
+        return self.decode_tables(segments)[0]
+
+    def decode_tables(self, segments) -> tuple:
+        """([B] long slots, [B] long rows each sequence has buffered), on the pools' device in
+        one copy; every door of one forward's layer reuses them (conv, then scan)."""
+        if self._slot_tables is not None and self._slot_tables[0] is segments:
+            return self._slot_tables[1]
+        states = [self.open(segment) for segment in segments]
+        packed = torch.tensor([s.slot for s in states] + [s.buffered for s in states], dtype=torch.long)
+        tables = packed.to(self.conv.device, non_blocking=True).split(len(states))
+        self._slot_tables = (segments, tables)
+        return tables
+
+    def holds_buffered_rows(self, segments) -> bool:
+        """Whether any of these sequences has rows buffered (a consistent prefill left them)."""
+        return any(self.open(segment).buffered for segment in segments)
+
+    def advance(self, segments, *, buffered: bool) -> None:
+        """Each segment's one decoded row is in the state: folded (a recurrence) or buffered,
+        the chunk folded when it completes (a scan that re-plays its chunk)."""
+        for segment in segments:
+            state = self._states[segment.seq_id]
+            if not buffered:
+                if state.buffered:
+                    raise ValueError(f"sequence {segment.seq_id}: a recurrence cannot fold "
+                                     f"{state.buffered} buffered rows")
+                state.folded += 1
+            elif state.buffered + 1 == self.chunk_size:
+                state.folded, state.buffered = state.folded + self.chunk_size, 0
+            else:
+                state.buffered += 1
+        self._slot_tables = None
+
+    def release(self, seq_id: int) -> None:
+        state = self._states.pop(seq_id, None)
+        if state is not None:
+            self._free.append(state.slot)
+            self._slot_tables = None
+
+    def clear(self) -> None:
+        for seq_id in list(self._states):
+            self.release(seq_id)
+
+
+class PooledState:
+    """One sequence's state in a PooledMambaStore: MambaSequenceState's fields, read as views
+    of its slot and written into it (a per-segment door then works unchanged)."""
+
+    def __init__(self, store: PooledMambaStore, slot: int):
+        self.store, self.slot = store, slot
+        self.folded = 0
+        self.buffered = 0
+        """Rows of the unfinished chunk held in the store's row pools."""
+
+    @property
+    def conv(self) -> torch.Tensor:
+        return self.store.conv[self.slot]
+
+    @conv.setter
+    def conv(self, value) -> None:
+        self.store.conv[self.slot] = value
+
+    @property
+    def ssm(self) -> torch.Tensor:
+        return self.store.ssm[self.slot]
+
+    @ssm.setter
+    def ssm(self, value) -> None:
+        self.store.ssm[self.slot] = value
+
+    @property
+    def pending(self) -> list | None:
+        if not self.buffered:
+            return None
+        return [pool[self.slot, :self.buffered] for pool in self.store.rows]
+
+    @pending.setter
+    def pending(self, rows) -> None:
+        self.buffered = 0 if rows is None else rows[0].shape[0]
+        if rows is not None:
+            for pool, row in zip(self.store.row_pools(rows), rows):
+                pool[self.slot, :self.buffered] = row
+
+    @property
+    def position(self) -> int:
+        return self.folded + self.buffered

@@ -1,0 +1,99 @@
+"""A Mamba-2 layer's per-sequence state (conv rows, SSM state, buffered rows) and the store
+the conv and scan doors open it from, one state per sequence (the trainer's: states carry
+autograd); kernels/models/mamba_pool.py keeps the same states in slot pools for the engine.
+"""
+from dataclasses import dataclass
+
+import torch
+
+
+def each_segment(form, segments, store, row_inputs, *args, **kwargs):
+    """A per-segment form run over a case group's segments, each on its sequence's state;
+    outputs in row order. form(*the segment's rows of row_inputs, state, *args, **kwargs)."""
+    return torch.cat([form(*(t[s.rows] for t in row_inputs), store.open(s), *args, **kwargs)
+                      for s in segments])
+
+
+def batched_decode(segments, store) -> bool:
+    """A group of one-row segments on a pooled store: a form with a batched decode takes every
+    sequence's state in one call (the store's pools indexed by slot)."""
+    return store.pooled and all(s.length == 1 for s in segments)
+
+
+@dataclass
+class MambaSequenceState:
+    """One sequence's Mamba-2 state in one layer."""
+
+    conv: torch.Tensor
+    """[K-1, conv_dim] the last raw conv inputs (zeros before position 0)."""
+    ssm: torch.Tensor
+    """[H, P, N] fp32 state after the first `folded` tokens."""
+    folded: int = 0
+    """Tokens whose contribution is in `ssm`."""
+    pending: list | None = None
+    """Rows after `folded` not yet in `ssm` (x, B, C, dt), for scans that re-play a chunk."""
+
+    @property
+    def position(self) -> int:
+        """The next token's position."""
+        return self.folded + (0 if self.pending is None else self.pending[0].shape[0])
+
+
+class MambaStateStore:
+    """One Mamba layer's states by sequence. chunk_size: the rows a pooled store buffers per
+    sequence (a scan that re-plays its chunk); this store keeps them in the state itself."""
+
+    pooled = False
+    """True for PooledMambaStore: the batched decode forms (ssm_conv, ssm_scan) need its pools."""
+
+    def __init__(self, *, conv_rows, conv_dim, num_heads, head_dim, state_size, chunk_size, dtype, device="cpu"):
+        self._fresh = lambda: MambaSequenceState(
+            conv=torch.zeros(conv_rows, conv_dim, dtype=dtype, device=device),
+            ssm=torch.zeros(num_heads, head_dim, state_size, dtype=torch.float32, device=device))
+        self._states: dict[int, MambaSequenceState] = {}
+
+    def open(self, segment) -> MambaSequenceState:
+        """The segment's sequence's state, checked to be at the segment's start. A segment at 0
+        gets a fresh state unless the one held is still at 0: the conv door of the same
+        forward opened it (conv moves no position) and the scan door continues it."""
+        state = self._states.get(segment.seq_id)
+        if segment.start == 0 and (state is None or state.position != 0):
+            self.release(segment.seq_id)
+            state = self._states[segment.seq_id] = self._fresh()
+        if state is None or state.position != segment.start:
+            held = None if state is None else state.position
+            raise ValueError(f"sequence {segment.seq_id}: state is at {held}, segment starts at {segment.start}")
+        return state
+
+    def held(self, seq_id: int) -> MambaSequenceState:
+        """The sequence's state as it is (KeyError if none)."""
+        return self._states[seq_id]
+
+    def snapshot(self, segments) -> "MambaStateStore":
+        """A store holding copies of the states these segments open (a door capture's replay
+        input): a fresh state for a segment at position 0, else a copy of the sequence's."""
+        copies = {}
+        for segment in segments:
+            state = self._zeros() if segment.start == 0 else self.held(segment.seq_id)
+            copies[segment.seq_id] = MambaSequenceState(
+                state.conv.detach().clone(), state.ssm.detach().clone(), state.folded,
+                None if state.pending is None else [t.detach().clone() for t in state.pending])
+        return MambaStateStore.holding(copies)
+
+    def _zeros(self) -> MambaSequenceState:
+        return self._fresh()
+
+    @classmethod
+    def holding(cls, states: dict) -> "MambaStateStore":
+        """A store of these states {seq_id: MambaSequenceState}; fresh ones are zeros shaped like them."""
+        store = cls.__new__(cls)
+        template = next(iter(states.values()))
+        store._states = dict(states)
+        store._fresh = lambda: MambaSequenceState(torch.zeros_like(template.conv), torch.zeros_like(template.ssm))
+        return store
+
+    def release(self, seq_id: int) -> None:
+        self._states.pop(seq_id, None)
+
+    def clear(self) -> None:
+        self._states.clear()
