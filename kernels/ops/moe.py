@@ -144,13 +144,11 @@ def experts_loop(x, ids, up, down, gemm):
 
 
 def combine_fast(weighted_slot_outputs, ids, weights, shared_out):
-    """index_add in expert-id order (as atomics or an expert loop would), fp32, rounded to
-    the activation dtype, then + shared in the activation dtype (two roundings, as HF).
-    Expects outputs already weighted by experts_fast, so `weights` is not used."""
-    acc = weighted_slot_outputs.new_zeros(ids.shape[0], weighted_slot_outputs.shape[-1], dtype=torch.float32)
-    for expert in torch.unique(ids).tolist():  # ascending ids
-        rows, slots = (ids == expert).nonzero(as_tuple=True)
-        acc.index_add_(0, rows, weighted_slot_outputs[rows, slots].float())
+    """The top-k slots' weighted outputs summed in fp32 (as vLLM's moe_sum reduces over
+    top-k), rounded to the activation dtype, then + shared in the activation dtype (two
+    roundings, as HF). Expects outputs already weighted by experts_fast (weights rounded into
+    the activation before down_proj), so `weights` and `ids` are not used."""
+    acc = weighted_slot_outputs.float().sum(dim=1)
     return acc.to(shared_out.dtype) + shared_out
 
 
