@@ -246,6 +246,27 @@ def test_sampler_top_k_ties_keep_lowest_token_ids(fresh_seed):
         f"greedy over tied ids {greedy_tied.tolist()} chose {int(greedy)}, seed {fresh_seed}")
 
 
+def test_sampler_top_p_keeps_the_prefix_that_reaches_p(fresh_seed):
+    """Top-p (after top-k) keeps the first n tokens of the unique order (logit descending, id
+    ascending), n the count of tokens whose fp32 mass strictly before them is below p: counted
+    on the device (no host sync a row), checked against the count taken in Python, on rows
+    with tied logits."""
+    generator, rng = torch.Generator().manual_seed(fresh_seed), random.Random(fresh_seed)
+    num_tied_rows = 0
+    for _ in range(60):
+        row = (torch.randn(300, generator=generator) * rng.choice([0.5, 2.0]) * 4).round() / 4  # ties
+        num_tied_rows += int(row.unique().numel() < row.numel())
+        params = SamplingParams(temperature=1.0, top_k=rng.choice([0, 5, 40]), top_p=rng.choice([0.3, 0.8, 0.95]))
+        order = sorted(range(300), key=lambda t: (-float(row[t]), t))[:params.top_k or None]
+        probs = torch.exp(row[order] - row[order[0]])
+        probs = probs / sampler.row_sum(probs)
+        before = (torch.cumsum(probs, dim=0) - probs).tolist()
+        expected = set(order[:sum(mass < params.top_p for mass in before)])
+        kept = set(torch.nonzero(sampler._kept_mask(row, params))[:, 0].tolist())
+        assert kept == expected, f"{params}: kept {sorted(kept)[:8]}..., rule {sorted(expected)[:8]}..., seed {fresh_seed}"
+    assert num_tied_rows > 0, f"no row held a tie, seed {fresh_seed}"
+
+
 def _python_draw(key: int, token: int) -> float:
     """race_uniforms' formula in Python integers (the reference for torch's wrapping int64)."""
     z = (key + (token + 1) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF

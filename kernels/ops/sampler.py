@@ -106,13 +106,15 @@ def _kept_mask(x, params: SamplingParams):
     order = torch.sort(x, descending=True, stable=True).indices  # ties: lower id first
     if params.top_k > 0:
         order = order[:params.top_k]
-    if params.top_p < 1.0:
-        sorted_x = x[order]
-        probs = torch.exp(sorted_x - sorted_x[0])
-        probs = probs / row_sum(probs)
-        before = torch.cumsum(probs, dim=0) - probs  # mass strictly before each token
-        order = order[:int((before < params.top_p).sum())]
-    return torch.zeros_like(x, dtype=torch.bool).index_fill_(0, order, True)
+    if params.top_p >= 1.0:
+        return torch.zeros_like(x, dtype=torch.bool).index_fill_(0, order, True)
+    sorted_x = x[order]
+    probs = torch.exp(sorted_x - sorted_x[0])
+    probs = probs / row_sum(probs)
+    before = torch.cumsum(probs, dim=0) - probs  # mass strictly before each token
+    # the first (before < p).sum() tokens of the order, counted on the device: no host sync a row
+    kept = torch.arange(order.shape[0], device=x.device) < (before < params.top_p).sum()
+    return torch.zeros_like(x, dtype=torch.bool).scatter_(0, order, kept)
 
 
 def _scaled(logits, params_list, draw_indices):
@@ -153,7 +155,7 @@ def fast(logits, params_list, draw_indices):
         if params.temperature > 0 and params.top_p < 1.0:
             sorted_probs, order = torch.sort(probs[i], descending=True)
             drop = torch.cumsum(sorted_probs, dim=0) - sorted_probs >= params.top_p
-            probs[i] = probs[i].index_fill(0, order[drop], 0.0)
+            probs[i] = probs[i].scatter(0, order, sorted_probs.masked_fill(drop, 0.0))  # no host sync
     race = torch.empty_like(probs).exponential_(generator=generator)
     return torch.where(greedy, logits.float().argmax(dim=-1), (probs / race).argmax(dim=-1))
 
