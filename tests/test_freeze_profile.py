@@ -194,6 +194,17 @@ def test_profile_interleaves_the_frozen_baseline_with_the_current_tree(clone, ca
     assert git(clone, "status", "--porcelain") == ""  # the worktree is git-ignored
 
 
+def test_profile_environments_must_agree_on_what_both_report():
+    """A frozen commit older than a fingerprint field (comm_transport) still compares on the
+    rest; a differing or unreported fair field refuses the comparison, naming it."""
+    from harness.stages.profile import FAIR_ENVIRONMENT, environment_differences
+    current = {key: f"{key}-value" for key in FAIR_ENVIRONMENT} | {"comm_backend": "none", "comm_transport": "none"}
+    older = {key: value for key, value in current.items() if key != "comm_transport"}
+    assert environment_differences(older, current) == []
+    assert environment_differences(older | {"num_threads": 1}, current) == ["num_threads: 1 vs 'num_threads-value'"]
+    assert environment_differences({k: v for k, v in older.items() if k != "torch"}, current) == ["torch (not reported)"]
+
+
 def test_worktree_is_reused_and_must_stay_clean(clone):
     repo = workspace.open_repo(clone)
     first = git(clone, "rev-parse", "HEAD~1")

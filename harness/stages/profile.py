@@ -27,6 +27,9 @@ DEFAULT_PAIRS = 5
 DEFAULT_WORKLOAD = {"num_sequences": 16, "new_tokens": 16, "arrival_spread": 4, "seed": 0}
 SIDES = ("baseline", "consistent")
 MAX_REGIONS_SHOWN = 12
+FAIR_ENVIRONMENT = ("torch", "triton", "cuda", "device", "cpu_capability", "num_threads", "python")
+"""What both sides must report, and agree on. Fields a later tree added to its fingerprint
+(comm_transport, since the layouts) are compared when the frozen commit reports them too."""
 
 
 def profile(model: str, out_dir, pairs: int = DEFAULT_PAIRS, workload: dict | None = None,
@@ -79,13 +82,25 @@ def check_sides(hellos: dict, frozen: dict, trees: dict) -> None:
     for side, (tree, _) in trees.items():
         if not Path(hellos[side]["kernels"]).resolve().is_relative_to(Path(tree).resolve()):
             raise ValueError(f"{side} worker imported kernels from {hellos[side]['kernels']}, not {tree}")
-    for what in ("semantic", "workload", "environment"):
+    for what in ("semantic", "workload"):
         if hellos["baseline"][what] != hellos["consistent"][what]:
             raise ValueError(f"baseline and consistent sides differ in {what}: not a fair comparison")
+    differing = environment_differences(hellos["baseline"]["environment"], hellos["consistent"]["environment"])
+    if differing:
+        raise ValueError(f"baseline and consistent sides differ in environment ({', '.join(differing)}): "
+                         "not a fair comparison")
     if hellos["baseline"]["fast_content_hash"] != frozen["content_hash"]:
         raise ValueError(f"the fast path at {frozen['commit'][:12]} hashes to "
                          f"{hellos['baseline']['fast_content_hash']}, not the frozen "
                          f"{frozen['content_hash']}")
+
+
+def environment_differences(baseline: dict, consistent: dict) -> list:
+    """The environment fields that differ, or that FAIR_ENVIRONMENT needs and a side lacks."""
+    missing = [f"{key} (not reported)" for key in FAIR_ENVIRONMENT if key not in baseline or key not in consistent]
+    shared = sorted(set(baseline) & set(consistent))
+    return missing + [f"{key}: {baseline[key]!r} vs {consistent[key]!r}" for key in shared
+                      if baseline[key] != consistent[key]]
 
 
 def interleave(workers: dict, pairs: int, samples_path: Path) -> list:
