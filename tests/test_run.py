@@ -9,6 +9,7 @@ import pytest
 from harness.cli import EXIT_BAD_INPUT, EXIT_DIFFERENT, main
 from harness.stages import gates as gates_stage
 from harness.stages import locate as locate_stage
+from harness.stages import profile as profile_stage
 
 class Interrupted(BaseException):
     """Stands for Ctrl-C or a killed process: not an error the run may catch."""
@@ -34,6 +35,8 @@ def test_interrupted_run_resumes_and_reports(tmp_path, monkeypatch, capsys):
     gate_files = {p.name: p.stat().st_mtime_ns for p in (out / "gates").iterdir()}
 
     monkeypatch.setattr(locate_stage, "locate", real_locate)
+    for field, value in (("num_sequences", 4), ("new_tokens", 4)):  # a short profile: the stage is what is tested
+        monkeypatch.setitem(profile_stage.DEFAULT_WORKLOAD, field, value)
     monkeypatch.setattr(gates_stage, "run_gates", lambda selected, **kw: pytest.fail(f"re-ran {list(selected)}")
                         if selected else {})
     capsys.readouterr()
@@ -43,7 +46,7 @@ def test_interrupted_run_resumes_and_reports(tmp_path, monkeypatch, capsys):
     assert {p.name: p.stat().st_mtime_ns for p in (out / "gates").iterdir()} == gate_files
     stages = json.loads((out / "run.json").read_text())["stages"]
     assert [stages[s]["status"] for s in ("locate", "shrink", "report")] == ["done", "done", "done"]
-    assert stages["profile"]["status"] in ("done", "failed") and stages["profile"]["detail"]
+    assert stages["profile"]["status"] == "done", stages["profile"]  # against the repo's frozen CPU baseline
     located = json.loads((out / "locate" / "locate.json").read_text())
     assert located["status"] == "divergent" and located["layer"] in (None, 0)
     repro = json.loads(next((out / "repros").glob("*/repro.json")).read_text())

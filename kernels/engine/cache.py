@@ -181,8 +181,8 @@ class PagedLayerKV(KVStore):
 
 class EngineCache:
     """Everything the engine keeps per sequence: paged KV for attention layers, conv/SSM state
-    in slot pools for Mamba layers (a decode step reads them batched). The scheduler reserves and releases through it, so a finished
-    or invalidated sequence loses both."""
+    in slot pools for Mamba layers (a decode step reads them batched). The scheduler reserves
+    and releases through it, so a finished or invalidated sequence loses both."""
 
     def __init__(self, paged: PagedKVCache):
         self.paged = paged
