@@ -20,6 +20,8 @@ term for term; its bits are the CUDA machine's own (CPU and CUDA are separate ma
 Batched decode (decode_batch): the same kernels with one program set per sequence, reading
 each sequence's buffered rows and boundary state in the store's pools; a decoded row walks
 the same blocks in the same order as in forward(), so its bits are those of a one-segment call.
+The fast contract's CUDA prefill (fold_all) runs the same kernels with chunks from its call's
+first row and every row folded, as engines run mamba_ssm's chunk scan; it claims no bits.
 Backward: recomputes the torch form in fp32 and differentiates it (C8's tolerance).
 Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
 """
