@@ -24,7 +24,7 @@ class PooledMambaStore(MambaStateStore):
         """x [slots, Q, H, P], B, C [slots, Q, G, N], dt [slots, Q, H], fp32; made on first use."""
         self._states: dict[int, PooledState] = {}
         self._free = [0]
-        self._slot_tables = None  # (segments, slots [B] long): every call of one forward reuses it
+        self._slot_tables = None  # (segments, what _decode_tables returns): reused by every door of a forward's layer
 
     def _fresh(self) -> "PooledState":
         state = PooledState(self, self._take_slot())
@@ -59,17 +59,21 @@ class PooledMambaStore(MambaStateStore):
     def decode_tables(self, segments) -> tuple:
         """([B] long slots, [B] long rows each sequence has buffered), on the pools' device in
         one copy; every door of one forward's layer reuses them (conv, then scan)."""
-        if self._slot_tables is not None and self._slot_tables[0] is segments:
-            return self._slot_tables[1]
-        states = [self.open(segment) for segment in segments]
-        packed = torch.tensor([s.slot for s in states] + [s.buffered for s in states], dtype=torch.long)
-        tables = packed.to(self.conv.device, non_blocking=True).split(len(states))
-        self._slot_tables = (segments, tables)
-        return tables
+        return self._decode_tables(segments)[0]
 
     def holds_buffered_rows(self, segments) -> bool:
         """Whether any of these sequences has rows buffered (a consistent prefill left them)."""
-        return any(self.open(segment).buffered for segment in segments)
+        return self._decode_tables(segments)[1]
+
+    def _decode_tables(self, segments) -> tuple:
+        """(decode_tables, whether any sequence holds buffered rows): each sequence opened once
+        per forward's layer, its position checked."""
+        if self._slot_tables is None or self._slot_tables[0] is not segments:
+            states = [self.open(segment) for segment in segments]
+            packed = torch.tensor([s.slot for s in states] + [s.buffered for s in states], dtype=torch.long)
+            tables = packed.to(self.conv.device, non_blocking=True).split(len(states))
+            self._slot_tables = (segments, (tables, any(s.buffered for s in states)))
+        return self._slot_tables[1]
 
     def advance(self, segments, *, buffered: bool) -> None:
         """Each segment's one decoded row is in the state: folded (a recurrence) or buffered,
