@@ -12,9 +12,9 @@ linear region mapped to linear.fast_split_k (split-K below 64 rows only).
 What a batch is, per case (each batch runs wholly in its case; mixed steps are C03's):
 engine_prefill, prompt chunks (the probes: a 1-token prompt, a 7-token chunk starting at 12,
 a 21-token prompt) among chunks of other sequences, some past position 0; engine_decode and
-engine_graph, one-token decodes (probes at positions 15, 16, 33: either side of an SSM
-chunk and inside the second KV block) among decodes of other sequences (engine_graph is its
-contract binding run eagerly on CPU); trainer_fwd and trainer_bwd, whole sequences packed
+engine_graph, one-token decodes (eight probes, among them positions 15, 16, 33: either side
+of an SSM chunk and inside the second KV block) among decodes of other sequences
+(engine_graph is its contract binding run eagerly on CPU); trainer_fwd and trainer_bwd, whole sequences packed
 from position 0 (forward bits only). Histories are prefilled once into a TransientCache
 and every batch runs on a copy of it, so a probe meets identical state alone and in a batch.
 """
@@ -38,7 +38,10 @@ from kernels.ops.sampler import SamplingParams
 KIND = {"engine_prefill": "prefill", "engine_decode": "decode", "engine_graph": "decode",
         "trainer_fwd": "trainer", "trainer_bwd": "trainer"}
 # Probes per kind of case: (history already in the cache, rows in the batch).
-PROBES = {"prefill": ((0, 1), (12, 7), (0, 21)), "decode": ((15, 1), (16, 1), (33, 1)),
+# Decode probes are one row each, so there are more of them: a fault that moves a bf16 output
+# only now and then (split-K's fp32 partials, rounded) must still show in some probe's rows.
+PROBES = {"prefill": ((0, 1), (12, 7), (0, 21)),
+          "decode": ((15, 1), (16, 1), (33, 1), (1, 1), (8, 1), (24, 1), (40, 1), (47, 1)),
           "trainer": ((0, 1), (0, 7), (0, 21))}
 MAX_ROWS = {"prefill": 128, "decode": 64, "trainer": 128}
 WHOLE_REGIONS = ("weight_quant",)  # outputs are weights, not rows
