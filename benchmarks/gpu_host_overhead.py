@@ -107,7 +107,7 @@ def mamba_decode_ops(num_sequences: int = 64) -> dict:
     heads, head_dim, groups, state_size, chunk, held, taps = 64, 64, 8, 128, 128, 60, 4
     conv_dim = heads * head_dim + 2 * groups * state_size
     shape = dict(conv_rows=taps - 1, conv_dim=conv_dim, num_heads=heads, head_dim=head_dim,
-                 state_size=state_size, chunk_size=chunk, dtype=torch.bfloat16, device="cuda")
+                 state_size=state_size, num_groups=groups, chunk_size=chunk, dtype=torch.bfloat16, device="cuda")
 
     def rnd(*size, dtype=torch.bfloat16):
         return torch.randn(*size, device="cuda").to(dtype)

@@ -10,8 +10,10 @@ torch.compile is not used by the consistent path: the gate parses every source t
 bits (kernels.contract.identity.policy_source_files and the file of every implementation the
 contract binds) for torch.compile or torch._dynamo; a use is a failing condition, since
 compiled code would need its own comparison here. n/a without CUDA ("no CUDA device: CUDA
-graphs need a GPU") and for models whose decode the engine does not capture (Mamba state
-lives in per-sequence Python objects; the reason is printed). Negative control: the planted
+graphs need a GPU") and for an engine whose decode is not captured (the reason is printed).
+For a hybrid model the graphs also serve each Mamba layer's slot and buffered-row tables, and
+some replayed row must have completed its SSM chunk (a scan that re-plays its chunk folds it
+in place inside the graph), or the comparison misses that path and fails. Negative control: the planted
 fault `attention.planted_graph_baked_block_kv` (gates/faults.py: the walk's key block chosen on the
 host from the step's longest context, which a capture bakes at its dummy context) fails it
 on the GPU (benchmarks/gpu_gates.sh runs it); a scanned source that calls torch.compile
@@ -84,6 +86,11 @@ def test_graph_replay_equals_eager(gate):
     replays, padded = dict(engine.graphs.replays), engine.graphs.padded_replays
     gate.check("decode steps were replayed from CUDA graphs, padded batches among them",
                sum(replays.values()) > 0 and padded > 0, replays_by_size=replays, padded_replays=padded)
+    mamba = engine.graphs.mamba
+    if mamba.buffered_in_graph:  # a scan that buffers its chunk was captured
+        gate.check("replayed rows completed SSM chunks, folded inside the graph", mamba.folded_in_graph > 0,
+                   rows_buffered_in_graph=mamba.buffered_in_graph, rows_folded_in_graph=mamba.folded_in_graph,
+                   eager_steps=engine.graphs.eager_steps)
     differing = [c.request.request_id for c, e in zip(graphed, eager) if c.tokens != e.tokens]
     logprobs = [first_bit_difference(torch.stack(e.logprobs), torch.stack(c.logprobs))
                 for c, e in zip(graphed, eager) if c.tokens == e.tokens]

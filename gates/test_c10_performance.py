@@ -15,7 +15,8 @@ workload on a fresh engine here (so a patched timer, cached outputs or a reused 
 state cannot pass), the baseline's samples equal each other. What is timed follows the target (`plan`): on the CPU the model's cut with the
 gates' small engine, a smoke figure; on CUDA the model at full width (qwen3-1.7b,
 nemotron-wide-cut), 64 sequences with room to batch them all, CUDA graphs for decode where
-the model allows, as gpu_rollout.py runs it. Negative control: a planted slow path
+both trees' engines replay them for the model (else both run decode eagerly, and the inputs
+say why), as gpu_rollout.py runs it. Negative control: a planted slow path
 (tests/test_gate_c00_c10.py) fails it, and so does a missing frozen baseline.
 """
 import inspect
@@ -142,6 +143,30 @@ def plan(model: str, target: str, seed: int) -> dict:
             "engine": {"cuda_graphs": graphs_unsupported(load_model_config(config), None) is None}}
 
 
+# Run with cwd = a source tree: whether its engine replays decode graphs for a config (a tree
+# from before kernels/engine/graphs.py has none).
+GRAPHS_PROBE = """
+import sys
+try:
+    from kernels.engine.graphs import graphs_unsupported
+except ModuleNotFoundError:
+    print("no kernels/engine/graphs.py")
+else:
+    from kernels.models.config import load_model_config
+    print(graphs_unsupported(load_model_config(sys.argv[1]), None) or "")
+"""
+
+
+def graphs_refused(tree, config: str) -> str:
+    """Why `tree`'s engine replays no decode graphs for `config` ('' when it does), asked in a
+    process of its own: that tree's kernels, not this one's."""
+    result = subprocess.run([sys.executable, "-c", GRAPHS_PROBE, config], cwd=tree, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(tree)})
+    if result.returncode != 0:
+        raise RuntimeError(f"asking {tree} about decode graphs failed: {result.stderr[-2000:]}")
+    return result.stdout.strip()
+
+
 def write_weights(config: str, folder: str) -> str:
     """The model's seeded weights saved once for every process to map: seeding a full-width
     model on the host takes tens of seconds, which each of the 2 x PAIRS processes would
@@ -170,6 +195,10 @@ def test_throughput_against_the_frozen_baseline(gate):
     samples, digests, process_s = ({"baseline": [], "candidate": []} for _ in range(3))
     with tempfile.TemporaryDirectory(prefix="c10-frozen-") as folder:
         baseline_tree = export_commit(frozen["commit"], folder, ROOT, paths=("kernels", "gates"))
+        refused = asked.get("engine", {}).get("cuda_graphs") and graphs_refused(baseline_tree, asked["config"])
+        if refused:  # a fair comparison runs one engine mode on both sides
+            asked = dict(asked, engine=dict(asked["engine"], cuda_graphs=False))
+            gate.inputs.update(plan=asked, graphs_off=f"the frozen baseline {frozen['tag']}: {refused}")
         shared = dict(asked, weights_file=write_weights(asked["config"], folder))
         baseline_asked = dict(shared, contract="fast")
         candidate_asked = dict(shared, contract=os.path.abspath(gate.contract)

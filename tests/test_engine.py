@@ -8,6 +8,7 @@ from gates.workload import seeded_weights
 from kernels.contract import load_contract
 from kernels.engine.cache import PagedKVCache
 from kernels.engine.engine import Engine
+from kernels.engine.graphs import graphs_unsupported
 from kernels.engine.request import Request
 from kernels.models.batch import Segment
 from kernels.models.config import load_model_config
@@ -109,12 +110,13 @@ def test_requests_that_cannot_run_are_refused():
 
 
 def test_cuda_graphs_are_refused_where_they_cannot_replay():
-    """On the CPU, and for a model whose Mamba state the forward swaps in per sequence."""
-    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
-        Engine(CONFIG, load_contract("consistent"), seeded_weights(CONFIG), cuda_graphs=True)
-    nemotron = load_model_config("nemotron-cut")
-    with pytest.raises(ValueError, match="cuda_graphs: nemotron: Mamba layers keep per-sequence"):
-        Engine(nemotron, load_contract("consistent"), seeded_weights(nemotron), cuda_graphs=True)
+    """On the CPU (for either family: Mamba layers no longer keep a model out), and across
+    processes, whose collectives a graph does not capture."""
+    for config in (CONFIG, load_model_config("nemotron-cut")):
+        with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+            Engine(config, load_contract("consistent"), seeded_weights(config), cuda_graphs=True)
+    assert graphs_unsupported(load_model_config("nemotron-cut"), None) is None
+    assert "collectives are not captured" in graphs_unsupported(CONFIG, object())
 
 
 def test_a_mixed_step_calls_attention_once_per_case_and_names_its_rows(fresh_seed):

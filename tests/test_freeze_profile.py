@@ -98,14 +98,14 @@ def test_each_device_target_has_its_own_record(clone, capsys):
 
 
 def test_c10_times_the_full_width_model_on_a_gpu(monkeypatch):
-    """C10's plan: the cut on the CPU; on CUDA qwen3-1.7b with decode graphs and Nemotron's
-    wide cut without (Mamba state keeps it out of graphs), room for all 64 sequences; and a
-    missing CUDA record fails the gate naming the CUDA freeze command."""
+    """C10's plan: the cut on the CPU; on CUDA qwen3-1.7b and Nemotron's wide cut, both with
+    decode graphs, room for all 64 sequences; and a missing CUDA record fails the gate naming
+    the CUDA freeze command."""
     assert c10.plan("qwen3", "cpu", 5) == {"config": "qwen3-cut", "workload": {
         "num_sequences": 16, "new_tokens": 24, "arrival_spread": 4, "seed": 5}}
     qwen3, nemotron = c10.plan("qwen3", "cuda", 5), c10.plan("nemotron", "cuda", 5)
     assert (qwen3["config"], qwen3["engine"], qwen3["device"]) == ("qwen3-1.7b", {"cuda_graphs": True}, "cuda")
-    assert (nemotron["config"], nemotron["engine"]) == ("nemotron-wide-cut", {"cuda_graphs": False})
+    assert (nemotron["config"], nemotron["engine"]) == ("nemotron-wide-cut", {"cuda_graphs": True})
     assert qwen3["shape"]["max_running"] >= qwen3["workload"]["num_sequences"]
     monkeypatch.setattr(c10.device, "target", lambda: "cuda")
     monkeypatch.setattr(c10, "read_frozen", lambda **_: None)
@@ -113,6 +113,17 @@ def test_c10_times_the_full_width_model_on_a_gpu(monkeypatch):
     with pytest.raises(AssertionError, match="condition"):
         c10.test_throughput_against_the_frozen_baseline(record)
     assert [(c["status"], c.get("problem")) for c in record.conditions] == [("fail", no_baseline("cuda"))]
+
+
+def test_c10_replays_decode_graphs_only_where_the_frozen_tree_does_too(tmp_path):
+    """Each tree is asked in its own process: baseline-cuda-v5 predates Nemotron's decode
+    graphs and refuses them, the CPU baseline predates kernels/engine/graphs.py, this tree
+    replays them (the gate then runs both sides eagerly where the baseline refuses)."""
+    v5 = export_commit("baseline-cuda-v5", tmp_path / "v5", ROOT, paths=("kernels",))
+    assert "Mamba layers keep per-sequence" in c10.graphs_refused(v5, "nemotron-wide-cut")
+    cpu = export_commit("baseline-cpu-v1", tmp_path / "cpu", ROOT, paths=("kernels",))
+    assert c10.graphs_refused(cpu, "qwen3-1.7b") == "no kernels/engine/graphs.py"
+    assert c10.graphs_refused(ROOT, "nemotron-wide-cut") == ""
 
 
 def test_verification_fails_when_the_record_does_not_match_its_commit(clone):

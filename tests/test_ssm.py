@@ -35,7 +35,7 @@ def _inputs(seed, dtype):
 
 def _store(dtype, store_type=MambaStateStore):
     return store_type(conv_rows=KERNEL - 1, conv_dim=CONV_DIM, num_heads=HEADS, head_dim=HEAD_DIM,
-                      state_size=STATE, chunk_size=CHUNK, dtype=dtype)
+                      state_size=STATE, num_groups=GROUPS, chunk_size=CHUNK, dtype=dtype)
 
 
 def _door_calls(inputs, segments, rows, store, conv, scan):
@@ -185,3 +185,44 @@ def test_fast_batched_decode_computes_the_recurrence(fresh_seed):
         error = float((batched[seq] - alone).abs().max() / alone.abs().max())
         print(f"sequence {seq}: batched vs alone rel error {error:.2e} (tolerance {FAST_BATCH_TOLERANCE})")
         assert error < FAST_BATCH_TOLERANCE, (seq, error, fresh_seed)
+
+
+def test_decode_graph_tables_serve_the_pools_and_advance_after_the_replay(fresh_seed):
+    """What a decode graph does with a Mamba layer's pooled store (kernels/engine/mamba_tables.py):
+    capture serves static tables to dummy rows (the store's scratch slot, positions untouched,
+    the door's advance only recorded); a replay's fill copies the real rows' slots and buffered
+    counts in, padding on the scratch slot, and the recorded advance moves the real sequences
+    on (a completed chunk folded); a captured recurrence cannot take buffered rows (eager);
+    a fourth sequence past the reserved three moves the pools (capture again)."""
+    from contextlib import ExitStack
+    from kernels.engine.mamba_tables import MambaTables
+    store = _store(torch.float32, PooledMambaStore)
+    tables = MambaTables(lambda: [store], max_batch=3, device="cpu")
+    g = torch.Generator().manual_seed(fresh_seed)
+    lengths = (CHUNK - 1, 5, CHUNK)  # buffered after prefill: CHUNK - 1, 5, 0
+    for seq, length in enumerate(lengths):
+        x, dt_raw = torch.randn(length, HEADS, HEAD_DIM, generator=g), torch.randn(length, HEADS, generator=g)
+        B, C = (torch.randn(length, GROUPS, STATE, generator=g) for _ in range(2))
+        ssm_scan.consistent(x, B, C, dt_raw, (Segment(seq, 0, length, 0, "engine_prefill"),), store,
+                            torch.zeros(HEADS), torch.zeros(HEADS), torch.ones(HEADS), chunk_size=CHUNK)
+    slots = [store.held(seq).slot for seq in range(3)]
+    dummy = tuple(Segment(-1 - row, 0, 1, row, "engine_graph") for row in range(3))
+    with ExitStack() as serving:
+        tables.serve(dummy, 3, serving)
+        served_slots, served_buffered = store.decode_tables(dummy)
+        assert served_slots.tolist() == [store.scratch_slot] * 3 and served_buffered.tolist() == [0] * 3
+        assert not store.holds_buffered_rows(dummy)
+        store.advance(dummy, buffered=True)  # what the consistent scan door does
+    assert tables.recorded_advances() == [True] and store.scratch_slot not in slots
+    assert [store.held(seq).position for seq in range(3)] == list(lengths), "capture moved no sequence"
+    real = tuple(Segment(seq, length, 1, seq, "engine_graph") for seq, length in enumerate(lengths))
+    assert tables.fill(real[:2], 3, [True])
+    assert tables.tables[:, 0, :3].tolist() == [slots[:2] + [store.scratch_slot], [CHUNK - 1, 5, 0]]
+    tables.advance(real[:2], [True])
+    assert [(store.held(seq).folded, store.held(seq).buffered) for seq in range(3)] == [(CHUNK, 0), (0, 6), (CHUNK, 0)]
+    assert (tables.buffered_in_graph, tables.folded_in_graph) == (2, 1)
+    moved_on = tuple(Segment(seq, store.held(seq).position, 1, seq, "engine_graph") for seq in range(3))
+    assert not tables.fill(moved_on, 3, [False]), "a captured recurrence cannot fold sequence 1's buffered rows"
+    assert not tables.moved()
+    store.open(Segment(3, 0, 1, 0, "engine_prefill"))
+    assert tables.moved()

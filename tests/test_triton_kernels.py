@@ -685,7 +685,8 @@ def _pooled_store(conv_dim, kernel_size, dtype):
     from kernels.models.mamba_pool import PooledMambaStore
     s = SSM
     return PooledMambaStore(conv_rows=kernel_size - 1, conv_dim=conv_dim, num_heads=s["heads"],
-                            head_dim=s["head_dim"], state_size=s["state"], chunk_size=s["chunk"], dtype=dtype)
+                            head_dim=s["head_dim"], state_size=s["state"], num_groups=s["groups"],
+                            chunk_size=s["chunk"], dtype=dtype)
 
 
 def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
@@ -693,8 +694,11 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
     after its buffered rows, the kernels run once over all): each sequence's rows equal its
     run alone through one-segment calls, bit for bit, with histories that leave 0, 1, Q-2
     and Q-1 rows buffered (the last one completes its chunk at the first decode and folds it);
-    the states after the decodes are equal too. Negative control: a sequence's slot of the
-    state pool doubled changes its rows, and only its rows (an ulp decays away in the chunk)."""
+    the states after the decodes are equal too; and so do they as a decode graph runs them
+    (kernels/engine/mamba_tables.py): tables served from static tensors, two padding rows on
+    the store's scratch slot, the positions advanced afterwards as the doors recorded.
+    Negative control: a sequence's slot of the state pool doubled changes its rows, and only
+    its rows (an ulp decays away in the chunk)."""
     from kernels.models.batch import Segment
     from kernels.ops import ssm_scan
     s = SSM
@@ -705,8 +709,10 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
     alone = [_ssm_run({**inputs, **shared}, [h] + [1] * decodes, [ssm_triton.consistent] * (decodes + 1))
              for inputs, h in zip(sequences, histories)]
 
-    def batched(disturb=None, steps=decodes):
+    def batched(disturb=None, steps=decodes, served=False):
         store = _pooled_store(8, 4, torch.float32)
+        if served:
+            store.reserve(len(histories))
         rows = {seq: [] for seq in range(len(histories))}
         for seq, (inputs, h) in enumerate(zip(sequences, histories)):  # each prefilled alone
             segment = (Segment(seq, 0, h, 0, "engine_prefill"),)
@@ -721,8 +727,11 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
             segments = tuple(Segment(seq, h + t, 1, seq, "engine_decode") for seq, h in enumerate(histories))
             new = [torch.cat([inputs[key][h + t:h + t + 1] for inputs, h in zip(sequences, histories)])
                    for key in ("x", "B", "C", "dt_raw")]
-            y = ssm_scan._consistent_decode_batch(*new, segments, store, shared["dt_bias"], shared["A_log"],
-                                                  shared["D"], chunk_size=s["chunk"], dt_min=0.0)
+            if served:
+                y = _served_decode(store, segments, new, shared, s["chunk"], fresh_seed + t)
+            else:
+                y = ssm_scan._consistent_decode_batch(*new, segments, store, shared["dt_bias"], shared["A_log"],
+                                                      shared["D"], chunk_size=s["chunk"], dt_min=0.0)
             for seq in rows:
                 rows[seq].append(y[seq:seq + 1])
         return [torch.cat(parts) for _, parts in sorted(rows.items())], store
@@ -732,10 +741,31 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
         assert_bitwise_equal(together[seq], alone[seq], f"sequence {seq} (history {h}) seed={fresh_seed}")
         state = store.held(seq)
         assert state.position == h + decodes and state.buffered == (h + decodes) % s["chunk"]
+    graphed, _ = batched(steps=3, served=True)  # sequence 3 folds its chunk at the first decode, 2 at the second
+    for seq, h in enumerate(histories):
+        assert_bitwise_equal(graphed[seq], alone[seq][:h + 3], f"sequence {seq} as a graph decodes it")
     disturbed, _ = batched(disturb=2, steps=3)
     assert first_bit_difference(disturbed[2][histories[2]:], alone[2][histories[2]:histories[2] + 3]) is not None, "control"
     for seq in (0, 1, 3, 4):
         assert_bitwise_equal(disturbed[seq], alone[seq][:histories[seq] + 3], f"undisturbed sequence {seq}")
+
+
+def _served_decode(store, segments, new, shared, chunk_size, seed):
+    """One batched decode as a CUDA graph's replay runs it: the rows' slots and buffered counts
+    in tensors served for the padded segments, two padding rows of random inputs on the
+    scratch slot, the positions advanced afterwards from what the door recorded."""
+    from kernels.models.batch import Segment
+    from kernels.ops import ssm_scan
+    slots, buffered = store.host_tables(segments)
+    padded = segments + tuple(Segment(-1 - i, 0, 1, len(segments) + i, "engine_graph") for i in range(2))
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.cat([t, torch.randn(2, *t.shape[1:], generator=g)]) for t in new]
+    with store.serving(padded, torch.tensor(slots + [store.scratch_slot] * 2), torch.tensor(buffered + [0, 0])):
+        y = ssm_scan._consistent_decode_batch(*rows, padded, store, shared["dt_bias"], shared["A_log"],
+                                              shared["D"], chunk_size=chunk_size, dt_min=0.0)
+    assert store.deferred_advance is True, "the consistent decode buffers its row"
+    store.advance(segments, buffered=store.deferred_advance)
+    return y[:len(segments)]
 
 
 def check_ssm_conv_batched_decode_is_the_segment_bits(fresh_seed):

@@ -196,6 +196,10 @@ class EngineCache:
             self._mamba[layer] = PooledMambaStore(**shape)
         return self._mamba[layer]
 
+    def mamba_stores(self) -> list:
+        """The Mamba layers' stores made so far, in layer order (a decode graph serves them)."""
+        return [self._mamba[layer] for layer in sorted(self._mamba)]
+
     @property
     def num_blocks(self) -> int:
         return self.paged.num_blocks

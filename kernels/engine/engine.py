@@ -30,7 +30,7 @@ class Engine:
                  cuda_graphs=False):
         """`parallel`: this rank's LayoutGroups (kernels/layout/) when the engine runs in a
         TP/EP layout; None: one process. `cuda_graphs`: replay decode steps from CUDA graphs
-        (kernels/engine/graphs.py; CUDA only, models without Mamba layers; ValueError else)."""
+        (kernels/engine/graphs.py; CUDA only, one process; ValueError else)."""
         contract.require_regions(config.REGIONS)
         self.config = config
         self.device = torch.device(device)

@@ -9,13 +9,23 @@ nothing a kernel decides from the host at capture time may depend on the real ba
 consistent kernels decide tiles by the padded size only and read positions and contexts
 from the buffers (gate C5 compares replays with eager steps bit for bit).
 
-Not captured: models with Mamba layers (their conv/SSM state lives in per-sequence Python
-objects the forward swaps in, so a replay would reuse the capture's), layouts across
-processes, and the head (lm_head, sampler, log-probs run eagerly on the replayed hidden).
+Mamba layers: each layer's pooled store (kernels/models/mamba_pool.py) serves the conv and
+scan doors two more static tables, every row's slot and rows buffered; padding rows take the
+store's scratch slot. The pools are reserved for max_batch sequences before the first
+capture, and a replay that finds them moved captures again. What the doors do to positions
+on the host (advance) is recorded at capture and applied to the real sequences after each
+replay; a step the captured forward cannot run (the fast recurrence over buffered rows, a
+planted mix) runs eagerly.
+
+Not captured: layouts across processes, and the head (lm_head, sampler, log-probs run
+eagerly on the replayed hidden).
 """
+from contextlib import ExitStack
+
 import torch
 
 from kernels.engine.cache import StepTables
+from kernels.engine.mamba_tables import MambaTables
 from kernels.models.batch import Segment, TokenBatch
 
 GRAPH_CASE = "engine_graph"
@@ -24,9 +34,6 @@ SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 def graphs_unsupported(config, parallel) -> str | None:
     """Why this engine cannot replay decode graphs, or None."""
-    if "mamba" in getattr(config, "block_types", ()):
-        return (f"{config.family}: Mamba layers keep per-sequence conv/SSM state in Python objects "
-                f"the forward swaps in; a replay would reuse the captured ones")
     if parallel is not None:
         return "a TP/EP layout across processes: its collectives are not captured"
     return None
@@ -47,22 +54,31 @@ class DecodeGraphs:
         self.write_slots = torch.zeros(max_batch, dtype=torch.long, device=device)
         self.block_table = torch.zeros(max_batch, width, dtype=torch.int32, device=device)
         self.rows_lengths_starts = torch.zeros(3, max_batch, dtype=torch.int32, device=device)
+        self.mamba = MambaTables(cache.mamba_stores, max_batch, device)
         self._graphs: dict[int, tuple] = {}
         self._pool = None
         self.replays: dict[int, int] = {}
         """Replays per padded size."""
         self.padded_replays = 0
         """Replays with fewer real rows than the graph's size (gate C5 needs some)."""
+        self.eager_steps = 0
+        """Decode steps the captured forward could not run, run eagerly instead."""
 
     def run(self, batch: TokenBatch) -> torch.Tensor:
         """Hidden states [B, hidden] of a decode batch, by replaying the size's graph."""
         count = len(batch.segments)
         size = next(s for s in self.sizes if s >= count)
+        if self.mamba.moved():
+            self._graphs.clear()
         if size not in self._graphs:
             self._graphs[size] = self._capture(size)
+        graph, hidden, advances = self._graphs[size]
+        if not self.mamba.fill(batch.segments, size, advances):
+            self.eager_steps += 1
+            return self.model(batch, self.dispatch, self.cache)
         self._fill(batch.tokens, batch.segments, size)
-        graph, hidden = self._graphs[size]
         graph.replay()
+        self.mamba.advance(batch.segments, advances)
         self.replays[size] = self.replays.get(size, 0) + 1
         self.padded_replays += count < size
         return hidden[:count]
@@ -97,17 +113,20 @@ class DecodeGraphs:
         self._fill_dummy(size)
         batch = TokenBatch(self.tokens[:size], dummy, GRAPH_CASE, position_ids=self.positions[:size])
         self.cache.paged.use_step_tables(dummy, self._tables(size))
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.inference_mode():
-            for _ in range(2):
-                self.model(batch, self.dispatch, self.cache)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool), torch.inference_mode():
-            hidden = self.model(batch, self.dispatch, self.cache)
+        with ExitStack() as serving:
+            self.mamba.serve(dummy, size, serving)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), torch.inference_mode():
+                for _ in range(2):
+                    self.model(batch, self.dispatch, self.cache)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool), torch.inference_mode():
+                hidden = self.model(batch, self.dispatch, self.cache)
+            advances = self.mamba.recorded_advances()
         self._pool = graph.pool()
-        return graph, hidden
+        return graph, hidden, advances
 
     def _fill_dummy(self, size: int) -> None:
         """Every row a one-token sequence at position 0 in the scratch block."""

@@ -2,6 +2,8 @@
 so a decode-only batch reads and writes them all in one op per tensor (the batched forms of
 kernels/ops/ssm_conv.py and ssm_scan.py); a segment at a time goes through PooledState.
 """
+from contextlib import contextmanager
+
 import torch
 
 from kernels.models.mamba_state import MambaSequenceState, MambaStateStore
@@ -16,15 +18,22 @@ class PooledMambaStore(MambaStateStore):
 
     pooled = True
 
-    def __init__(self, *, conv_rows, conv_dim, num_heads, head_dim, state_size, chunk_size, dtype, device="cpu"):
+    def __init__(self, *, conv_rows, conv_dim, num_heads, head_dim, state_size, num_groups, chunk_size, dtype,
+                 device="cpu"):
         self.chunk_size = chunk_size
         self.conv = torch.zeros(1, conv_rows, conv_dim, dtype=dtype, device=device)
         self.ssm = torch.zeros(1, num_heads, head_dim, state_size, dtype=torch.float32, device=device)
+        self._row_shapes = ((num_heads, head_dim), (num_groups, state_size), (num_groups, state_size), (num_heads,))
         self.rows: list | None = None
         """x [slots, Q, H, P], B, C [slots, Q, G, N], dt [slots, Q, H], fp32; made on first use."""
         self._states: dict[int, PooledState] = {}
         self._free = [0]
         self._slot_tables = None  # (segments, what _decode_tables returns): reused by every door of a forward's layer
+        self._served = None  # (segments, tables) a CUDA graph's static buffers stand for (serving)
+        self.scratch_slot: int | None = None
+        """A slot no sequence holds: a graph's padding rows read and write it (reserve)."""
+        self.deferred_advance: bool | None = None
+        """How the doors of a served forward asked to advance (buffered or folded), not yet applied."""
 
     def _fresh(self) -> "PooledState":
         state = PooledState(self, self._take_slot())
@@ -36,21 +45,39 @@ class PooledMambaStore(MambaStateStore):
 
     def _take_slot(self) -> int:
         if not self._free:
-            grown = self.conv.shape[0]
-            self._free = list(range(grown, 2 * grown))
-            self.conv = torch.cat([self.conv, torch.zeros_like(self.conv)])
-            self.ssm = torch.cat([self.ssm, torch.zeros_like(self.ssm)])
-            if self.rows is not None:
-                self.rows = [torch.cat([pool, torch.zeros_like(pool)]) for pool in self.rows]
-            self._slot_tables = None
+            self._grow()
         return self._free.pop(0)
 
-    def row_pools(self, rows) -> list:
-        """The buffered-row pools, made on first use from one call's rows (x, B, C, dt)."""
+    def _grow(self) -> None:
+        """Twice the slots; the new ones free. Moves every pool (a captured graph's too)."""
+        grown = self.conv.shape[0]
+        self._free.extend(range(grown, 2 * grown))
+        self.conv = torch.cat([self.conv, torch.zeros_like(self.conv)])
+        self.ssm = torch.cat([self.ssm, torch.zeros_like(self.ssm)])
+        if self.rows is not None:
+            self.rows = [torch.cat([pool, torch.zeros_like(pool)]) for pool in self.rows]
+        self._slot_tables = None
+
+    def row_pools(self) -> list:
+        """The buffered-row pools (x, B, C, dt), made on first use."""
         if self.rows is None:
-            self.rows = [torch.zeros(self.conv.shape[0], self.chunk_size, *r.shape[1:], dtype=torch.float32,
-                                     device=r.device) for r in rows]
+            self.rows = [torch.zeros(self.conv.shape[0], self.chunk_size, *shape, dtype=torch.float32,
+                                     device=self.conv.device) for shape in self._row_shapes]
         return self.rows
+
+    def reserve(self, num_slots: int) -> None:
+        """Room for num_slots sequences and a scratch slot, the row pools made: a CUDA graph
+        captured over the pools finds the same tensors at every replay while no more
+        sequences than that are held (pool_tensors tells a replay when they moved)."""
+        if self.scratch_slot is None:
+            self.scratch_slot = self._take_slot()
+        while self.conv.shape[0] < num_slots + 1:
+            self._grow()
+        self.row_pools()
+
+    def pool_tensors(self) -> list:
+        """Every tensor a captured decode reads or writes in place."""
+        return [self.conv, self.ssm, *self.row_pools()]
 
     def decode_slots(self, segments) -> torch.Tensor:
         """[B] long: the slot of every segment's sequence, after checking each is at its start."""
@@ -67,17 +94,40 @@ class PooledMambaStore(MambaStateStore):
 
     def _decode_tables(self, segments) -> tuple:
         """(decode_tables, whether any sequence holds buffered rows): each sequence opened once
-        per forward's layer, its position checked."""
+        per forward's layer, its position checked. Served segments get the served buffers."""
+        if self._served is not None and self._served[0] is segments:
+            return self._served[1], False
         if self._slot_tables is None or self._slot_tables[0] is not segments:
-            states = [self.open(segment) for segment in segments]
-            packed = torch.tensor([s.slot for s in states] + [s.buffered for s in states], dtype=torch.long)
-            tables = packed.to(self.conv.device, non_blocking=True).split(len(states))
-            self._slot_tables = (segments, (tables, any(s.buffered for s in states)))
+            slots, buffered = self.host_tables(segments)
+            packed = torch.tensor(slots + buffered, dtype=torch.long)
+            tables = packed.to(self.conv.device, non_blocking=True).split(len(slots))
+            self._slot_tables = (segments, (tables, any(buffered)))
         return self._slot_tables[1]
+
+    def host_tables(self, segments) -> tuple[list, list]:
+        """(slots, rows buffered) of these segments' sequences, as host lists; each opened."""
+        states = [self.open(segment) for segment in segments]
+        return [s.slot for s in states], [s.buffered for s in states]
+
+    @contextmanager
+    def serving(self, segments, slots: torch.Tensor, buffered: torch.Tensor):
+        """While in it, the doors read these device tables for `segments` (a CUDA graph's
+        static buffers, filled before each replay) and their advance is only recorded in
+        deferred_advance: the graph's runner applies it to the real sequences after a replay.
+        The served forward counts as one without buffered rows (the fast decode's batched
+        recurrence is the one captured; a replay of rows it cannot fold goes eager)."""
+        self._served, self.deferred_advance = (segments, (slots, buffered)), None
+        try:
+            yield
+        finally:
+            self._served = None
 
     def advance(self, segments, *, buffered: bool) -> None:
         """Each segment's one decoded row is in the state: folded (a recurrence) or buffered,
         the chunk folded when it completes (a scan that re-plays its chunk)."""
+        if self._served is not None and self._served[0] is segments:
+            self.deferred_advance = buffered
+            return
         for segment in segments:
             state = self._states[segment.seq_id]
             if not buffered:
@@ -138,7 +188,7 @@ class PooledState:
     def pending(self, rows) -> None:
         self.buffered = 0 if rows is None else rows[0].shape[0]
         if rows is not None:
-            for pool, row in zip(self.store.row_pools(rows), rows):
+            for pool, row in zip(self.store.row_pools(), rows):
                 pool[self.slot, :self.buffered] = row
 
     @property

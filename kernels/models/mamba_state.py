@@ -46,7 +46,9 @@ class MambaStateStore:
     pooled = False
     """True for PooledMambaStore: the batched decode forms (ssm_conv, ssm_scan) need its pools."""
 
-    def __init__(self, *, conv_rows, conv_dim, num_heads, head_dim, state_size, chunk_size, dtype, device="cpu"):
+    def __init__(self, *, conv_rows, conv_dim, num_heads, head_dim, state_size, num_groups, chunk_size, dtype,
+                 device="cpu"):
+        del num_groups  # a pooled store sizes its row pools by it; here the rows live in each state
         self._fresh = lambda: MambaSequenceState(
             conv=torch.zeros(conv_rows, conv_dim, dtype=dtype, device=device),
             ssm=torch.zeros(num_heads, head_dim, state_size, dtype=torch.float32, device=device))

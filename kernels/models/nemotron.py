@@ -145,8 +145,8 @@ class NemotronModel(nn.Module):
         z, xbc, dt_raw = projected.split([c.mamba_inner, c.conv_dim, c.mamba_num_heads], dim=-1)
         store = cache.mamba(index, conv_rows=c.conv_kernel - 1, conv_dim=c.conv_dim,
                             num_heads=c.mamba_num_heads, head_dim=c.mamba_head_dim,
-                            state_size=c.ssm_state_size, chunk_size=c.chunk_size, dtype=c.torch_dtype,
-                            device=normed.device)
+                            state_size=c.ssm_state_size, num_groups=c.n_groups, chunk_size=c.chunk_size,
+                            dtype=c.torch_dtype, device=normed.device)
         conv = call_per_case(dispatch, "ssm_conv", batch, index, (xbc,), store, layer.conv_weight,
                              layer.conv_bias)
         x, B, C = conv.split([c.mamba_inner, c.n_groups * c.ssm_state_size, c.n_groups * c.ssm_state_size],

@@ -110,7 +110,7 @@ def _consistent_decode_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D
     dt = position_independent_softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min)
     slots, buffered = store.decode_tables(segments)
     rows = (x.float(), B.float(), C.float(), dt)
-    for pool, new in zip(store.row_pools(rows), rows):
+    for pool, new in zip(store.row_pools(), rows):
         pool[slots, buffered] = new
     y = ssm_scan_triton.decode_batch(store.rows, store.ssm, slots, buffered, -torch.exp(A_log.float()), D,
                                      chunk_size=chunk_size)
