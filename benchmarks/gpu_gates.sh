@@ -66,11 +66,11 @@ for case in ("engine_decode", "engine_graph"):
                                               "constants": {"block_kv": 32, "row_multiple": 8}}
 open(sys.argv[1], "w").write(yaml.safe_dump(document))
 PY
-if echo ",$untimed," | grep -qiE ',c?0?5,'; then
-    run "qwen3-c05-planted" "$limit" gates --model qwen3 --device cuda --only C5 --contract "$planted" \
-        --out "$work/qwen3-c05-planted" &
-    names="$names qwen3-c05-planted"
-fi
+for model in $(echo ",$untimed," | grep -qiE ',c?0?5,' && echo $models); do  # nemotron's decode is graphed too
+    run "$model-c05-planted" "$limit" gates --model $model --device cuda --only C5 --contract "$planted" \
+        --out "$work/$model-c05-planted" &
+    names="$names $model-c05-planted"
+done
 wait
 for model in $([ -n "$timed" ] && echo $timed_models); do  # alone on the GPUs, one at a time
     run "$model-c10" "${BITWISE_C10_LIMIT_S:-300}" gates --model $model --device cuda --only C10 \

@@ -56,7 +56,7 @@ def _requests(config, batch, prompt_len, new_tokens, seed):
 
 def make_engine(config, contract, weights, batch, prompt_len, new_tokens):
     """An engine for `batch` sequences; decode replays CUDA graphs where the model allows
-    (kernels/engine/graphs.py: not with Mamba layers), in both contracts alike."""
+    (kernels/engine/graphs.py: one process), in both contracts alike."""
     graphs = DEVICE == "cuda" and graphs_unsupported(config, None) is None
     return Engine(config, contract, weights, device=DEVICE, max_running=batch,
                   max_tokens_per_step=max(batch * prompt_len, 512),

@@ -13,11 +13,11 @@ compiled code would need its own comparison here. n/a without CUDA ("no CUDA dev
 graphs need a GPU") and for an engine whose decode is not captured (the reason is printed).
 For a hybrid model the graphs also serve each Mamba layer's slot and buffered-row tables, and
 some replayed row must have completed its SSM chunk (a scan that re-plays its chunk folds it
-in place inside the graph), or the comparison misses that path and fails. Negative control: the planted
-fault `attention.planted_graph_baked_block_kv` (gates/faults.py: the walk's key block chosen on the
-host from the step's longest context, which a capture bakes at its dummy context) fails it
-on the GPU (benchmarks/gpu_gates.sh runs it); a scanned source that calls torch.compile
-fails it anywhere (tests/test_gate_c04_c09.py).
+in place inside the graph), or the comparison misses that path and fails. Negative control:
+the planted fault `attention.planted_graph_baked_block_kv` (gates/faults.py: the walk's key
+block chosen on the host from the step's longest context, which a capture bakes at its dummy
+context) fails it on the GPU (benchmarks/gpu_gates.sh runs it); a scanned source that calls
+torch.compile fails it anywhere (tests/test_gate_c04_c09.py).
 """
 import ast
 import inspect
