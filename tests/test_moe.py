@@ -17,7 +17,12 @@ SCALING = 2.5
 ROW_MULTIPLE = 8
 SIZES = (1, 3, 7, 16, 64)
 NUM_TOKENS = 64
-TOLERANCE = 1e-2  # max |out - ref| / max |ref| for a bf16 output (as tests/test_ops_reference.py)
+# max |out - ref| / max |ref| against the float64 reference. tests/test_ops_reference.py allows
+# 1e-2 for one bf16 op; a MoE output passes four bf16 roundings (up-projection, relu², slot
+# output, the sum), and 1e-2 failed about 1 seed in 100 (measured: max 1.31e-2 over 301 seeds,
+# both contracts). What catches a routing weight applied twice or never is the fitted factor
+# of test_routing_weight_is_applied_once (1e-2 on a least-squares factor, not a maximum).
+TOLERANCE = 2e-2
 
 
 def _params(generator, identical_experts=False, shared_scale=1.0, dtype=torch.bfloat16):
