@@ -14,8 +14,8 @@ engine_prefill, prompt chunks (the probes: a 1-token prompt, a 7-token chunk sta
 a 21-token prompt) among chunks of other sequences, some past position 0; engine_decode and
 engine_graph, one-token decodes (eight probes, among them positions 15, 16, 33: either side
 of an SSM chunk and inside the second KV block) among decodes of other sequences
-(engine_graph is its contract binding run eagerly on CPU); trainer_fwd and trainer_bwd, whole sequences packed
-from position 0 (forward bits only). Histories are prefilled once into a TransientCache
+(engine_graph is its contract binding run eagerly on CPU); trainer_fwd and trainer_bwd,
+whole sequences packed from position 0 (forward bits only). Histories are prefilled once into a TransientCache
 and every batch runs on a copy of it, so a probe meets identical state alone and in a batch.
 """
 import copy

@@ -111,17 +111,24 @@ print(json.dumps({"tokens_per_s": sum(len(c.tokens) for c in completions) / elap
                                                                         completions_digest)))
 
 
+def _run_in_tree(tree, program: str, argument: str, *, what: str, cwd=None) -> str:
+    """The stripped stdout of `program` run in a fresh process on `tree`'s kernels
+    (PYTHONPATH=tree, cwd `cwd` or the tree); RuntimeError with its stderr if it fails."""
+    result = subprocess.run([sys.executable, "-c", program, argument], cwd=cwd or tree, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(tree)})
+    if result.returncode != 0:
+        raise RuntimeError(f"{what} in {tree} failed: {result.stderr[-2000:]}")
+    return result.stdout.strip()
+
+
 def timed_rollout(tree, asked: dict) -> dict:
     """One sample: a fresh process on `tree`'s kernels times the workload on a warmed engine; {tokens_per_s,
     digest of its outputs}. The tree under judgement runs with the harness's pristine gates
     (BITWISE_APPARATUS) as its working directory when there is one."""
     apparatus = os.environ.get("BITWISE_APPARATUS") if Path(tree) == ROOT else None
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", _TIMING_PROGRAM, json.dumps(asked)], cwd=apparatus or tree,
-                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)})
-    if result.returncode != 0:
-        raise RuntimeError(f"timing in {tree} failed: {result.stderr[-2000:]}")
-    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    answer = json.loads(_run_in_tree(tree, _TIMING_PROGRAM, json.dumps(asked), what="timing",
+                                     cwd=apparatus).splitlines()[-1])
     if not os.path.realpath(answer["kernels"] or "/").startswith(os.path.realpath(tree)):
         raise RuntimeError(f"timing in {tree} imported kernels from {answer['kernels']}")
     return {**answer, "process_s": time.perf_counter() - started}  # set-up included: the gate's cost
@@ -143,7 +150,7 @@ def plan(model: str, target: str, seed: int) -> dict:
             "engine": {"cuda_graphs": graphs_unsupported(load_model_config(config), None) is None}}
 
 
-# Run with cwd = a source tree: whether its engine replays decode graphs for a config (a tree
+# Run in a source tree (_run_in_tree): whether its engine replays decode graphs for a config (a tree
 # from before kernels/engine/graphs.py has none).
 GRAPHS_PROBE = """
 import sys
@@ -160,11 +167,7 @@ else:
 def graphs_refused(tree, config: str) -> str:
     """Why `tree`'s engine replays no decode graphs for `config` ('' when it does), asked in a
     process of its own: that tree's kernels, not this one's."""
-    result = subprocess.run([sys.executable, "-c", GRAPHS_PROBE, config], cwd=tree, capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": str(tree)})
-    if result.returncode != 0:
-        raise RuntimeError(f"asking {tree} about decode graphs failed: {result.stderr[-2000:]}")
-    return result.stdout.strip()
+    return _run_in_tree(tree, GRAPHS_PROBE, config, what="asking about decode graphs")
 
 
 def write_weights(config: str, folder: str) -> str:

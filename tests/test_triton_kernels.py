@@ -748,20 +748,26 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
 
 
 def _served_decode(store, segments, new, shared, chunk_size, seed):
-    """One batched decode as a CUDA graph's replay runs it: the rows' slots and buffered counts
-    in tensors served for the padded segments, two padding rows of random inputs on the
-    scratch slot, the positions advanced afterwards from what the door recorded."""
+    """One batched decode as a CUDA graph runs it, through kernels/engine/mamba_tables.py: the
+    tables served to the padded segments (two padding rows of random inputs, on the scratch
+    slot), then filled with the real rows' slots and buffered counts; the positions advanced
+    afterwards as the door recorded."""
+    from contextlib import ExitStack
+    from kernels.engine.mamba_tables import MambaTables
     from kernels.models.batch import Segment
     from kernels.ops import ssm_scan
-    slots, buffered = store.host_tables(segments)
+    size = len(segments) + 2
+    tables = MambaTables(lambda: [store], size, "cpu")
     padded = segments + tuple(Segment(-1 - i, 0, 1, len(segments) + i, "engine_graph") for i in range(2))
     g = torch.Generator().manual_seed(seed)
     rows = [torch.cat([t, torch.randn(2, *t.shape[1:], generator=g)]) for t in new]
-    with store.serving(padded, torch.tensor(slots + [store.scratch_slot] * 2), torch.tensor(buffered + [0, 0])):
+    with ExitStack() as serving:
+        tables.serve(padded, size, serving)
+        assert tables.fill(segments, size, [True])
         y = ssm_scan._consistent_decode_batch(*rows, padded, store, shared["dt_bias"], shared["A_log"],
                                               shared["D"], chunk_size=chunk_size, dt_min=0.0)
-    assert store.deferred_advance is True, "the consistent decode buffers its row"
-    store.advance(segments, buffered=store.deferred_advance)
+    assert tables.recorded_advances() == [True], "the consistent decode buffers its row"
+    tables.advance(segments, tables.recorded_advances())
     return y[:len(segments)]
 
 

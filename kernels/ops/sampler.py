@@ -106,7 +106,6 @@ def _kept_mask(x, params: SamplingParams):
     order = torch.sort(x, descending=True, stable=True).indices  # ties: lower id first
     if params.top_k > 0:
         order = order[:params.top_k]
-    kept = torch.ones(order.shape, dtype=torch.bool, device=x.device)
     if params.top_p < 1.0:
         sorted_x = x[order]
         probs = torch.exp(sorted_x - sorted_x[0])
@@ -114,6 +113,8 @@ def _kept_mask(x, params: SamplingParams):
         before = torch.cumsum(probs, dim=0) - probs  # mass strictly before each token
         # the first (before < p).sum() tokens of the order, counted on the device: no host sync a row
         kept = torch.arange(order.shape[0], device=x.device) < (before < params.top_p).sum()
+    else:
+        kept = torch.ones(order.shape, dtype=torch.bool, device=x.device)
     return torch.zeros_like(x, dtype=torch.bool).scatter_(0, order, kept)
 
 
