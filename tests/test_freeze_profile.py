@@ -23,6 +23,8 @@ from harness.profile_worker import OUTSIDE, RANGE_PREFIX, self_cpu_ms_by_region
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST_SOURCE = "kernels/ops/norm.py"
+# baseline-cuda-v5's commit, from its record (3b71de3:baseline/frozen-cuda.json)
+BASELINE_CUDA_V5 = "e3b81dc7deba14ad4828ad39668fecd0e7859d6a"
 
 
 def git(repo, *args) -> str:
@@ -118,10 +120,13 @@ def test_c10_times_the_full_width_model_on_a_gpu(monkeypatch):
 def test_c10_replays_decode_graphs_only_where_the_frozen_tree_does_too(tmp_path):
     """Each tree is asked in its own process: baseline-cuda-v5 predates Nemotron's decode
     graphs and refuses them, the CPU baseline predates kernels/engine/graphs.py, this tree
-    replays them (the gate then runs both sides eagerly where the baseline refuses)."""
-    v5 = export_commit("baseline-cuda-v5", tmp_path / "v5", ROOT, paths=("kernels",))
+    replays them (the gate then runs both sides eagerly where the baseline refuses).
+
+    The trees are named by commit, as the frozen records name them: tags do not travel with a
+    clone of main (CI's clone has none)."""
+    v5 = export_commit(BASELINE_CUDA_V5, tmp_path / "v5", ROOT, paths=("kernels",))
     assert "Mamba layers keep per-sequence" in c10.graphs_refused(v5, "nemotron-wide-cut")
-    cpu = export_commit("baseline-cpu-v1", tmp_path / "cpu", ROOT, paths=("kernels",))
+    cpu = export_commit(read_frozen(ROOT)["commit"], tmp_path / "cpu", ROOT, paths=("kernels",))
     assert c10.graphs_refused(cpu, "qwen3-1.7b") == "no kernels/engine/graphs.py"
     assert c10.graphs_refused(ROOT, "nemotron-wide-cut") == ""
 
