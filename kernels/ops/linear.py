@@ -1,11 +1,14 @@
 """Linear / GEMM: y[M, N] = x[M, K] @ w[N, K]^T, accumulated in fp32 by the BLAS.
 
-Consistency: CPU BLAS (MKL) picks a different micro-kernel when a thread's share of rows
-is below 4, so row i of a small batch differs from the same row in a large one (measured:
-fp32, M in {1,2,3,5,6,7,9,10,11} with 2 threads, for every K, N tried). Padding M up to a
-fixed multiple (`row_multiple`, 8 by default) keeps every thread on the full-tile path, so
-each row is reduced over K in one order whatever the batch: invariant at the cost of at
-most row_multiple - 1 padded rows. On CPU, half-precision GEMMs are computed in fp32 and
+Consistency: CPU BLAS (MKL) picks its micro-kernel and K blocking from the whole shape, so
+row i of a small batch differs from the same row in a large one. Measured, fp32 with 2
+threads: on an AVX2 machine at M in {1,2,3,5,6,7,9,10,11}; on an AVX-512 Xeon (avx512_bf16)
+even between M = 8 and every M >= 16 (K, N = 256, 1024 and 2048, 6144). Padding M alone
+is therefore not enough: the consistent GEMM cuts the padded rows into tiles of
+`row_multiple` rows (8 by default) and issues one GEMM of that one shape per tile, so every
+row is reduced by the same call whatever the batch (a row's bits were also measured not to
+follow its position in the tile nor the other rows). The price is at most row_multiple - 1
+padded rows and one call per tile. On CPU, half-precision GEMMs are computed in fp32 and
 rounded once (bf16 products are exact in fp32, and oneDNN's bf16 path on AVX2 machines is
 ~10x slower than MKL's fp32 one): both contracts do this, so it is no difference between
 them. On CUDA the consistent GEMM is a Triton kernel that reduces K in one fixed order for
@@ -55,12 +58,19 @@ def require_cpu(x, what: str) -> None:
                                   f"yet (Triton kernels); cuBLAS/SDPA are batch-variant there")
 
 
+def in_row_tiles(gemm, a, *, dim: int, tile_rows: int):
+    """gemm over `a` cut along `dim` into zero-padded tiles of tile_rows rows: every call has
+    one shape, so the BLAS reduces each row the same way for any number of rows."""
+    num_rows = a.shape[dim]
+    tiles = pad_to_multiple(a, dim, tile_rows).split(tile_rows, dim)
+    return torch.cat([gemm(tile) for tile in tiles], dim).narrow(dim, 0, num_rows)
+
+
 def row_invariant_matmul(a, b, *, row_multiple: int):
-    """a[..., M, K] @ b[..., K, N] with M padded to a multiple of row_multiple, so that
-    each row's K reduction is the same for any M. Used by attention's score and value GEMMs."""
+    """a[..., M, K] @ b[..., K, N] in tiles of row_multiple rows, so that each row's K
+    reduction is the same for any M. Used by attention's score and value GEMMs."""
     require_cpu(a, "row_invariant_matmul")
-    num_rows = a.shape[-2]
-    return torch.matmul(pad_to_multiple(a, -2, row_multiple), b)[..., :num_rows, :]
+    return in_row_tiles(lambda tile: torch.matmul(tile, b), a, dim=-2, tile_rows=row_multiple)
 
 
 def consistent(x, w, *, row_multiple: int, out_dtype=None):
@@ -70,5 +80,4 @@ def consistent(x, w, *, row_multiple: int, out_dtype=None):
         from kernels.ops import linear_cuda  # imports Triton: CUDA machines only
         return linear_cuda.consistent(x, w, out_dtype)
     require_cpu(x, "linear.consistent")
-    num_rows = x.shape[0]
-    return _blas(pad_to_multiple(x.contiguous(), 0, row_multiple), w, out_dtype)[:num_rows]
+    return in_row_tiles(lambda tile: _blas(tile, w, out_dtype), x.contiguous(), dim=0, tile_rows=row_multiple)
