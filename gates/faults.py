@@ -18,6 +18,19 @@ def combine_reverse_order(slot_outputs, ids, weights, shared_out):
     return moe.combine_consistent(slot_outputs.flip(1), ids, weights.flip(1), shared_out)
 
 
+def combine_bf16_reverse_order(slot_outputs, ids, weights, shared_out):
+    """Slots summed k-1 .. 0 in the activation dtype, each partial rounded (a combine that
+    accumulates into its bf16 output, in the wrong order), then + shared. Unlike the fp32
+    reverse order above, whose bits move only where a sum straddles a bf16 rounding boundary
+    (a handful of elements per layer, or none), it moves the bits of most rows: a fault that
+    locate can be tested on whatever the workload's data."""
+    weighted = (slot_outputs.float() * weights.float().unsqueeze(-1)).to(slot_outputs.dtype)
+    total = weighted[:, -1]
+    for slot in range(weighted.shape[1] - 2, -1, -1):
+        total = total + weighted[:, slot]
+    return total + shared_out.to(slot_outputs.dtype)
+
+
 def topk_highest_id_wins(scores, bias, *, top_k, scaling):
     """Unique-key top-k with ties going to the HIGHEST expert id (an unstable tie-break)."""
     flipped = moe.topk_consistent(scores.flip(-1), bias.flip(-1), top_k=top_k, scaling=scaling)
@@ -65,6 +78,32 @@ def attention_graph_baked_block_kv(q, k, v, segments, kv, *, scale, block_kv: in
     return attention.consistent(q, k, v, segments, kv, scale=scale, block_kv=chosen, row_multiple=row_multiple)
 
 
+def attention_bf16_split_kv(q, k, v, segments, kv, *, scale, tokens_per_split: int):
+    """Flash-decoding whose split outputs are stored in the activation dtype before the
+    log-sum-exp merge (a kernel with a bf16 workspace). attention.fast_split_kv merges fp32
+    partials and moves the bf16 output of only a few percent of decode tokens (none, on some
+    workloads); rounding every partial moves most rows, so shrink can be tested on it."""
+    kv.write_segments(segments, k, v)
+
+    def attend(rows_q, segment, keys, values):
+        rows = attention._grouped_rows(rows_q.float(), keys.shape[1])
+        positions = attention._query_positions(segment, rows_q.shape[1] // keys.shape[1], q.device)
+        outs, lses = [], []
+        for lo in range(0, keys.shape[0], tokens_per_split):
+            hi = min(lo + tokens_per_split, keys.shape[0])
+            scores = rows @ keys[lo:hi].float().permute(1, 2, 0) * scale
+            scores = scores.masked_fill(torch.arange(lo, hi)[None, :] > positions[:, None], float("-inf"))
+            lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+            probs = torch.exp(scores - lse).nan_to_num(0.0)
+            outs.append((probs @ values[lo:hi].float().transpose(0, 1)).to(q.dtype).float())
+            lses.append(lse)
+        total = torch.logsumexp(torch.stack(lses), dim=0)
+        out = sum(torch.exp(lse - total).nan_to_num(0.0) * o for lse, o in zip(lses, outs))
+        return attention._ungrouped(out, segment.length, rows_q.shape[1]).to(q.dtype)
+
+    return attention._each_segment(attend, q, segments, kv)
+
+
 _TRUE_RESUME = GRPORun.resume  # bound before a test replaces GRPORun.resume with the fault below
 
 
@@ -81,9 +120,11 @@ def resume_losing_rng_state(directory, config, contract, settings, **kwargs):
 PLANTED = {
     ("linear", "planted_atomic_split_k"): linear_atomic_split_k,
     ("moe_combine", "planted_reverse_order"): combine_reverse_order,
+    ("moe_combine", "planted_bf16_reverse_order"): combine_bf16_reverse_order,
     ("topk", "planted_highest_id_wins"): topk_highest_id_wins,
     ("activation", "planted_wrong_gradient"): silu_mul_wrong_gradient,
     ("attention", "planted_graph_baked_block_kv"): attention_graph_baked_block_kv,
+    ("attention", "planted_bf16_split_kv"): attention_bf16_split_kv,
 }
 
 

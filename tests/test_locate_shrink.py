@@ -22,14 +22,16 @@ ENGINE_CASES = ("engine_prefill", "engine_decode")
 PLANTS = {  # name: (model, region, cases bound to the fault, binding, block type the region lives in)
     "ssm_scan-decode": ("nemotron", "ssm_scan", ("engine_decode",), {"impl": "ssm_scan.fast_recurrent"}, "M"),
     "moe_combine-order": ("nemotron", "moe_combine", ENGINE_CASES,
-                          {"impl": "moe_combine.planted_reverse_order"}, "E"),
+                          {"impl": "moe_combine.planted_bf16_reverse_order"}, "E"),
     "o_proj-atomic_split_k": ("nemotron", "o_proj", ENGINE_CASES, SPLIT_K, "*"),
     "mlp_act-two_roundings": ("qwen3", "mlp_act", ("engine_decode",), {"impl": "activation.fast"}, None),
     # decode attention is one call over every sequence of the step: the capture is cut to the
-    # watched token's segment (harness/door_capture.py) and still reproduces
+    # watched token's segment (harness/door_capture.py) and still reproduces. Its split
+    # partials are rounded to bf16: fast_split_kv's fp32 merge moves too few bits for the
+    # cut model's locate to meet one whatever the data (it met none on an AVX-512 machine)
     "attention-decode_split_kv": ("qwen3", "attention", ("engine_decode",),
-                                  {"impl": "attention.fast_split_kv",
-                                   "constants": {"tokens_per_split": 8, "max_splits": 4}}, None),
+                                  {"impl": "attention.planted_bf16_split_kv",
+                                   "constants": {"tokens_per_split": 8}}, None),
 }
 
 
