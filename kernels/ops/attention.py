@@ -11,7 +11,7 @@ CUDA, over the engine's paged cache, the kernels read the pool through the block
 Consistency: the consistent kernel walks the keys in blocks of `block_kv` from absolute
 position 0 with an fp32 online softmax, whatever the phase: a decode step re-plays exactly
 the arithmetic prefill did for that row (fully masked blocks leave m, l and acc unchanged,
-bit for bit, because alpha = exp(0) = 1 and p = 0). Score and value GEMMs are row-padded so
+bit for bit, because alpha = exp(0) = 1 and p = 0). Score and value GEMMs run in row tiles so
 their K order does not follow the number of query rows. On CUDA the same walk is one Triton
 kernel (kernels/ops/attention_triton.py; `row_multiple` is the CPU's constant).
 Reference: gates/reference/attention.py.

@@ -6,10 +6,10 @@ Math (x [M, H]; E routed experts with up [E, F, H], down [E, H, F]; one shared e
   w      = scaling * s_ids / (sum_slots s_ids + 1e-20)   (unbiased scores; bias only chooses)
   y_e(x) = down_e(relu(up_e(x))^2)                        (not gated; shared expert alike)
   out    = sum_slots w_slot * y_{ids_slot}(x) + shared(x)
-Consistency: the router GEMM pads rows (linear.consistent) and builds sigmoid from exp and
-division, whose vector and scalar loops agree; the choice is a stable sort of the key, so
+Consistency: the router GEMM runs in row tiles (linear.consistent), sigmoid is built from
+exp and division, whose vector and scalar loops agree; the choice is a stable sort of the key, so
 ties go to the lowest expert id; the weight sum runs slot 0..k-1. Each expert computes its
-(token, slot) rows in routing order with the row-padded GEMM, so a row's bits do not follow
+(token, slot) rows in routing order with the row-tiled GEMM, so a row's bits do not follow
 how many tokens chose that expert (a count that changes with the batch). The combine applies
 each weight once, to that slot's output, sums in fp32 in slot order, adds the shared expert
 and rounds once. Per-slot outputs are in the activation dtype (the down GEMM's fp32
@@ -60,7 +60,7 @@ def router_fast(x, w):
 
 
 def router_consistent(x, w, *, row_multiple: int):
-    """fp32 GEMM with padded rows, position-independent sigmoid: [M, E] fp32 scores."""
+    """fp32 GEMM in row tiles, position-independent sigmoid: [M, E] fp32 scores."""
     logits = linear.consistent(x.float(), w.float(), row_multiple=row_multiple)
     return position_independent_sigmoid(logits)
 
@@ -95,7 +95,7 @@ def shared_fast(x, up, down):
 
 
 def shared_consistent(x, up, down, *, row_multiple: int):
-    """The shared expert with row-padded GEMMs and relu^2 rounded once."""
+    """The shared expert with row-tiled GEMMs and relu^2 rounded once."""
     h = _relu2_once(linear.consistent(x, up, row_multiple=row_multiple))
     return linear.consistent(h, down, row_multiple=row_multiple)
 
@@ -124,7 +124,7 @@ def experts_fast_loop(x, ids, weights, up, down):
 
 def experts_consistent(x, ids, weights, up, down, *, row_multiple: int):
     """Unweighted per-slot outputs [M, k, H] in the activation dtype; each expert's rows in
-    routing order through the row-padded GEMM, so a row's bits ignore its group's size.
+    routing order through the row-tiled GEMM, so a row's bits ignore its group's size.
     `weights` is not used here: combine_consistent applies it (pair the two). On CUDA: two
     grouped GEMMs for all experts, the same bits (kernels/ops/moe_cuda.py)."""
     if x.device.type == "cuda":

@@ -16,7 +16,7 @@ reciprocal. Every cast is clamped first: casts disagree on overflow (torch's CPU
 |x| > 464 and inf into NaN before pytorch#178817 and saturates after it, as 2.13 does here;
 ml_dtypes gives NaN; Triton saturates). Scales that depend only on a row (per token, 1x128)
 keep the W8A8 GEMM batch invariant; a per-tensor activation scale (w8a8_fast) depends on the
-whole batch. GEMMs reuse linear.consistent's padded rows. Reference: gates/reference/quant.py.
+whole batch. GEMMs reuse linear.consistent's row tiles. Reference: gates/reference/quant.py.
 """
 from dataclasses import dataclass
 from functools import partial
@@ -176,7 +176,7 @@ def w8a8_fast(x, w_q, w_scale):
 
 
 def w4a16_consistent(x, w: NVFP4Tensor, *, row_multiple: int):
-    """Batch invariant: dequantization is elementwise and per weight tensor; padded GEMM."""
+    """Batch invariant: dequantization is elementwise and per weight tensor; row-tiled GEMM."""
     return linear.consistent(x, nvfp4_dequantize(w, x.dtype), row_multiple=row_multiple)
 
 
