@@ -92,7 +92,8 @@ def attention_bf16_split_kv(q, k, v, segments, kv, *, scale, tokens_per_split: i
         for lo in range(0, keys.shape[0], tokens_per_split):
             hi = min(lo + tokens_per_split, keys.shape[0])
             scores = rows @ keys[lo:hi].float().permute(1, 2, 0) * scale
-            scores = scores.masked_fill(torch.arange(lo, hi)[None, :] > positions[:, None], float("-inf"))
+            future = torch.arange(lo, hi, device=q.device)[None, :] > positions[:, None]
+            scores = scores.masked_fill(future, float("-inf"))
             lse = torch.logsumexp(scores, dim=-1, keepdim=True)
             probs = torch.exp(scores - lse).nan_to_num(0.0)
             outs.append((probs @ values[lo:hi].float().transpose(0, 1)).to(q.dtype).float())

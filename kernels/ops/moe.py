@@ -6,9 +6,9 @@ Math (x [M, H]; E routed experts with up [E, F, H], down [E, H, F]; one shared e
   w      = scaling * s_ids / (sum_slots s_ids + 1e-20)   (unbiased scores; bias only chooses)
   y_e(x) = down_e(relu(up_e(x))^2)                        (not gated; shared expert alike)
   out    = sum_slots w_slot * y_{ids_slot}(x) + shared(x)
-Consistency: the router GEMM runs in row tiles (linear.consistent), sigmoid is built from
-exp and division, whose vector and scalar loops agree; the choice is a stable sort of the key, so
-ties go to the lowest expert id; the weight sum runs slot 0..k-1. Each expert computes its
+Consistency: the router GEMM runs in row tiles (linear.consistent); sigmoid is built from
+exp and division, whose vector and scalar loops agree; the choice is a stable sort of the
+key, so ties go to the lowest expert id; the weight sum runs slot 0..k-1. Each expert computes its
 (token, slot) rows in routing order with the row-tiled GEMM, so a row's bits do not follow
 how many tokens chose that expert (a count that changes with the batch). The combine applies
 each weight once, to that slot's output, sums in fp32 in slot order, adds the shared expert
