@@ -151,8 +151,10 @@ def _sequences(seed, dtype, count):
 
 def test_pooled_store_gives_the_per_sequence_bits(fresh_seed):
     """The consistent doors on the engine's pooled store (one slot pool grown from 1, the
-    sequences decoded as groups) give each sequence the bits of a run alone on its own
-    per-sequence state; fresh slots after release hold no trace of the last sequence."""
+    sequences decoded as groups: on CPU one batched chunk re-play for all of them) give each
+    sequence the bits of a run alone on its own per-sequence state; fresh slots after release
+    hold no trace of the last sequence. A batched decode that does not fold the chunks that
+    complete fails it."""
     sequences = _sequences(fresh_seed, torch.bfloat16, 5)
     prompts = [1, 15, 16, 17, 33]
     store = _store(torch.bfloat16, PooledMambaStore)

@@ -28,19 +28,20 @@ from kernels.ops.padding import pad_to_multiple
 
 
 def _chunk(x, B, C, dt, state0, A, D):
-    """One chunk of Q rows: (y [Q, H, P] fp32, state after the chunk [H, P, N])."""
-    num_heads, num_groups = x.shape[1], B.shape[1]
-    Bh = B.repeat_interleave(num_heads // num_groups, dim=1).transpose(0, 1)  # [H, Q, N]
-    Ch = C.repeat_interleave(num_heads // num_groups, dim=1).transpose(0, 1)  # [H, Q, N]
-    xh, dth = x.transpose(0, 1), dt.t()  # [H, Q, P], [H, Q]
+    """One chunk of Q rows: (y [Q, H, P] fp32, state after the chunk [H, P, N]); with a
+    leading sequence dim on every argument, each sequence's chunk in the same ops."""
+    num_heads, num_groups = x.shape[-2], B.shape[-2]
+    Bh = B.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2)  # [H, Q, N]
+    Ch = C.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2)  # [H, Q, N]
+    xh, dth = x.transpose(-3, -2), dt.transpose(-2, -1)  # [H, Q, P], [H, Q]
     cs = torch.cumsum(dth * A[:, None], dim=-1)  # [H, Q]
     causal = torch.ones(cs.shape[-1], cs.shape[-1], dtype=torch.bool, device=cs.device).tril()
-    decay = torch.where(causal, torch.exp(cs[:, :, None] - cs[:, None, :]), 0.0)  # [H, Qt, Qs]
-    weights = (Ch @ Bh.transpose(1, 2)) * decay * dth[:, None, :]
-    y = weights @ xh + (Ch @ state0.transpose(1, 2)) * torch.exp(cs)[:, :, None] + D[:, None, None] * xh
-    to_end = torch.exp(cs[:, -1:] - cs) * dth  # [H, Q]
-    state = torch.exp(cs[:, -1])[:, None, None] * state0 + (xh * to_end[:, :, None]).transpose(1, 2) @ Bh
-    return y.transpose(0, 1), state
+    decay = torch.where(causal, torch.exp(cs[..., :, None] - cs[..., None, :]), 0.0)  # [H, Qt, Qs]
+    weights = (Ch @ Bh.transpose(-1, -2)) * decay * dth[..., None, :]
+    y = weights @ xh + (Ch @ state0.transpose(-1, -2)) * torch.exp(cs)[..., None] + D[:, None, None] * xh
+    to_end = torch.exp(cs[..., -1:] - cs) * dth  # [H, Q]
+    state = torch.exp(cs[..., -1])[..., None, None] * state0 + (xh * to_end[..., None]).transpose(-1, -2) @ Bh
+    return y.transpose(-3, -2), state
 
 
 def position_independent_softplus(x):
@@ -89,9 +90,9 @@ def scan_for(device):
 
 def consistent(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
     """Chunks at absolute positions; the unfinished chunk is buffered and re-played."""
-    if x.device.type == "cuda" and batched_decode(segments, store):
-        return _consistent_decode_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D,
-                                        chunk_size=chunk_size, dt_min=dt_min)
+    if batched_decode(segments, store):
+        decode = _consistent_decode_batch if x.device.type == "cuda" else _consistent_decode_batch_cpu
+        return decode(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, chunk_size=chunk_size, dt_min=dt_min)
     return each_segment(consistent_segment, segments, store, (x, B, C, dt_raw), dt_bias, A_log, D,
                         chunk_size=chunk_size, dt_min=dt_min)
 
@@ -116,6 +117,29 @@ def _consistent_decode_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D
                                      chunk_size=chunk_size)
     store.advance(segments, buffered=True)
     return y
+
+
+def _consistent_decode_batch_cpu(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min):
+    """_consistent_decode_batch in torch ops: every sequence's chunk (its buffered rows and the
+    new one) re-played by one _chunk call with a leading sequence dim, the new rows' outputs
+    kept, and the states of the chunks that complete folded. Pool rows past the new one are
+    an earlier chunk's: they reach the new row only through terms the causal mask zeroes, and
+    are replaced by consistent_segment's zero padding anyway (a stale inf times 0 is a NaN).
+    Each sequence's GEMMs are entries of one batched call whose count follows the batch: the
+    bits equal a lone sequence's because MKL's batched GEMM reduces every entry alike, a
+    measured fact (tests/test_ssm.py, gates C02 and C03), not a law."""
+    dt = position_independent_softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min)
+    slots, buffered = store.decode_tables(segments)
+    pools = store.row_pools()
+    for pool, new in zip(pools, (x.float(), B.float(), C.float(), dt)):
+        pool[slots, buffered] = new
+    live = torch.arange(chunk_size, device=x.device)[None, :] <= buffered[:, None]  # [S, Q]
+    rows = [torch.where(live.view(live.shape + (1,) * (pool.dim() - 2)), pool[slots], 0.0) for pool in pools]
+    y, end = _chunk(*rows, store.ssm[slots], -torch.exp(A_log.float()), D.float())
+    completes = buffered + 1 == chunk_size
+    store.ssm[slots[completes]] = end[completes]
+    store.advance(segments, buffered=True)
+    return y[torch.arange(len(segments), device=x.device), buffered]
 
 
 def consistent_with(scan, x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min=0.0):
