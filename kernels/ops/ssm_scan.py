@@ -17,7 +17,8 @@ On CUDA the consistent chunks run as Triton kernels (kernels/ops/ssm_scan_triton
 terms, the decode computing its new row only, in a few launches. Each door takes a case group's rows, segments and the layer's state store: segment by
 segment, or for a decode-only group on a pooled store (the engine's) one batched call: the
 fast recurrence in a few ops for every sequence, the consistent chunk re-play as the same
-Triton kernels over every sequence's buffered rows (CUDA). Reference: gates/reference/ssm.py.
+Triton kernels over every sequence's buffered rows (CUDA) or as one _chunk call with a
+leading sequence dim (CPU). Reference: gates/reference/ssm.py.
 """
 import torch
 import torch.nn.functional as F
