@@ -60,12 +60,21 @@ class Router:
         return step(request) if callable(step) else step
 
 
+def _stage_status(run_dir, stage):
+    """The stage's status in run.json, or None while it is missing or being rewritten."""
+    try:
+        return json.loads((run_dir / "run.json").read_text())["stages"].get(stage, {}).get("status")
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
 def _kill_harness(process, run_dir):
-    """Step of the consistent agent: wait for the baseline agent to finish, then kill the
-    whole harness process group (as a person would with kill -9)."""
+    """Step of the consistent agent: wait until run.json records the baseline agent done (its
+    result.json is written a moment earlier: a kill in between failed CI once), then kill
+    the whole harness process group (as a person would with kill -9)."""
     def step(request):
         deadline = time.time() + 240
-        while not (run_dir / "agents" / "baseline" / "result.json").exists() and time.time() < deadline:
+        while _stage_status(run_dir, "agent:baseline") != "done" and time.time() < deadline:
             time.sleep(0.5)
         os.killpg(process["proc"].pid, signal.SIGKILL)
         return [text("(killed)")]
