@@ -4,6 +4,7 @@ of its own kind. Other faults need no code: a contract that maps one case of a r
 fast variant (split-K in decode only, the one-step recurrence in decode, two roundings in
 one phase) is the planted fault."""
 import random
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -78,31 +79,15 @@ def attention_graph_baked_block_kv(q, k, v, segments, kv, *, scale, block_kv: in
     return attention.consistent(q, k, v, segments, kv, scale=scale, block_kv=chosen, row_multiple=row_multiple)
 
 
-def attention_bf16_split_kv(q, k, v, segments, kv, *, scale, tokens_per_split: int):
+def attention_bf16_split_kv(q, k, v, segments, kv, *, scale, tokens_per_split: int, max_splits: int):
     """Flash-decoding whose split outputs are stored in the activation dtype before the
     log-sum-exp merge (a kernel with a bf16 workspace). attention.fast_split_kv merges fp32
     partials and moves the bf16 output of only a few percent of decode tokens (none, on some
     workloads); rounding every partial moves most rows, so shrink can be tested on it."""
     kv.write_segments(segments, k, v)
-
-    def attend(rows_q, segment, keys, values):
-        rows = attention._grouped_rows(rows_q.float(), keys.shape[1])
-        positions = attention._query_positions(segment, rows_q.shape[1] // keys.shape[1], q.device)
-        outs, lses = [], []
-        for lo in range(0, keys.shape[0], tokens_per_split):
-            hi = min(lo + tokens_per_split, keys.shape[0])
-            scores = rows @ keys[lo:hi].float().permute(1, 2, 0) * scale
-            future = torch.arange(lo, hi, device=q.device)[None, :] > positions[:, None]
-            scores = scores.masked_fill(future, float("-inf"))
-            lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-            probs = torch.exp(scores - lse).nan_to_num(0.0)
-            outs.append((probs @ values[lo:hi].float().transpose(0, 1)).to(q.dtype).float())
-            lses.append(lse)
-        total = torch.logsumexp(torch.stack(lses), dim=0)
-        out = sum(torch.exp(lse - total).nan_to_num(0.0) * o for lse, o in zip(lses, outs))
-        return attention._ungrouped(out, segment.length, rows_q.shape[1]).to(q.dtype)
-
-    return attention._each_segment(attend, q, segments, kv)
+    split = partial(attention._split_kv, scale=scale, tokens_per_split=tokens_per_split, max_splits=max_splits,
+                    workspace_dtype=q.dtype)
+    return attention._each_segment(split, q, segments, kv)
 
 
 _TRUE_RESUME = GRPORun.resume  # bound before a test replaces GRPORun.resume with the fault below

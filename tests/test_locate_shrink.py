@@ -31,7 +31,7 @@ PLANTS = {  # name: (model, region, cases bound to the fault, binding, block typ
     # cut model's locate to meet one whatever the data (it met none on an AVX-512 machine)
     "attention-decode_split_kv": ("qwen3", "attention", ("engine_decode",),
                                   {"impl": "attention.planted_bf16_split_kv",
-                                   "constants": {"tokens_per_split": 8}}, None),
+                                   "constants": {"tokens_per_split": 8, "max_splits": 16}}, None),
 }
 
 

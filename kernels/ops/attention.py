@@ -104,7 +104,9 @@ def _splits_to_fill(device, programs: int, max_splits: int) -> int:
     return max(1, min(max_splits, (2 * sms) // max(1, programs)))
 
 
-def _split_kv(q, segment, keys, values, *, scale, tokens_per_split, max_splits):
+def _split_kv(q, segment, keys, values, *, scale, tokens_per_split, max_splits, workspace_dtype=torch.float32):
+    """workspace_dtype: what each split's output is stored in before the merge (flash-decoding
+    keeps fp32; gates/faults.py plants a bf16 workspace)."""
     context, num_kv_heads = keys.shape[0], keys.shape[1]
     num_splits = max(1, min(max_splits, math.ceil(context / tokens_per_split)))
     rows = _grouped_rows(q.float(), num_kv_heads)
@@ -117,7 +119,7 @@ def _split_kv(q, segment, keys, values, *, scale, tokens_per_split, max_splits):
         scores = scores.masked_fill(masked, float("-inf"))
         lse = torch.logsumexp(scores, dim=-1, keepdim=True)
         probs = torch.exp(scores - lse).nan_to_num(0.0)
-        outs.append(probs @ values[lo:hi].float().transpose(0, 1))
+        outs.append((probs @ values[lo:hi].float().transpose(0, 1)).to(workspace_dtype).float())
         lses.append(lse)
     lse_all = torch.logsumexp(torch.stack(lses), dim=0)
     out = sum(torch.exp(lse - lse_all).nan_to_num(0.0) * o for lse, o in zip(lses, outs))

@@ -104,16 +104,22 @@ def consistent_segment(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size,
                            chunk_size=chunk_size, dt_min=dt_min)
 
 
+def _write_new_rows(x, B, C, dt_raw, segments, store, dt_bias, dt_min):
+    """Every sequence's one new row (x, B, C, dt in fp32) written after its buffered rows in
+    the store's row pools; the (slots, buffered counts) it was written at."""
+    dt = position_independent_softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min)
+    slots, buffered = store.decode_tables(segments)
+    for pool, new in zip(store.row_pools(), (x.float(), B.float(), C.float(), dt)):
+        pool[slots, buffered] = new
+    return slots, buffered
+
+
 def _consistent_decode_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min):
     """Every sequence's one new row written after its buffered rows in the store's pools, then
     the Triton kernels re-play each sequence's chunk there (ssm_scan_triton.decode_batch): a
     row's terms and order are those of consistent_segment's kernels."""
     from kernels.ops import ssm_scan_triton  # imports Triton: CUDA machines only
-    dt = position_independent_softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min)
-    slots, buffered = store.decode_tables(segments)
-    rows = (x.float(), B.float(), C.float(), dt)
-    for pool, new in zip(store.row_pools(), rows):
-        pool[slots, buffered] = new
+    slots, buffered = _write_new_rows(x, B, C, dt_raw, segments, store, dt_bias, dt_min)
     y = ssm_scan_triton.decode_batch(store.rows, store.ssm, slots, buffered, -torch.exp(A_log.float()), D,
                                      chunk_size=chunk_size)
     store.advance(segments, buffered=True)
@@ -129,11 +135,8 @@ def _consistent_decode_batch_cpu(x, B, C, dt_raw, segments, store, dt_bias, A_lo
     Each sequence's GEMMs are entries of one batched call whose count follows the batch: the
     bits equal a lone sequence's because MKL's batched GEMM reduces every entry alike, a
     measured fact (tests/test_ssm.py, gates C02 and C03), not a law."""
-    dt = position_independent_softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min)
-    slots, buffered = store.decode_tables(segments)
+    slots, buffered = _write_new_rows(x, B, C, dt_raw, segments, store, dt_bias, dt_min)
     pools = store.row_pools()
-    for pool, new in zip(pools, (x.float(), B.float(), C.float(), dt)):
-        pool[slots, buffered] = new
     live = torch.arange(chunk_size, device=x.device)[None, :] <= buffered[:, None]  # [S, Q]
     rows = [torch.where(live.view(live.shape + (1,) * (pool.dim() - 2)), pool[slots], 0.0) for pool in pools]
     y, end = _chunk(*rows, store.ssm[slots], -torch.exp(A_log.float()), D.float())
