@@ -118,15 +118,32 @@ def _kept_mask(x, params: SamplingParams):
     return torch.zeros_like(x, dtype=torch.bool).scatter_(0, order, kept)
 
 
-def _scaled(logits, params_list, draw_indices):
-    """fp32 logits / temperature per row (greedy rows by 1), and the greedy rows."""
-    if not (logits.shape[0] == len(params_list) == len(draw_indices)):
-        raise ValueError(f"sampler: {logits.shape[0]} rows, {len(params_list)} params, "
-                         f"{len(draw_indices)} draw indices")
-    temperatures = torch.tensor([p.logprob_temperature for p in params_list], dtype=torch.float32,
-                                device=logits.device)
-    greedy = torch.tensor([p.temperature == 0 for p in params_list], device=logits.device)
-    return logits.float() / temperatures[:, None], greedy
+def row_tensors(params_list, draw_indices, device):
+    """The sampler's per-row inputs as tensors: temperatures [B] fp32 (1 for greedy rows),
+    greedy [B] bool and keys [B] int64 (mix_seed of seed and draw index)."""
+    if len(params_list) != len(draw_indices):
+        raise ValueError(f"sampler: {len(params_list)} params, {len(draw_indices)} draw indices")
+    temperatures = torch.tensor([p.logprob_temperature for p in params_list], dtype=torch.float32)
+    greedy = torch.tensor([p.temperature == 0 for p in params_list])
+    keys = torch.tensor([mix_seed(p.seed, int(i)) for p, i in zip(params_list, draw_indices)], dtype=torch.int64)
+    return tuple(t.to(device) for t in (temperatures, greedy, keys))
+
+
+def scaled(logits, temperatures):
+    """[B, V] fp32 logits over each row's temperature."""
+    return logits.float() / temperatures[:, None]
+
+
+def truncates(params_list) -> bool:
+    """Whether any row keeps less than its whole vocabulary (top-k or top-p)."""
+    return any(p.temperature > 0 and (p.top_k > 0 or p.top_p < 1.0) for p in params_list)
+
+
+def _rows(logits, params_list, draw_indices):
+    if logits.shape[0] != len(params_list):
+        raise ValueError(f"sampler: {logits.shape[0]} rows, {len(params_list)} params")
+    temperatures, greedy, keys = row_tensors(params_list, draw_indices, logits.device)
+    return scaled(logits, temperatures), greedy, keys
 
 
 def _truncated(x, params_list):
@@ -140,33 +157,50 @@ def _truncated(x, params_list):
     return x
 
 
-def fast(logits, params_list, draw_indices):
-    """As engines sample: one batched exponential race over softmax probabilities on the
-    logits' device, its draws from one generator seeded from all the batch's rows (so a
-    request's draw depends on what else is in the batch and in which order); torch.topk ties."""
-    batch_seed = sum(mix_seed(p.seed, int(i)) for p, i in zip(params_list, draw_indices))
-    generator = torch.Generator(device=logits.device).manual_seed(batch_seed & 0x7FFFFFFFFFFFFFFF)
-    x, greedy = _scaled(logits, params_list, draw_indices)
+def _fast_truncated(x, params_list):
+    """As engines truncate: a torch.topk threshold (ties at it all kept), top-p on the sorted
+    softmax; dropped tokens -inf."""
     for i, params in enumerate(params_list):
         if params.temperature > 0 and 0 < params.top_k < x.shape[1]:
             threshold = torch.topk(x[i], params.top_k).values[-1]
             x[i] = x[i].masked_fill(x[i] < threshold, float("-inf"))
-    probs = torch.softmax(x, dim=-1)
-    for i, params in enumerate(params_list):
         if params.temperature > 0 and params.top_p < 1.0:
-            sorted_probs, order = torch.sort(probs[i], descending=True)
+            sorted_probs, order = torch.sort(torch.softmax(x[i], dim=-1), descending=True)
             drop = torch.cumsum(sorted_probs, dim=0) - sorted_probs >= params.top_p
-            probs[i] = probs[i].scatter(0, order, sorted_probs.masked_fill(drop, 0.0))  # no host sync
-    race = torch.empty_like(probs).exponential_(generator=generator)
-    return torch.where(greedy, logits.float().argmax(dim=-1), (probs / race).argmax(dim=-1))
+            x[i] = x[i].scatter(0, order, x[i][order].masked_fill(drop, float("-inf")))  # no host sync
+    return x
+
+
+def fast_draw(x, greedy, keys):
+    """[B] tokens from scaled logits x as engines draw them: Gumbel-max from one stream keyed
+    by the whole batch (the rows' keys summed, row r takes stream r of it), so a request's
+    draw depends on what else is in the batch and where it sits. Tensors in, tensors out:
+    a decode graph captures it."""
+    batch_key = keys.sum(dtype=torch.int64)
+    row_keys = batch_key * GOLDEN + torch.arange(keys.shape[0], dtype=torch.int64, device=keys.device)
+    return torch.where(greedy, x.argmax(dim=-1), gumbel_argmax(x, row_keys))
+
+
+def fast(logits, params_list, draw_indices):
+    """As engines sample: torch.topk / sorted-softmax truncation, then fast_draw."""
+    x, greedy, keys = _rows(logits, params_list, draw_indices)
+    return fast_draw(_fast_truncated(x, params_list), greedy, keys)
+
+
+def consistent_draw(x, greedy, keys):
+    """[B] tokens from scaled logits x: Gumbel-max with each row's own key, greedy rows by an
+    exact argmax (ties to the lowest id). Tensors in, tensors out: a decode graph captures it."""
+    return torch.where(greedy, x.argmax(dim=-1), gumbel_argmax(x, keys))
 
 
 def consistent(logits, params_list, draw_indices):
     """Per-request, per-index draws, batched; independent of the batch by construction:
     elementwise ops, an exact row argmax, per-row keys."""
-    x, greedy = _scaled(logits, params_list, draw_indices)
-    x = _truncated(x, params_list)
-    keys = torch.tensor([mix_seed(p.seed, int(i)) for p, i in zip(params_list, draw_indices)],
-                        dtype=torch.int64, device=logits.device)
-    return torch.where(greedy, logits.float().argmax(dim=-1), gumbel_argmax(x, keys))
+    x, greedy, keys = _rows(logits, params_list, draw_indices)
+    return consistent_draw(_truncated(x, params_list), greedy, keys)
 
+
+fast.draw = fast_draw
+consistent.draw = consistent_draw
+"""The tensor form of each variant, over already scaled and truncated logits: what a decode
+graph captures (kernels/engine/graphs.py); a variant without one samples after the replay."""
