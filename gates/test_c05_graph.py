@@ -11,7 +11,8 @@ bits (kernels.contract.identity.policy_source_files and the file of every implem
 contract binds) for torch.compile or torch._dynamo; a use is a failing condition, since
 compiled code would need its own comparison here. n/a without CUDA ("no CUDA device: CUDA
 graphs need a GPU") and for an engine whose decode is not captured (the reason is printed).
-For a hybrid model the graphs also serve each Mamba layer's slot and buffered-row tables, and
+Where the sampler has a tensor form the head (lm_head, draw, log-prob) is captured too, and
+some replayed row must have been sampled inside the graph. For a hybrid model the graphs also serve each Mamba layer's slot and buffered-row tables, and
 some replayed row must have completed its SSM chunk (a scan that re-plays its chunk folds it
 in place inside the graph), or the comparison misses that path and fails. Negative control:
 the planted fault `attention.planted_graph_baked_block_kv` (gates/faults.py: the walk's key
@@ -30,6 +31,7 @@ from gates.inputs import fresh_seed
 from gates.workload import EngineShape, Workload, rollout, seeded_weights
 from kernels.contract import load_contract
 from kernels.contract.identity import policy_source_files
+from kernels.engine.graph_head import tensor_draw
 from kernels.engine.graphs import graphs_unsupported
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
@@ -86,13 +88,17 @@ def test_graph_replay_equals_eager(gate):
     replays, padded = dict(engine.graphs.replays), engine.graphs.padded_replays
     gate.check("decode steps were replayed from CUDA graphs, padded batches among them",
                sum(replays.values()) > 0 and padded > 0, replays_by_size=replays, padded_replays=padded)
+    if tensor_draw(engine.dispatch, "engine_graph") is not None:  # the head is captured too
+        gate.check("replayed rows were sampled inside the graph (lm_head, draw, log-prob captured)",
+                   engine.graphs.rows_sampled_in_graph > 0, rows_sampled_in_graph=engine.graphs.rows_sampled_in_graph,
+                   head_replays=engine.graphs.head_replays)
     mamba = engine.graphs.mamba
     if mamba.buffered_in_graph:  # a scan that buffers its chunk was captured
         gate.check("replayed rows completed SSM chunks, folded inside the graph", mamba.folded_in_graph > 0,
                    rows_buffered_in_graph=mamba.buffered_in_graph, rows_folded_in_graph=mamba.folded_in_graph,
                    eager_steps=engine.graphs.eager_steps)
     differing = [c.request.request_id for c, e in zip(graphed, eager) if c.tokens != e.tokens]
-    logprobs = [first_bit_difference(torch.stack(e.logprobs), torch.stack(c.logprobs))
+    logprobs = [first_bit_difference(e.logprob_tensor, c.logprob_tensor)
                 for c, e in zip(graphed, eager) if c.tokens == e.tokens]
     gate.check("every sampled token and log-prob bit of the graphed run equals the eager run's",
                not differing and all(d is None for d in logprobs),

@@ -69,7 +69,7 @@ def completions_digest(completions) -> str:
     digest = sha256()
     for c in completions:
         digest.update(repr(c.tokens).encode())
-        digest.update(b"".join(lp.float().cpu().numpy().tobytes() for lp in c.logprobs))
+        digest.update(c.logprob_tensor.float().cpu().numpy().tobytes())
     return digest.hexdigest()
 
 

@@ -132,7 +132,7 @@ def test_a_mixed_step_calls_attention_once_per_case_and_names_its_rows(fresh_see
     for request, completion in zip(requests, mixed):
         single = alone.generate([request])[0]
         assert single.tokens == completion.tokens
-        assert_bitwise_equal(torch.stack(completion.logprobs), torch.stack(single.logprobs), f"request {request.request_id}")
+        assert_bitwise_equal(completion.logprob_tensor, single.logprob_tensor, f"request {request.request_id}")
     grouped = [c for c in calls if c.rows is not None]
     assert grouped, "no step mixed prefill and decode: the workload did not exercise case groups"
     for call in grouped:
@@ -172,4 +172,4 @@ def test_full_distribution_is_returned_and_agrees_with_the_sampled_log_prob(fres
     assert len(completion.full_logprobs) == 6
     for token, logprob, row in zip(completion.tokens, completion.logprobs, completion.full_logprobs):
         assert row.shape == (CONFIG.vocab_size,)
-        assert_bitwise_equal(row[token], logprob, f"seed {fresh_seed}: full row vs sampled log-prob")
+        assert_bitwise_equal(row[token], torch.tensor(logprob, dtype=torch.float32), f"seed {fresh_seed}: full row vs sampled log-prob")

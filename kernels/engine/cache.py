@@ -34,6 +34,8 @@ class PagedKVCache:
         self.block_tables: dict[int, list[int]] = {}
         self._slot_indices: dict[int, torch.Tensor] = {}
         self._step_tables = None  # (segments, StepTables) of the last forward: every layer reuses it
+        self.version = 0
+        """Counts changes to the block tables (a decode graph re-copies its table only then)."""
 
     def blocks_needed(self, num_tokens: int) -> int:
         return math.ceil(num_tokens / self.block_size)
@@ -52,11 +54,13 @@ class PagedKVCache:
         for _ in range(max(0, extra)):
             table.append(self._free.pop(0))
         self._step_tables = None
+        self.version += 1
 
     def release(self, seq_id: int) -> None:
         blocks = self.block_tables.pop(seq_id, [])
         self._slot_indices.pop(seq_id, None)
         self._step_tables = None
+        self.version += 1
         self.keys[:, blocks] = float("nan")
         self.values[:, blocks] = float("nan")
         self._free.extend(blocks)

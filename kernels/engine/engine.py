@@ -106,7 +106,7 @@ class Engine:
         if needed > self.cache.num_blocks:
             raise ValueError(f"request {request.request_id} needs {needed} KV blocks; "
                              f"the cache has {self.cache.num_blocks}")
-        self._pending.append(RunningSequence(Completion(request)))
+        self._pending.append(RunningSequence(Completion(request, device=str(self.device))))
 
     def _sequences(self) -> list:
         return self._pending + list(self.scheduler.waiting) + self.scheduler.running
@@ -124,13 +124,14 @@ class Engine:
         if not work:
             return []
         self.step_phases[tuple(sorted({item.phase for item in work}))] += 1
-        batch = self._batch(work)
+        segments, token_ids, case = self._layout(work)
         with torch.inference_mode():
-            if batch.case == "engine_graph":
-                hidden = self.graphs.run(batch)
+            if case == "engine_graph":  # every decode row samples
+                hidden, sampled = self.graphs.run(segments, token_ids, *self._sampling(work))
             else:
-                hidden = self.model(batch, self.dispatch, self.cache)
-            finished = self._sample(work, batch, hidden)
+                batch = TokenBatch(torch.tensor(token_ids, dtype=torch.long, device=self.device), segments, case)
+                hidden, sampled = self.model(batch, self.dispatch, self.cache), None
+            finished = self._record(work, *sampled) if sampled else self._sample(work, segments, case, hidden)
         for item in work:
             item.sequence.num_computed += item.num_tokens
         return finished
@@ -145,46 +146,55 @@ class Engine:
                 done[completion.request.request_id] = completion
         return [done[request.request_id] for request in requests]
 
-    def _batch(self, work) -> TokenBatch:
+    def _layout(self, work) -> tuple:
+        """(segments, token ids, case) of one step's rows."""
         segments, tokens, row = [], [], 0
         all_decode = all(item.phase == "decode" for item in work)
         # a replayed decode step runs in the graph case, its segments and head regions too
         graphed = all_decode and self.graphs is not None and len(work) <= self.graphs.sizes[-1]
         for item in work:
             sequence = item.sequence
-            ids = sequence.all_tokens[sequence.num_computed:sequence.num_computed + item.num_tokens]
+            tokens.extend(sequence.tokens_between(sequence.num_computed, sequence.num_computed + item.num_tokens))
             segments.append(Segment(sequence.request.request_id, sequence.num_computed, item.num_tokens, row,
                                     "engine_graph" if graphed else PHASE_CASE[item.phase]))
-            tokens.extend(ids)
             row += item.num_tokens
         case = "engine_graph" if graphed else "engine_decode" if all_decode else "engine_prefill"
-        return TokenBatch(torch.tensor(tokens, dtype=torch.long, device=self.device), tuple(segments), case)
+        return tuple(segments), tokens, case
 
-    def _sample(self, work, batch, hidden) -> list:
+    @staticmethod
+    def _sampling(items) -> tuple:
+        """(params, draw indices, whether any wants full rows) of the items that sample."""
+        params = [item.sequence.request.params for item in items]
+        draws = [len(item.sequence.completion.tokens) for item in items]
+        return params, draws, any(item.sequence.request.return_full_logprobs for item in items)
+
+    def _sample(self, work, segments, case: str, hidden) -> list:
         """Sample for every sequence whose known tokens are all computed after this step."""
-        chosen = [(item, segment) for item, segment in zip(work, batch.segments)
-                  if item.sequence.num_computed + item.num_tokens == len(item.sequence.all_tokens)]
+        chosen = [(item, segment) for item, segment in zip(work, segments)
+                  if item.sequence.num_computed + item.num_tokens == item.sequence.num_tokens]
         if not chosen:
             return []
+        items = [item for item, _ in chosen]
         rows = torch.tensor([segment.row + segment.length - 1 for _, segment in chosen], device=self.device)
-        params = [item.sequence.request.params for item, _ in chosen]
-        draws = [len(item.sequence.completion.tokens) for item, _ in chosen]
+        params, draws, wants_full = self._sampling(items)
         temperatures = torch.tensor([p.logprob_temperature for p in params], dtype=torch.float32,
                                     device=self.device)
-        wants_full = any(item.sequence.request.return_full_logprobs for item, _ in chosen)
         with self.dispatch.selecting_rows(rows):
-            logits = self.model.logits(hidden[rows], self.dispatch, batch.case)
-            tokens = self.dispatch("sampler", batch.case, None, logits, params, draws)
-            logprobs = self.dispatch("logprob", batch.case, None, logits, tokens, temperatures)
-            full = (self.dispatch("logprob", batch.case, None, logits, tokens, temperatures, full=True)
+            logits = self.model.logits(hidden[rows], self.dispatch, case)
+            tokens = self.dispatch("sampler", case, None, logits, params, draws)
+            logprobs = self.dispatch("logprob", case, None, logits, tokens, temperatures)
+            full = (self.dispatch("logprob", case, None, logits, tokens, temperatures, full=True)
                     if wants_full else None)
+        # one device-to-host copy each for the step's tokens and log-probs, not one per row
+        return self._record(items, tokens.tolist(), logprobs.tolist(), full)
+
+    def _record(self, items, tokens: list, logprobs: list, full=None) -> list:
+        """Append each sampled row to its completion; the completions that finished."""
         finished = []
-        token_ids = tokens.tolist()  # one device-to-host copy for the step, not one per row
-        row_logprobs = logprobs.unbind(0)  # views of this step's fresh tensor
-        for index, (item, _) in enumerate(chosen):
+        for index, item in enumerate(items):
             completion = item.sequence.completion
-            completion.tokens.append(token_ids[index])
-            completion.logprobs.append(row_logprobs[index])
+            completion.tokens.append(tokens[index])
+            completion.logprobs.append(logprobs[index])
             if full is not None and completion.request.return_full_logprobs:
                 completion.full_logprobs.append(full[index].clone())
             if item.sequence.is_finished:

@@ -17,16 +17,21 @@ on the host (advance) is recorded at capture and applied to the real sequences a
 replay; a step the captured forward cannot run (the fast recurrence over buffered rows, a
 planted mix) runs eagerly.
 
-Not captured: layouts across processes, and the head (lm_head, sampler, log-probs run
-eagerly on the replayed hidden).
+The head (lm_head, the draw, the log-prob) is captured after the forward where the sampler
+has a tensor form (kernels/engine/graph_head.py). Every input reaches the device through
+pinned buffers and asynchronous copies, so a replayed step waits on the device once, for
+its sampled tokens. Not captured: layouts across processes.
 """
 from contextlib import ExitStack
 
 import torch
 
+from kernels.engine.pinned import host_buffer
 from kernels.engine.cache import StepTables
+from kernels.engine.graph_head import GraphHead, tensor_draw
 from kernels.engine.mamba_tables import MambaTables
 from kernels.models.batch import Segment, TokenBatch
+from kernels.ops.sampler import truncates
 
 GRAPH_CASE = "engine_graph"
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -55,6 +60,13 @@ class DecodeGraphs:
         self.block_table = torch.zeros(max_batch, width, dtype=torch.int32, device=device)
         self.rows_lengths_starts = torch.zeros(3, max_batch, dtype=torch.int32, device=device)
         self.mamba = MambaTables(cache.mamba_stores, max_batch, device)
+        self.head = GraphHead(max_batch, device)
+        self.device = device
+        # flat, so a step's [3, size] view is contiguous (a strided pinned source would be staged)
+        self._host_longs = host_buffer(3 * max_batch, torch.long)  # tokens, positions, slots
+        self._host_ints = host_buffer(3 * max_batch, torch.int32)  # rows, lengths, starts
+        self._host_table = host_buffer(max_batch * width, torch.int32)
+        self._table_key = None  # (seq ids, size, cache version) the device block table holds
         self._graphs: dict[int, tuple] = {}
         self._pool = None
         self.replays: dict[int, int] = {}
@@ -63,49 +75,73 @@ class DecodeGraphs:
         """Replays with fewer real rows than the graph's size (gate C5 needs some)."""
         self.eager_steps = 0
         """Decode steps the captured forward could not run, run eagerly instead."""
+        self.head_replays = 0
+        """Replays whose rows the captured head sampled."""
+        self.rows_sampled_in_graph = 0
+        """Rows whose token the captured draw chose (no top-k / top-p; gate C5 needs some)."""
 
-    def run(self, batch: TokenBatch) -> torch.Tensor:
-        """Hidden states [B, hidden] of a decode batch, by replaying the size's graph."""
-        count = len(batch.segments)
+    def run(self, segments, token_ids, params_list, draw_indices, wants_full: bool):
+        """(hidden [B, hidden], None) of a decode step, or (None, (tokens, log-probs)) as host
+        lists when the captured head sampled it, by replaying the size's graph."""
+        count = len(segments)
         size = next(s for s in self.sizes if s >= count)
         if self.mamba.moved():
             self._graphs.clear()
         if size not in self._graphs:
             self._graphs[size] = self._capture(size)
-        graph, hidden, advances = self._graphs[size]
-        if not self.mamba.fill(batch.segments, size, advances):
+        graph, hidden, sampled, advances = self._graphs[size]
+        if not self.mamba.fill(segments, size, advances):
             self.eager_steps += 1
-            return self.model(batch, self.dispatch, self.cache)
-        self._fill(batch.tokens, batch.segments, size)
+            batch = TokenBatch(torch.tensor(token_ids, dtype=torch.long, device=self.device), segments, GRAPH_CASE)
+            return self.model(batch, self.dispatch, self.cache), None
+        self._fill(token_ids, segments, size)
+        head = sampled is not None and not wants_full
+        if head:
+            self.head.fill(params_list, draw_indices, size)
         graph.replay()
-        self.mamba.advance(batch.segments, advances)
+        self.mamba.advance(segments, advances)
         self.replays[size] = self.replays.get(size, 0) + 1
         self.padded_replays += count < size
-        return hidden[:count]
+        if not head:
+            return hidden[:count], None
+        self.head_replays += 1
+        self.rows_sampled_in_graph += sum(not truncates([p]) for p in params_list)
+        tokens, logprobs = self.head.redraw_truncated(self.dispatch, GRAPH_CASE, sampled, params_list, draw_indices)
+        return None, self.head.results(tokens, logprobs)
 
     def _tables(self, size: int) -> StepTables:
         rows, lengths, starts = self.rows_lengths_starts[:, :size]
         return StepTables(block_table=self.block_table[:size], rows=rows, lengths=lengths, starts=starts,
                           write_slots=self.write_slots[:size], max_length=1)
 
-    def _fill(self, tokens, segments, size: int) -> None:
-        """Copy the real rows' inputs and tables in, the padding rows' after them."""
+    def _fill(self, token_ids, segments, size: int) -> None:
+        """Copy the real rows' inputs and tables in, the padding rows' after them, through
+        pinned buffers (asynchronous: no wait on the device); the block table only when the
+        rows' sequences or the cache's tables changed."""
         count, paged = len(segments), self.cache.paged
         pad_block = paged.scratch_block
         tables = [paged.block_tables[s.seq_id] for s in segments] + [[pad_block]] * (size - count)
         starts = [s.start for s in segments] + [0] * (size - count)
-        slots = [paged.slot(table, p) for table, p in zip(tables, starts)]
-        width = max(map(len, tables))  # entries past a sequence's blocks are never read
-        host_table = torch.tensor([table + [pad_block] * (width - len(table)) for table in tables],
-                                  dtype=torch.int32)
-        host_longs = torch.tensor([starts, slots], dtype=torch.long)
-        host_ints = torch.tensor([list(range(size)), [1] * size, starts], dtype=torch.int32)
-        self.tokens[:count].copy_(tokens)
-        self.tokens[count:size].fill_(0)
-        self.positions[:size].copy_(host_longs[0], non_blocking=True)
-        self.write_slots[:size].copy_(host_longs[1], non_blocking=True)
-        self.block_table[:size, :width].copy_(host_table, non_blocking=True)
-        self.rows_lengths_starts[:, :size].copy_(host_ints, non_blocking=True)
+        longs, ints = self._host_longs[:3 * size].view(3, size), self._host_ints[:3 * size].view(3, size)
+        longs[0, :count] = torch.tensor(token_ids, dtype=torch.long)
+        longs[0, count:] = 0
+        longs[1] = torch.tensor(starts, dtype=torch.long)
+        longs[2] = torch.tensor([paged.slot(table, p) for table, p in zip(tables, starts)], dtype=torch.long)
+        ints[0] = torch.arange(size, dtype=torch.int32)
+        ints[1] = 1
+        ints[2] = longs[1]
+        self.tokens[:size].copy_(longs[0], non_blocking=True)
+        self.positions[:size].copy_(longs[1], non_blocking=True)
+        self.write_slots[:size].copy_(longs[2], non_blocking=True)
+        self.rows_lengths_starts[:, :size].copy_(ints, non_blocking=True)
+        key = (tuple(s.seq_id for s in segments), size, paged.version)
+        if key != self._table_key:
+            width = max(map(len, tables))  # entries past a sequence's blocks are never read
+            host_table = self._host_table[:size * width].view(size, width)
+            host_table.copy_(torch.tensor([table + [pad_block] * (width - len(table)) for table in tables],
+                                          dtype=torch.int32))
+            self.block_table[:size, :width].copy_(host_table, non_blocking=True)
+            self._table_key = key
 
     def _capture(self, size: int):
         """Warm up (Triton compiles, cuBLAS picks) and capture one forward over dummy rows."""
@@ -115,18 +151,24 @@ class DecodeGraphs:
         self.cache.paged.use_step_tables(dummy, self._tables(size))
         with ExitStack() as serving:
             self.mamba.serve(dummy, size, serving)
+            draw = tensor_draw(self.dispatch, GRAPH_CASE)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side), torch.inference_mode():
                 for _ in range(2):
-                    self.model(batch, self.dispatch, self.cache)
+                    warm = self.model(batch, self.dispatch, self.cache)
+                    if draw is not None:
+                        self.head.capture(self.model, self.dispatch, GRAPH_CASE, warm, draw)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool), torch.inference_mode():
                 hidden = self.model(batch, self.dispatch, self.cache)
+                sampled = None if draw is None else self.head.capture(self.model, self.dispatch, GRAPH_CASE,
+                                                                      hidden, draw)
             advances = self.mamba.recorded_advances()
         self._pool = graph.pool()
-        return graph, hidden, advances
+        self._table_key = None  # the dummy rows' tables are in the buffers now
+        return graph, hidden, sampled, advances
 
     def _fill_dummy(self, size: int) -> None:
         """Every row a one-token sequence at position 0 in the scratch block."""

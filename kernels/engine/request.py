@@ -40,13 +40,18 @@ class Completion:
     tokens: list = field(default_factory=list)
     """Generated token ids."""
     logprobs: list = field(default_factory=list)
-    """fp32 scalar tensors: the log-prob of each generated token."""
+    """The log-prob of each generated token, as Python floats holding the fp32 values
+    exactly (fp32 -> float64 -> fp32 keeps every bit): the engine copies a step's log-probs
+    to the host once, not one device scalar per token."""
     full_logprobs: list = field(default_factory=list)
     """[V] fp32 rows when requested."""
+    device: str = "cpu"
+    """Where logprob_tensor puts the log-probs (the engine's device)."""
 
     @property
     def logprob_tensor(self) -> torch.Tensor:
-        return torch.stack(self.logprobs) if self.logprobs else torch.empty(0)
+        """[T] fp32 log-probs of the generated tokens, on the engine's device."""
+        return torch.tensor(self.logprobs, dtype=torch.float32, device=self.device)
 
 
 @dataclass
@@ -62,8 +67,17 @@ class RunningSequence:
         return self.completion.request
 
     @property
-    def all_tokens(self) -> list:
-        return list(self.request.prompt) + self.completion.tokens
+    def num_tokens(self) -> int:
+        """Prompt and generated tokens so far (a step's bookkeeping reads this, not a list)."""
+        return len(self.request.prompt) + len(self.completion.tokens)
+
+    def tokens_between(self, start: int, end: int) -> list:
+        """Token ids at positions [start, end) of prompt + generated tokens."""
+        prompt = self.request.prompt
+        if end <= len(prompt):
+            return list(prompt[start:end])
+        generated = self.completion.tokens
+        return list(prompt[start:]) + generated[max(0, start - len(prompt)):end - len(prompt)]
 
     @property
     def is_finished(self) -> bool:

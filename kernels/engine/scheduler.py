@@ -34,12 +34,12 @@ class Scheduler:
         budget = self.max_tokens_per_step
         work = []
         for sequence in self.running:
-            pending = len(sequence.all_tokens) - sequence.num_computed
+            pending = sequence.num_tokens - sequence.num_computed
             if pending == 1 and sequence.completion.tokens and budget > 0:
                 work.append(ScheduledWork(sequence, 1, "decode"))
                 budget -= 1
         for sequence in self.running:
-            pending = len(sequence.all_tokens) - sequence.num_computed
+            pending = sequence.num_tokens - sequence.num_computed
             if (pending > 1 or not sequence.completion.tokens) and budget > 0:
                 chunk = min(pending, budget)
                 work.append(ScheduledWork(sequence, chunk, "prefill"))
