@@ -124,7 +124,7 @@ def decode_roofline_s(config, weights, batch, context, bandwidth) -> float:
     return (weight_bytes + kv_bytes) / bandwidth
 
 
-def transformers_generate(config, batch, prompt_len, new_tokens, repeats=2):
+def transformers_generate(config, batch, prompt_len, new_tokens, repeats=1):
     """tokens/s of HF generate on the same Qwen3 shape (random weights, sampling)."""
     import transformers
     hf_config = transformers.Qwen3Config(
@@ -136,15 +136,15 @@ def transformers_generate(config, batch, prompt_len, new_tokens, repeats=2):
     model = transformers.Qwen3ForCausalLM(hf_config).to(DEVICE, torch.bfloat16).eval()
     ids = torch.randint(1, config.vocab_size, (batch, prompt_len), device=DEVICE)
     samples = []
-    for _ in range(repeats + 1):
+    for new in [8] + [new_tokens] * repeats:  # a short first call warms up
         sync()
         started = time.perf_counter()
-        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                       min_new_tokens=new_tokens, do_sample=True, pad_token_id=0)
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                       min_new_tokens=new, do_sample=True, pad_token_id=0)
         sync()
-        samples.append(batch * new_tokens / (time.perf_counter() - started))
+        samples.append(batch * new / (time.perf_counter() - started))
     del model
-    return samples[1:]  # the first call warms up
+    return samples[1:]
 
 
 def top_kernels(config, contract, weights, batch, prompt_len, limit=12):
