@@ -9,7 +9,8 @@ child pytest with TRITON_INTERPRET=1, started by the one test_ function: the res
 suite never sees an interpreted Triton or the variable. (2) The interpreter's tl.dot is
 numpy's BLAS matmul, whose bits for a row change with the row's slot in the tile (OpenBLAS
 sgemm: 67 of 256 elements of a 16x32 @ 32x16 product differ when the row moves); the
-attention checks swap in a fixed-order dot (each element summed over k in order) so they
+attention and SSM checks swap in a fixed-order dot (each element summed over k in order;
+fp32 operands by one fused multiply-add per k, as Triton lowers an "ieee" fp32 dot) so they
 test the kernel's logic. Slot independence of the GPU's MMA is the device script's job.
 Negative controls: a row-sum BLOCK that follows the row count, and a block_kv that follows
 the context length (a split count following C), must fail the same checks.
@@ -56,12 +57,17 @@ def _fixed_order_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     """d + [M, K] @ [K, N] in d's dtype, every product added to the accumulator in k order,
     as the GPU's MMA steps add k-chunks into the running accumulator (so a K loop's BLOCK_K
     does not regroup the sum: linear_cuda's table changes BLOCK_K with M)."""
-    from triton.runtime.interpreter import TensorHandle
+    from triton.runtime.interpreter import TensorHandle, _interpreter
     acc_dtype = d.data.dtype
     a_data, b_data = a.data.astype(acc_dtype), b.data.astype(acc_dtype)
     out = d.data.copy()
+    # fp32 operands: Triton lowers the dot to one fused multiply-add per k (no MMA); else MMA steps
+    fused = a.data.dtype == np.float32 and b.data.dtype == np.float32 and acc_dtype == np.float32
     for k in range(a_data.shape[-1]):
-        out += a_data[:, k, None] * b_data[None, k, :]
+        if fused:
+            out = _interpreter.fma_fp32(*np.broadcast_arrays(a_data[:, k, None], b_data[None, k, :], out))
+        else:
+            out += a_data[:, k, None] * b_data[None, k, :]
     return TensorHandle(out, d.dtype.scalar)
 
 

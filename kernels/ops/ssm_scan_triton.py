@@ -116,6 +116,46 @@ def _chunk_outputs_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, starts_ptr, d_ptr
     tl.store(y_ptr + ((out_base + t - first_row)[:, None] * num_heads + head) * P + p[None, :], y, mask=stored[:, None])
 
 
+@triton.jit
+def _decode_row_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, state_ptr, d_ptr, y_ptr, meta_ptr, num_heads,
+                       num_groups, heads_per_group, padded_rows, P: tl.constexpr, N: tl.constexpr, BT: tl.constexpr):
+    """_chunk_outputs_kernel's arithmetic for one row t (a decode's new row) alone: each of its
+    fp32 dots is the FMA chain Triton lowers an "ieee" tl.dot to (per output element, k = 0, 1,
+    ... from the accumulator, or from +0), written out for row t, masked terms included, so
+    the row gets its block's bits without computing the block's other BT - 1 rows."""
+    head, seq = tl.program_id(0), tl.program_id(1)
+    group = head // heads_per_group
+    base, t = tl.load(meta_ptr + seq * 5 + 0), tl.load(meta_ptr + seq * 5 + 2)
+    state_index, out_row = tl.load(meta_ptr + seq * 5 + 3), tl.load(meta_ptr + seq * 5 + 4)
+    cs_row = (seq * num_heads + head) * padded_rows
+    p, k = tl.arange(0, P), tl.arange(0, BT)
+    c_row = c_ptr + ((base + t) * num_groups + group) * N
+    cs_t = tl.load(cs_ptr + cs_row + t)
+    acc = tl.zeros((P,), dtype=tl.float32)
+    for s0 in range(0, (t // BT) * BT + BT, BT):
+        s = s0 + k
+        s_live = s <= t  # = s < num_rows: the rows after t are not there yet
+        scores = tl.zeros((BT,), dtype=tl.float32)
+        for n in range(0, N):  # scores[k] = (C_t . B_s) as tl.dot's chain over n
+            b_col = tl.load(b_ptr + ((base + s) * num_groups + group) * N + n, mask=s_live, other=0.0)
+            scores = tl.fma(tl.load(c_row + n), b_col, scores)
+        dt_s = tl.load(dt_ptr + (base + s) * num_heads + head, mask=s_live, other=0.0)
+        decay = tl.exp(cs_t - tl.load(cs_ptr + cs_row + s))
+        weights = tl.where(s <= t, scores * decay * dt_s, 0.0)
+        for j in range(0, BT):  # acc = tl.dot(weights, xs, acc) as its chain over the block's rows
+            w_j = tl.sum(tl.where(k == j, weights, -0.0), axis=0)  # -0 is exact: x + -0 = x, -0 included
+            x_j = tl.load(x_ptr + ((base + s0 + j) * num_heads + head) * P + p, mask=p * 0 + s0 + j <= t, other=0.0)
+            acc = tl.fma(w_j, x_j, acc)
+    start = state_ptr + (state_index * num_heads + head) * P * N
+    dotted = tl.zeros((P,), dtype=tl.float32)
+    for n in range(0, N):  # tl.dot(C_t, start) as its chain over n
+        dotted = tl.fma(tl.load(c_row + n), tl.load(start + p * N + n), dotted)
+    from_start = dotted * tl.exp(cs_t)
+    xt = tl.load(x_ptr + ((base + t) * num_heads + head) * P + p)
+    y = acc + from_start + tl.load(d_ptr + head) * xt
+    tl.store(y_ptr + (out_row * num_heads + head) * P + p, y)
+
+
 def _require(rows, chunk_size: int) -> int:
     x, B = rows[0], rows[1]
     sizes = {"chunk_size": chunk_size, "head_dim": x.shape[2], "state_size": B.shape[2]}
@@ -171,8 +211,11 @@ def decode_batch(pools, state_pool, slots, buffered, A, D, *, chunk_size: int):
     rows = [pool.view(-1, *pool.shape[2:]) for pool in pools]
     cs = _cumsums(rows, A, meta, chunk_size=chunk_size, num_rows=chunk_size, num_sequences=num_sequences)
     y = torch.empty((num_sequences,) + pools[0].shape[2:], dtype=torch.float32, device=state_pool.device)
-    _outputs(rows, cs, state_pool[:, None], D, y, meta, chunk_size=chunk_size, num_sequences=num_sequences,
-             num_blocks=1)
+    x, B, C, dt = rows
+    num_heads, num_groups = x.shape[1], B.shape[1]
+    _decode_row_kernel[(num_heads, num_sequences)](
+        x, B, C, dt, cs, state_pool, D, y, meta, num_heads, num_groups, num_heads // num_groups, cs.shape[-1],
+        P=x.shape[2], N=B.shape[2], BT=_require(rows, chunk_size), num_warps=4)
     _states(rows, cs, state_pool, state_pool[:, None], meta, chunk_size=chunk_size, num_sequences=num_sequences)
     return y
 
