@@ -1,6 +1,6 @@
 """The gates' pytest plugin: options naming what is under test, a `gate` fixture that records
 each pass condition with its measured figure, and one C<NN>.json per gate module written at
-the end of the session (status pass / fail / n/a, conditions, seeds, model, contract, commit,
+the end of the session (status pass / fail / inconclusive / n/a, conditions, seeds, model, contract, commit,
 environment), so that reports and agents read data, not logs.
 
   python -m pytest gates/test_c07_end_to_end.py --model qwen3 --contract consistent --gate-out RUN
@@ -53,11 +53,18 @@ class GateRecord:
         as a pass (the gate's other conditions still decide pass or fail)."""
         self.conditions.append({"name": name, "status": "n/a", "reason": reason})
 
+    def check_inconclusive(self, name: str, **figures) -> None:
+        """A condition measured but not decided (a ratio whose noise straddles its floor): the
+        gate is `inconclusive` unless another condition fails; never a pass."""
+        self.conditions.append({"name": name, "status": "inconclusive", **figures})
+
     def verdict(self) -> None:
         self.judged = True
         failed = [c for c in self.conditions if c["status"] == "fail"]
+        undecided = [c["name"] for c in self.conditions if c["status"] == "inconclusive"]
         assert any(c["status"] == "pass" for c in self.conditions), f"{self.gate}: no condition was checked"
         assert not failed, f"{self.gate}: {len(failed)} condition(s) failed: {failed}"
+        assert not undecided, f"{self.gate}: inconclusive: {undecided}"
 
     def n_a(self, reason: str) -> None:
         self.not_applicable = reason
@@ -80,6 +87,8 @@ def _status(records) -> str:
     conditions = [c for r in records for c in r.conditions]
     if any(c["status"] == "fail" for c in conditions):
         return "fail"
+    if any(c["status"] == "inconclusive" for c in conditions):
+        return "inconclusive"
     if any(r.not_applicable for r in records) and not conditions:
         return "n/a"
     checked = any(c["status"] == "pass" for c in conditions)
@@ -94,8 +103,8 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     record = getattr(item, "funcargs", {}).get("gate")
     if report.failed and isinstance(record, GateRecord) and call.when == "call":
-        failed = any(c["status"] == "fail" for c in record.conditions)
-        if not failed:
+        decided = any(c["status"] in ("fail", "inconclusive") for c in record.conditions)
+        if not decided:
             record.conditions.append({"name": "the gate test completed", "status": "fail",
                                       "error": str(report.longrepr)[-2000:]})
 

@@ -86,3 +86,28 @@ def test_c10_fails_when_the_floor_is_out_of_reach(tmp_path, monkeypatch):
     assert result["status"] == "fail" and measured["status"] == "fail" and measured["ratio"] > 0
     assert len(measured["samples_tokens_per_s"]["baseline"]) == 1 and result["inputs"][0]["pairs"] == 1
     assert all(c["status"] == "pass" for c in result["conditions"] if c is not measured)  # outputs checked
+
+
+def test_c10_verdict_needs_the_noise_clear_of_the_floor():
+    from gates.ratio_verdict import decide, median_rank
+    assert [median_rank(n) for n in (1, 3, 5, 6, 9)] == [1, 1, 1, 2, 3]
+    clear = decide([0.81, 0.92, 0.77, 0.88, 0.85], 0.70)
+    assert clear.status == "pass" and (clear.low, clear.high) == (0.77, 0.92) and clear.coverage >= 0.75
+    below = decide([0.51, 0.62, 0.58], 0.70)
+    assert below.status == "fail" and below.ratio == 0.58
+    straddling = decide([0.26, 0.985, 0.80], 0.70)  # issue 19's busy machine: one pair at 0.26
+    assert straddling.status == "inconclusive" and straddling.ratio == 0.80
+    alone = decide([0.4], 0.70)
+    assert alone.status == "fail" and alone.coverage == 0.0  # one pair: a point, no noise estimate
+
+
+def test_an_inconclusive_condition_is_never_a_pass(tmp_path):
+    from gates.conftest import GateRecord, _status
+    record = GateRecord("C10", "qwen3", "consistent")
+    record.check("outputs equal", True)
+    record.check_inconclusive("ratio >= floor, beyond the noise", ratio=0.71, noise=[0.6, 0.8])
+    assert _status([record]) == "inconclusive"
+    with pytest.raises(AssertionError, match="inconclusive"):
+        record.verdict()
+    record.check("another", False)
+    assert _status([record]) == "fail"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gates
 from gates.device import DEVICES
-from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
+from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
 
 GATES_DIR = Path(gates.__file__).resolve().parent
 
@@ -91,7 +91,8 @@ def format_table(statuses: dict, out: Path) -> str:
         result = out / f"{name}.json"
         failed = []
         if result.exists():
-            failed = [c["name"] for c in json.loads(result.read_text())["conditions"] if c["status"] == "fail"]
+            failed = [c["name"] for c in json.loads(result.read_text())["conditions"]
+                      if c["status"] in ("fail", "inconclusive")]
         lines.append(f"{name:<6}{status:<8}{', '.join(failed) or ('(no result written)' if not result.exists() else '')}")
     lines.append(f"results: {out}")
     return "\n".join(lines)
@@ -132,4 +133,6 @@ def run(args) -> int:
     statuses = run_gates(selected, model=args.model, contract=args.contract, out=out, device=args.device,
                          size=args.size)
     print(format_table(statuses, out))
-    return EXIT_DIFFERENT if "fail" in statuses.values() else EXIT_OK
+    if "fail" in statuses.values():
+        return EXIT_DIFFERENT
+    return EXIT_INCONCLUSIVE if "inconclusive" in statuses.values() else EXIT_OK

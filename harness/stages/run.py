@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gates.workload import Workload
 from harness.agents.base import make_backend
-from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
+from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
 from harness.stages import agents as agents_stage
 from harness.stages import gates as gates_stage
 from harness.stages import locate as locate_stage
@@ -86,7 +86,10 @@ def _gates(state, args, selected):
     statuses = {name: json.loads((out / f"{name}.json").read_text())["status"]
                 if (out / f"{name}.json").exists() else "fail" for name in selected}
     failed = [name for name, status in statuses.items() if status == "fail"]
-    return "done", f"failed: {', '.join(failed)}" if failed else "all pass or n/a"
+    undecided = [name for name, status in statuses.items() if status == "inconclusive"]
+    parts = ([f"failed: {', '.join(failed)}"] if failed else []) + (
+        [f"inconclusive: {', '.join(undecided)}"] if undecided else [])
+    return "done", "; ".join(parts) or "all pass or n/a"
 
 
 def _device_note(args) -> str:
@@ -109,9 +112,13 @@ def _diff(state, args):
     return "done", _device_note(args)
 
 
-def _failed_gates(state) -> list:
+def _gates_with(state, status: str) -> list:
     return sorted(p.stem for p in (state.out / "gates").glob("C*.json")
-                  if json.loads(p.read_text())["status"] == "fail")
+                  if json.loads(p.read_text())["status"] == status)
+
+
+def _failed_gates(state) -> list:
+    return _gates_with(state, "fail")
 
 
 def _locate(state, args):
@@ -193,4 +200,6 @@ def run(args) -> int:
         result = agents_stage.consistent_result(out)
         clean = result and result["after"].startswith("revalidated: all gates pass") and "TAMPERING" not in result["after"]
         return EXIT_OK if clean else EXIT_DIFFERENT
-    return EXIT_DIFFERENT if _failed_gates(state) else EXIT_OK
+    if _failed_gates(state):
+        return EXIT_DIFFERENT
+    return EXIT_INCONCLUSIVE if _gates_with(state, "inconclusive") else EXIT_OK
