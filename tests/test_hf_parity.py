@@ -8,6 +8,7 @@ Tiny random models, CPU, no network: `python -m pytest tests/test_hf_parity.py -
 """
 import json
 import os
+import re
 import shutil
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # set before transformers is imported
@@ -214,4 +215,42 @@ def test_misshapen_tensor_is_named(copied):
     tensors[name] = tensors[name][:-1].contiguous()
     save_file(tensors, path, metadata={"format": "pt"})
     with pytest.raises(ValueError, match="k_proj.weight.*qkv_proj"):
+        load_hf_checkpoint(copied)
+
+
+def test_config_refuses_conflicting_rope_settings():
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    conflicting = _hf_config(dtype="float32", rope_parameters={"rope_theta": 1e6, "rope_type": "default"},
+                             rope_scaling=yarn)
+    with pytest.raises(ValueError, match="rope_parameters .* and rope_scaling .* disagree"):
+        qwen3_config_from_hf(conflicting)
+    agreeing = _hf_config(dtype="float32", rope_parameters={"rope_theta": 1e6, "rope_type": "default"},
+                          rope_scaling={"rope_type": "default"})
+    assert qwen3_config_from_hf(agreeing).rope_theta == 1e6
+
+
+@pytest.mark.parametrize("field, value", [("rms_norm_eps", None), ("hidden_size", "128"), ("num_hidden_layers", 2.5),
+                                          ("vocab_size", True), ("rope_theta", None)])
+def test_config_names_a_null_or_mistyped_field(field, value):
+    with pytest.raises(ValueError, match=f"^{field}: expected"):
+        qwen3_config_from_hf(_hf_config(dtype="float32", **({"rope_theta": 1e6} | {field: value})))
+
+
+@pytest.mark.parametrize("model_type, named", [("qwen3_moe", "Qwen3-MoE"), ("qwen3_5_moe", "Qwen3.5-MoE")])
+def test_unsupported_architectures_are_named(model_type, named):
+    with pytest.raises(ValueError, match=f"'{model_type}' \\({re.escape(named)}\\) is not supported"):
+        qwen3_config_from_hf(_hf_config(model_type=model_type, dtype="float32", rope_theta=1e6))
+
+
+def test_a_config_json_that_is_not_an_object_is_refused(copied):
+    (copied / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="expected a JSON object of settings, got a list"):
+        load_hf_checkpoint(copied)
+
+
+def test_the_same_tensor_in_two_files_without_an_index_is_refused(copied):
+    tensors = load_file(copied / "model.safetensors")
+    name = "model.layers.0.mlp.up_proj.weight"
+    save_file({name: tensors[name] + 1}, copied / "zz-extra.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=f"'{re.escape(name)}' is in both model.safetensors and zz-extra"):
         load_hf_checkpoint(copied)

@@ -37,10 +37,55 @@ def checkpoint_dtype(hf_config: dict, override: str | None):
     return dtype
 
 
+SUPPORTED_MODEL_TYPES = ("qwen3", "nemotron_h")
+"""The transformers model_type values a loader exists for (this module, hf_nemotron.py)."""
+_UNSUPPORTED = {"qwen3_moe": "Qwen3-MoE", "qwen3_next": "Qwen3-Next", "qwen3_5_moe": "Qwen3.5-MoE",
+                "qwen2": "Qwen2", "llama": "Llama", "deepseek_v3": "DeepSeek-V3", "deepseek_v4": "DeepSeek-V4"}
+
+
+def require_model_type(hf_config: dict, expected: str) -> None:
+    """ValueError naming the architecture when config.json is not `expected`'s."""
+    found = hf_config.get("model_type")
+    if found == expected:
+        return
+    named = f" ({_UNSUPPORTED[found]})" if found in _UNSUPPORTED else ""
+    raise ValueError(f"model_type: {found!r}{named} is not supported by this loader (expected {expected!r}; "
+                     f"loaders exist for {', '.join(SUPPORTED_MODEL_TYPES)})")
+
+
+def number(hf_config: dict, name: str, kind: type):
+    """hf_config[name] as `kind` (int or float); ValueError naming the field when it is
+    missing, null, a bool or not a number (a bare TypeError names nothing)."""
+    if name not in hf_config:
+        raise ValueError(f"{name}: missing from config.json")
+    value = hf_config[name]
+    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not integral):
+        raise ValueError(f"{name}: expected {'an integer' if kind is int else 'a number'}, got {value!r}")
+    return kind(value)
+
+
+def _rope(hf_config: dict) -> dict:
+    """The one RoPE setting of config.json. transformers 5 writes rope_parameters, 4.x a
+    top-level rope_theta beside rope_scaling; both present and saying different things is a
+    conflict this loader refuses rather than guess which one transformers would honour."""
+    parameters, scaling = hf_config.get("rope_parameters"), hf_config.get("rope_scaling")
+    for name, value in (("rope_parameters", parameters), ("rope_scaling", scaling)):
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"{name}: expected a mapping or null, got {value!r}")
+
+    def kind(rope):
+        return (rope or {}).get("rope_type", (rope or {}).get("type", "default"))
+    if parameters and scaling and (kind(parameters) != kind(scaling) or any(
+            parameters.get(key) != value for key, value in scaling.items() if key not in ("type", "rope_type"))):
+        raise ValueError(f"rope_parameters {parameters} and rope_scaling {scaling} disagree: "
+                         f"remove one from config.json")
+    return parameters or scaling or {}
+
+
 def qwen3_config_from_hf(hf_config: dict, dtype: str | None = None) -> Qwen3Config:
     """Our config from a Qwen3 config.json mapping; dtype overrides the checkpoint's."""
-    if hf_config.get("model_type") != "qwen3":
-        raise ValueError(f"model_type: expected 'qwen3', got {hf_config.get('model_type')!r}")
+    require_model_type(hf_config, "qwen3")
     for name, unsupported in (("attention_bias", True), ("use_sliding_window", True)):
         if hf_config.get(name) == unsupported:
             raise ValueError(f"{name}: {unsupported} is not supported by our Qwen3Model")
@@ -48,33 +93,35 @@ def qwen3_config_from_hf(hf_config: dict, dtype: str | None = None) -> Qwen3Conf
         raise ValueError(f"hidden_act: only 'silu' is supported, got {hf_config['hidden_act']!r}")
     # transformers 5 writes rope_parameters: {rope_theta, rope_type}; 4.x a top-level
     # rope_theta next to rope_scaling (null, or a dict for YaRN and friends).
-    rope = hf_config.get("rope_parameters") or hf_config.get("rope_scaling") or {}
+    rope = _rope(hf_config)
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type != "default":
         raise ValueError(f"rope_type: only 'default' RoPE is supported, got {rope_type!r}")
-    rope_theta = rope.get("rope_theta", hf_config.get("rope_theta"))
-    if rope_theta is None:
+    if "rope_theta" in rope:
+        rope_theta = number(rope, "rope_theta", float)
+    elif "rope_theta" in hf_config:
+        rope_theta = number(hf_config, "rope_theta", float)
+    else:
         raise ValueError("rope_theta: not in config.json (top level or rope_parameters)")
     dtype = checkpoint_dtype(hf_config, dtype)
-    try:
-        num_heads = hf_config["num_attention_heads"]
-        mapping = {
-            "family": "qwen3",
-            "num_layers": hf_config["num_hidden_layers"],
-            "hidden_size": hf_config["hidden_size"],
-            "num_heads": num_heads,
-            "num_kv_heads": hf_config.get("num_key_value_heads") or num_heads,
-            "head_dim": hf_config.get("head_dim") or hf_config["hidden_size"] // num_heads,
-            "intermediate_size": hf_config["intermediate_size"],
-            "vocab_size": hf_config["vocab_size"],
-            "rope_theta": float(rope_theta),
-            "rms_norm_eps": float(hf_config["rms_norm_eps"]),
-            "tie_word_embeddings": bool(hf_config.get("tie_word_embeddings", False)),
-            "max_position": hf_config["max_position_embeddings"],
-            "dtype": str(dtype).removeprefix("torch."),
-        }
-    except KeyError as error:
-        raise ValueError(f"{error.args[0]}: missing from the Qwen3 config.json") from error
+    num_heads, hidden = number(hf_config, "num_attention_heads", int), number(hf_config, "hidden_size", int)
+    optional = {name: number(hf_config, name, int) for name in ("num_key_value_heads", "head_dim")
+                if hf_config.get(name) is not None}
+    mapping = {
+        "family": "qwen3",
+        "num_layers": number(hf_config, "num_hidden_layers", int),
+        "hidden_size": hidden,
+        "num_heads": num_heads,
+        "num_kv_heads": optional.get("num_key_value_heads") or num_heads,
+        "head_dim": optional.get("head_dim") or hidden // max(num_heads, 1),
+        "intermediate_size": number(hf_config, "intermediate_size", int),
+        "vocab_size": number(hf_config, "vocab_size", int),
+        "rope_theta": rope_theta,
+        "rms_norm_eps": number(hf_config, "rms_norm_eps", float),
+        "tie_word_embeddings": bool(hf_config.get("tie_word_embeddings", False)),
+        "max_position": number(hf_config, "max_position_embeddings", int),
+        "dtype": str(dtype).removeprefix("torch."),
+    }
     return config_from_mapping(Qwen3Config, mapping, "config.json")
 
 
@@ -105,14 +152,21 @@ def read_safetensors(directory) -> dict:
         paths = sorted(directory.glob("*.safetensors"))
     if not paths:
         raise FileNotFoundError(f"{directory}: no *.safetensors files")
-    tensors = {}
+    tensors, origin = {}, {}
     for path in paths:
         if not path.exists():
             raise FileNotFoundError(f"{path}: shard named by {index} does not exist")
         try:
-            tensors.update(load_file(path))
+            loaded = load_file(path)
         except SafetensorError as error:
             raise ValueError(f"{path}: corrupt or truncated safetensors file: {error}") from error
+        twice = sorted(set(loaded) & set(tensors))
+        if twice:  # without an index, which file wins would be the sort order's choice
+            raise ValueError(f"{directory}: tensor {twice[0]!r} is in both {origin[twice[0]].name} and {path.name}"
+                             f"{f' ({len(twice)} names in both)' if len(twice) > 1 else ''}; keep one file "
+                             f"or add a model.safetensors.index.json")
+        tensors.update(loaded)
+        origin.update(dict.fromkeys(loaded, path))
     return tensors
 
 
@@ -124,9 +178,12 @@ def read_config_json(directory: Path) -> dict:
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path}: missing; not a save_pretrained directory")
     try:
-        return json.loads(config_path.read_text())
+        document = json.loads(config_path.read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{config_path}: cannot read JSON: {error}") from error
+    if not isinstance(document, dict):
+        raise ValueError(f"{config_path}: expected a JSON object of settings, got a {type(document).__name__}")
+    return document
 
 
 def require_exact_names(directory, tensors: dict, wanted: set, family: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from kernels.models.config import config_from_mapping
-from kernels.models.hf_checkpoint import (checkpoint_dtype, read_config_json, read_safetensors,
+from kernels.models.hf_checkpoint import (checkpoint_dtype, read_config_json, read_safetensors, require_model_type,
                                          require_exact_names)
 from kernels.models.nemotron_config import NemotronConfig
 from kernels.models.registry import build_model
@@ -84,8 +84,7 @@ def _time_step_min(hf_config: dict) -> float:
 
 def nemotron_config_from_hf(hf_config: dict, dtype: str | None = None) -> NemotronConfig:
     """Our config from a Nemotron-H config.json mapping; dtype overrides the checkpoint's."""
-    if hf_config.get("model_type") != "nemotron_h":
-        raise ValueError(f"model_type: expected 'nemotron_h', got {hf_config.get('model_type')!r}")
+    require_model_type(hf_config, "nemotron_h")
     hf_config = {_ALIASES.get(name, name): value for name, value in hf_config.items()}
     for name, (default, supported) in _REQUIRED_VALUES.items():
         if hf_config.get(name, default) != supported:
