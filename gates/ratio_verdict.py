@@ -1,11 +1,9 @@
-"""C10's verdict from interleaved pairs: each pair's ratio candidate / baseline, their median,
-and a distribution-free interval for that median from the order statistics (the k-th lowest
-and k-th highest pair ratio, k the largest rank whose interval covers the true median with
-probability >= COVERAGE under a coin-flip model of each pair landing above or below it).
+"""C10's verdict from interleaved pairs: the median of the pair ratios (candidate / baseline)
+and a distribution-free interval for it, the k-th lowest to k-th highest ratio, k the largest
+rank covering the median with probability >= COVERAGE (each pair above or below it by a coin).
 
-Pass when the interval's low end clears the floor, fail when its high end is below it; in
-between the gate times more pairs, and only after MAX pairs says `inconclusive` (never a
-pass). One pair gives a point interval: a figure with no noise estimate, stated as such.
+Pass when the interval clears the floor, fail when it lies below; in between more pairs, and
+after the last `inconclusive`, never a pass. One pair is a point: no noise estimate.
 """
 from dataclasses import dataclass
 from math import comb

@@ -1,14 +1,9 @@
 """The head of a decode graph (kernels/engine/graphs.py): lm_head, the draw and the sampled
-token's log-prob captured after the forward, so a replayed step launches nothing after the
-replay and reads its results with one device-to-host copy and one wait.
+token's log-prob captured after the forward, so a replay ends in one copy and one wait.
 
-The draw is the contract's sampler variant in its tensor form (`variant.draw`, over scaled
-logits), fed from static buffers of per-row temperatures, greedy flags and keys; it is the
-same arithmetic the eager sampler runs after its truncation, so a row that keeps its whole
-vocabulary gets the eager step's bits (gate C5). Rows with top-k / top-p are drawn again after
-the replay by the eager sampler on the captured logits (a row's draw depends on its own row
-only, in the consistent contract); a step that wants full log-prob rows, or a sampler variant
-without a tensor form, samples eagerly on the replayed hidden.
+The draw is the sampler variant's tensor form (`variant.draw`), the arithmetic its eager form
+runs after truncation, so an untruncated row gets the eager bits (gate C5). Top-k / top-p rows
+are drawn again from the captured logits; full log-prob rows and untensored samplers go eager.
 """
 import torch
 

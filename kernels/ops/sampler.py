@@ -200,7 +200,7 @@ def consistent(logits, params_list, draw_indices):
     return consistent_draw(_truncated(x, params_list), greedy, keys)
 
 
+# Each variant's tensor form over scaled, truncated logits: what a decode graph captures
+# (kernels/engine/graph_head.py); a variant without one samples after the replay.
 fast.draw = fast_draw
 consistent.draw = consistent_draw
-"""The tensor form of each variant, over already scaled and truncated logits: what a decode
-graph captures (kernels/engine/graphs.py); a variant without one samples after the replay."""
