@@ -11,6 +11,7 @@ Each verb lives in harness/stages/<verb>.py (or the module VERBS names) and prov
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from harness.exit_codes import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK  # noqa: F401
 
@@ -34,13 +35,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
+
+
+def _require_out_directory(args) -> None:
+    """--out names a directory (made if missing): a file there is the user's mistake, said
+    before any stage runs, not a gate failure minutes later."""
+    out = getattr(args, "out", None)
+    if out and Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"--out {out}: is a file, not a directory; name a run directory")
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
+        _require_out_directory(args)
         return importlib.import_module(VERBS[args.verb][0]).run(args)
     except ValueError as error:
         print(f"harness {args.verb}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        resume = f"; resume with --out {args.out}" if getattr(args, "out", None) else ""
+        print(f"\nharness {args.verb}: interrupted, nothing recorded is lost{resume}", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -72,3 +72,38 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys, monkeypatch):
                                                          "stages": {}}))
     assert main(["run", "--model", "qwen3", "--gates", "C0", "--out", str(tmp_path / "d")]) == EXIT_BAD_INPUT
     assert "this run was started with" in capsys.readouterr().err
+
+
+def test_out_that_is_a_file_is_bad_input_before_any_stage(tmp_path, capsys):
+    target = tmp_path / "a-file"
+    target.write_text("not a run directory")
+    for verb in (["run", "--model", "qwen3"], ["gates", "--model", "qwen3", "--only", "C7"]):
+        assert main([*verb, "--out", str(target)]) == EXIT_BAD_INPUT
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is a file, not a directory" in err, err
+
+
+def test_ctrl_c_ends_with_one_line_and_a_resumable_stage(tmp_path, monkeypatch, capsys):
+    from harness.stages import run as run_stage
+
+    def pressed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_stage, "_diff", pressed)
+    out = tmp_path / "run"
+    assert main(["run", "--model", "qwen3", "--gates", "C0", "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "interrupted" in err and f"--out {out}" in err, err
+    stages = json.loads((out / "run.json").read_text())["stages"]
+    assert stages["gates"]["status"] == "done" and stages["diff"]["status"] == "interrupted"
+
+
+def test_resume_refuses_a_moved_head_unless_asked(tmp_path):
+    from harness.stages.run import RunState
+    asked = {"model": "qwen3", "contract": "consistent", "device": "cpu", "agent": "none", "gates": ["C00"]}
+    (tmp_path / "run.json").write_text(json.dumps({**asked, "commit": "0" * 40, "stages": {}}))
+    with pytest.raises(ValueError, match="this run judged commit 000000000000, HEAD is now"):
+        RunState(tmp_path, asked)
+    state = RunState(tmp_path, asked, allow_new_commit=True)
+    assert state.data["commit"] == "0" * 40 and len(state.data["resumed_on_commits"]) == 1
+    assert json.loads((tmp_path / "run.json").read_text())["resumed_on_commits"] == state.data["resumed_on_commits"]

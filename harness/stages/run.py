@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 class RunState:
     """run.json: what was asked and each stage's status; written atomically after each change."""
 
-    def __init__(self, out: Path, asked: dict):
+    def __init__(self, out: Path, asked: dict, allow_new_commit: bool = False):
         self.out, self.path = out, out / "run.json"
         self._lock = threading.RLock()
         if self.path.exists():
@@ -44,6 +44,13 @@ class RunState:
             if recorded != asked:
                 raise ValueError(f"{self.path}: this run was started with {recorded}, not {asked}; "
                                  "resume it with the same options or choose another --out")
+            head = current_commit(open_repo(ROOT))
+            if self.data.get("commit") not in (None, head):
+                if not allow_new_commit:
+                    raise ValueError(f"{self.path}: this run judged commit {self.data['commit'][:12]}, HEAD is now "
+                                     f"{head[:12]}; check it out, choose another --out, or pass "
+                                     "--allow-new-commit (recorded in run.json)")
+                self.data.setdefault("resumed_on_commits", []).append(head)
         else:
             self.data = {**asked, "commit": current_commit(open_repo(ROOT)), "argv": sys.argv[1:],
                          "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "stages": {}}
@@ -69,6 +76,9 @@ class RunState:
             status, detail = body()
         except ValueError as error:
             status, detail = "failed", str(error)
+        except KeyboardInterrupt:
+            self.mark(name, "interrupted", "Ctrl-C; a resume runs it again")
+            raise
         self.mark(name, status, detail)
         print(f"[{name}] {status}{': ' + detail if detail else ''}", flush=True)
 
@@ -164,6 +174,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-turns", type=int, default=150, help="per agent")
     parser.add_argument("--max-cost-usd", type=float, default=25.0, help="per agent")
     parser.add_argument("--out", help="run directory; an existing one is resumed (default runs/<model>-<time>)")
+    parser.add_argument("--allow-new-commit", action="store_true",
+                        help="resume a run whose HEAD moved since it started (the commits are recorded)")
 
 
 def run(args) -> int:
@@ -177,7 +189,7 @@ def run(args) -> int:
     out = Path(args.out or f"runs/{args.model}-{time.strftime('%Y%m%dT%H%M%S')}")
     asked = {"model": args.model, "contract": args.contract, "device": args.device, "agent": args.agent,
              "gates": sorted(selected)}
-    state = RunState(out, asked)
+    state = RunState(out, asked, allow_new_commit=args.allow_new_commit)
     state.run_stage("gates", lambda: _gates(state, args, selected))
     state.run_stage("diff", lambda: _diff(state, args))
     state.run_stage("locate", lambda: _locate(state, args))
