@@ -28,6 +28,9 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 def load_yaml(path: Path, what: str):
     """The parsed document; ValueError naming `what` and the path if unreadable."""
     try:
-        return yaml.load(Path(path).read_text(), Loader=_StrictLoader)
+        with open(path) as stream:  # from a file, the parser's marks name it (not "<unicode string>")
+            return yaml.load(stream, Loader=_StrictLoader)
+    except FileNotFoundError as error:
+        raise ValueError(f"{path}: no such {what} file") from error
     except (OSError, yaml.YAMLError) as error:
-        raise ValueError(f"{path}: cannot read {what}: {error}") from error
+        raise ValueError(f"cannot read {what} {path}: {error}") from error

@@ -40,7 +40,7 @@ def _write(tmp_path, document):
     (lambda d: d["regions"]["norm"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 8}}),
      "is not a norm implementation"),
     (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 8.0}}),
-     "decimal float"),
+     "constant 'row_multiple' is an integer; write 8, not 8.0"),
     (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent"}), "takes constants"),
     (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 8, "tile": 4}}),
      "takes constants"),
@@ -80,8 +80,15 @@ def test_unknown_contract_name_and_unreadable_yaml(tmp_path):
         load_contract("turbo")
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: [unclosed\n")
-    with pytest.raises(ContractError, match="cannot read contract"):
+    with pytest.raises(ContractError, match="cannot read contract") as raised:
         load_contract(broken)
+    message = str(raised.value)
+    assert message.startswith(f"cannot read contract {broken}: ") and "<unicode string>" not in message
+    assert f'in "{broken}", line 1' in message  # the parser's marks name the file
+    with pytest.raises(ContractError, match="is a directory"):
+        load_contract(tmp_path)
+    with pytest.raises(ContractError, match="no such contract file"):
+        load_contract(tmp_path / "nowhere.yaml")
 
 
 def test_float_constants_round_trip_exactly():

@@ -174,6 +174,11 @@ def test_missing_directory(tmp_path):
         load_hf_checkpoint(tmp_path / "nowhere")
 
 
+def test_a_file_named_as_the_checkpoint_is_not_called_missing(copied):
+    with pytest.raises(ValueError, match="is a file; name the save_pretrained directory"):
+        load_hf_checkpoint(copied / "config.json")
+
+
 def test_missing_config_json(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
         load_hf_checkpoint(tmp_path)

@@ -99,13 +99,19 @@ def _bound_function(binding: Binding):
 def load_contract(name_or_path) -> Contract:
     """A shipped contract by name ("fast", "consistent") or a YAML file by path."""
     path = Path(name_or_path)
+    if path.is_dir():
+        raise ContractError(f"{path}: is a directory; name a contract YAML file or a shipped contract")
     if not path.suffix:
         path = CONTRACT_DIR / f"{name_or_path}.yaml"
         if not path.exists():
             shipped = sorted(p.stem for p in CONTRACT_DIR.glob("*.yaml"))
             raise ContractError(f"unknown contract {name_or_path!r}; shipped: {shipped}")
     try:
-        return _parse(load_yaml(path, "contract"), str(path))
+        document = load_yaml(path, "contract")
+    except ValueError as error:
+        raise ContractError(str(error)) from error  # it names the file already
+    try:
+        return _parse(document, str(path))
     except ValueError as error:
         raise ContractError(f"{path}: {error}") from error
 
@@ -179,6 +185,8 @@ def _parse_binding(region: str, case: str, entry) -> Binding:
 def _typed_constant(where, name, raw, expected):
     """Decode an exact constant and check it against the implementation's annotation; the
     integer constants are counts and sizes, so they must be positive."""
+    if expected is int and isinstance(raw, float) and raw.is_integer() and raw > 0:
+        raise ValueError(f"{where}: constant {name!r} is an integer; write {int(raw)}, not {raw!r}")
     value = decode_constant(name, raw)
     if expected is int and (type(value) is not int or value <= 0):
         raise ValueError(f"{where}: constant {name!r} must be a positive integer, got {raw!r}")

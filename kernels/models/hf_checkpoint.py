@@ -172,6 +172,8 @@ def read_safetensors(directory) -> dict:
 
 def read_config_json(directory: Path) -> dict:
     """config.json of a save_pretrained directory; clear errors if it is not one."""
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory}: is a file; name the save_pretrained directory that holds it")
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: checkpoint directory does not exist")
     config_path = directory / "config.json"
