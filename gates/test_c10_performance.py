@@ -1,29 +1,29 @@
 """Gate C10: performance.
 
 Passes when the contract under test's rollout throughput (generated tokens per second of the
-engine, continuous batching) is at least FLOOR (0.70) times the frozen baseline's: the fast
+engine, continuous batching) is at least FLOOR (0.70) times the frozen baseline's beyond the
+noise: the median of the interleaved pairs' ratios has an order-statistic interval
+(gates/ratio_verdict.py) that clears the floor (below it: fail; straddling it after
+BITWISE_C10_MAX_PAIRS pairs, 7: inconclusive, never a pass); the baseline is the fast
 contract of the commit the device target's record names (baseline/frozen.json on the CPU,
 baseline/frozen-cuda.json on CUDA), exported from git (`git archive`: that commit's kernels/
 and gates/, nothing of the working tree) and run in its own process, while the candidate runs
 the current tree in its own process; both time the generation of the same freshly seeded
 workload on the same seeded weights (saved once, mapped by every process) by an engine warmed
 by one run of it (building the engine, copying weights and capturing graphs untimed),
-interleaved (baseline, candidate, ...; 3 pairs, BITWISE_C10_PAIRS changes the count and the
-inputs record it), every raw sample in the result. Verdict (gates/ratio_verdict.py): the
-median of the pair ratios with an order-statistic interval as its noise; pass when the
-interval clears the floor, fail when it lies below; in between more pairs are timed (up to
-BITWISE_C10_MAX_PAIRS, 7) and then the gate is `inconclusive`, never a pass. On the CPU a
-sample's throughput is over the timed process's CPU time (all threads), so neighbours that
-stretch wall time do not move it (wall time is recorded beside it); on CUDA it is over
-CUDA-synced wall time. And every timed
-candidate sample's outputs (tokens and log-prob bits) equal an untimed run of the same
-workload on a fresh engine here (so a patched timer, cached outputs or a reused engine's
-state cannot pass), the baseline's samples equal each other. What is timed follows the target (`plan`): on the CPU the model's cut with the
-gates' small engine, a smoke figure; on CUDA the model at full width (qwen3-1.7b,
-nemotron-wide-cut), 64 sequences with room to batch them all, CUDA graphs for decode where
-both trees' engines replay them for the model (else both run decode eagerly, and the inputs
-say why), as gpu_rollout.py runs it. Negative control: a planted slow path
-(tests/test_gate_c00_c10.py) fails it, and so does a missing frozen baseline.
+interleaved (baseline, candidate, ...; 3 pairs first, BITWISE_C10_PAIRS changes the count and
+the inputs record it), every raw sample in the result; and every timed candidate sample's
+outputs (tokens and log-prob bits) equal an untimed run of the same workload on a fresh
+engine here (so a patched timer, cached outputs or a reused engine's state cannot pass), the
+baseline's samples equal each other. On the CPU a sample's throughput is over the timed
+process's CPU time (all threads), so neighbours that stretch wall time do not move it (wall
+time is recorded beside it); on CUDA over CUDA-synced wall time. What is timed follows the
+target (`plan`): on the CPU the model's cut with the gates' small engine, a smoke figure; on
+CUDA the model at full width (qwen3-1.7b, nemotron-wide-cut), 64 sequences with room to batch
+them all, CUDA graphs for decode where both trees' engines replay them for the model (else
+both run decode eagerly, and the inputs say why), as gpu_rollout.py runs it.
+Negative control: a planted slow path (tests/test_gate_c00_c10.py) fails it, and so does a
+missing frozen baseline.
 """
 import inspect
 import json
