@@ -11,15 +11,15 @@ from math import comb
 COVERAGE = 0.75
 
 
+def coverage(n: int, k: int) -> float:
+    """P([r_(k), r_(n+1-k)] holds the median) = 1 - 2 P(at most k - 1 of n pairs fall below it)."""
+    return 1 - 2 * sum(comb(n, i) for i in range(k)) / 2 ** n
+
+
 def median_rank(n: int) -> int:
     """k for n pairs: [r_(k), r_(n+1-k)] covers the median with probability >= COVERAGE
     (1 when no k reaches it: the widest interval, min to max)."""
-    best = 1
-    for k in range(1, n // 2 + 1):
-        below = sum(comb(n, i) for i in range(k)) / 2 ** n  # P(at most k - 1 pairs below the median)
-        if 1 - 2 * below >= COVERAGE:
-            best = k
-    return best
+    return max([k for k in range(1, n // 2 + 1) if coverage(n, k) >= COVERAGE], default=1)
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,5 @@ def decide(pair_ratios, floor: float) -> RatioVerdict:
     middle = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
     k = median_rank(n)
     low, high = ratios[k - 1], ratios[n - k]
-    coverage = 1 - 2 * sum(comb(n, i) for i in range(k)) / 2 ** n if n > 1 else 0.0
     status = "pass" if low >= floor else "fail" if high < floor else "inconclusive"
-    return RatioVerdict(status, middle, low, high, coverage)
+    return RatioVerdict(status, middle, low, high, coverage(n, k) if n > 1 else 0.0)

@@ -28,7 +28,6 @@ missing frozen baseline.
 import inspect
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -142,7 +141,8 @@ def timed_rollout(tree, asked: dict) -> dict:
         raise RuntimeError(f"timing in {tree} imported kernels from {answer['kernels']}")
     # on the CPU the work is the process's CPU time (all threads): neighbours stretch wall time only
     seconds = answer["cpu_s"] if asked.get("device", "cpu") == "cpu" else answer["wall_s"]
-    return {**answer, "tokens_per_s": answer["tokens"] / seconds, "wall_tokens_per_s": answer["tokens"] / answer["wall_s"],
+    return {**answer, "tokens_per_s": answer["tokens"] / seconds,
+            "wall_tokens_per_s": answer["tokens"] / answer["wall_s"],
             "process_s": time.perf_counter() - started}  # set-up included: the gate's cost
 
 
@@ -227,8 +227,9 @@ def test_throughput_against_the_frozen_baseline(gate):
                 wall[side].append(answer["wall_tokens_per_s"])
                 digests[side].append(answer["digest"])
                 process_s[side].append(round(answer["process_s"], 1))
-            if len(samples["baseline"]) >= PAIRS:
-                verdict = decide([c / b for b, c in zip(samples["baseline"], samples["candidate"])], FLOOR)
+            pair_ratios = [c / b for b, c in zip(samples["baseline"], samples["candidate"])]
+            if len(pair_ratios) >= PAIRS:
+                verdict = decide(pair_ratios, FLOOR)
         expected = untimed_digest(candidate_asked)
     gate.inputs["pairs_timed"] = len(samples["baseline"])
     gate.check("every timed candidate sample computed the untimed run's outputs, bit for bit",
@@ -236,7 +237,7 @@ def test_throughput_against_the_frozen_baseline(gate):
     gate.check("the baseline's timed samples agree with each other, bit for bit",
                len(set(digests["baseline"])) == 1, timed=digests["baseline"])
     figures = dict(ratio=verdict.ratio, noise=[verdict.low, verdict.high], noise_coverage=verdict.coverage,
-                   pair_ratios=[c / b for b, c in zip(samples["baseline"], samples["candidate"])],
+                   pair_ratios=pair_ratios,
                    floor=FLOOR, goal=0.95, samples_tokens_per_s=samples, wall_tokens_per_s=wall,
                    timed_by="process CPU time, all threads" if target == "cpu" else "CUDA-synced wall time",
                    process_seconds=process_s, device=target, config=asked["config"],

@@ -8,7 +8,7 @@ are drawn again from the captured logits; full log-prob rows and untensored samp
 import torch
 
 from kernels.engine.pinned import host_buffer
-from kernels.ops.sampler import mix_seed, scaled, truncates
+from kernels.ops.sampler import row_tensors, scaled, truncates
 
 
 def tensor_draw(dispatch, case: str):
@@ -58,12 +58,8 @@ class GraphHead:
     def fill(self, params_list, draw_indices, size: int) -> None:
         """Copy the rows' sampler inputs in (pinned, asynchronous); padding rows draw greedily."""
         count = len(params_list)
-        # the eager sampler's own conversions (kernels/ops/sampler.py row_tensors), into pinned buffers
-        self._host_temperatures[:count] = torch.tensor([p.logprob_temperature for p in params_list],
-                                                       dtype=torch.float32)
-        self._host_greedy[:count] = torch.tensor([p.temperature == 0 for p in params_list])
-        self._host_keys[:count] = torch.tensor([mix_seed(p.seed, int(i)) for p, i in zip(params_list, draw_indices)],
-                                               dtype=torch.int64)
+        temperatures, greedy, keys = row_tensors(params_list, draw_indices, "cpu")  # the eager sampler's own
+        self._host_temperatures[:count], self._host_greedy[:count], self._host_keys[:count] = temperatures, greedy, keys
         self._host_temperatures[count:size], self._host_greedy[count:size], self._host_keys[count:size] = 1.0, True, 0
         self.temperatures[:size].copy_(self._host_temperatures[:size], non_blocking=True)
         self.greedy[:size].copy_(self._host_greedy[:size], non_blocking=True)

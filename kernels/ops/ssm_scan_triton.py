@@ -141,7 +141,7 @@ def _decode_row_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, state_ptr, d_ptr, y_
             scores = tl.fma(tl.load(c_row + n), b_col, scores)
         dt_s = tl.load(dt_ptr + (base + s) * num_heads + head, mask=s_live, other=0.0)
         decay = tl.exp(cs_t - tl.load(cs_ptr + cs_row + s))
-        weights = tl.where(s <= t, scores * decay * dt_s, 0.0)
+        weights = tl.where(s_live, scores * decay * dt_s, 0.0)
         for j in range(0, BT):  # acc = tl.dot(weights, xs, acc) as its chain over the block's rows
             w_j = tl.sum(tl.where(k == j, weights, -0.0), axis=0)  # -0 is exact: x + -0 = x, -0 included
             x_j = tl.load(x_ptr + ((base + s0 + j) * num_heads + head) * P + p, mask=p * 0 + s0 + j <= t, other=0.0)
