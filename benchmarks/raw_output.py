@@ -1,8 +1,18 @@
-"""Where a CPU benchmark leaves its raw samples: DIR/<name>-<time>.json, written before the
-summary is trusted (the figures in RESULTS.md name these files)."""
+"""Where a benchmark leaves its raw samples: DIR/<name>-<time>.json, written before the
+summary is trusted (the figures in RESULTS.md name these files), with the commit and the
+environment they were measured on."""
 import json
+import subprocess
 import time
 from pathlib import Path
+
+
+def provenance() -> dict:
+    """The commit (HEAD of the working directory's repository, None outside one) and the
+    deployment fingerprint (torch, Triton, CUDA, device) a measurement was taken on."""
+    from kernels.contract.identity import deployment_fingerprint
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return {"commit": commit or None, "environment": deployment_fingerprint()}
 
 
 def write_raw(results: dict, out, name: str) -> Path:

@@ -33,6 +33,9 @@ from kernels.ops.autograd_use import grads_of_recomputed, records_graph
 from kernels.ops.padding import pad_to_multiple
 
 ROW_BLOCK = 32  # BT = BS; smaller when the chunk is (Q = 16 in the cut)
+# _decode_row_kernel's launch: P-block (capped at P), loop unroll, warps. Any choice has the same
+# bits (benchmarks/gpu_ssm_decode.py checks that and times the others).
+DECODE_ROW_LAUNCH = {"p_block": 64, "unroll": 1, "num_warps": 4}
 
 
 # Each kernel's last grid axis is the sequence: meta [B, 5] int64 holds per sequence its first
@@ -64,19 +67,20 @@ def _chunk_states_kernel(x_ptr, b_ptr, dt_ptr, cs_ptr, s0_ptr, starts_ptr, meta_
     tile = p[:, None] * N + n[None, :]
     starts = starts_ptr + state_index * num_starts * num_heads * P * N
     num_complete = num_rows // Q
-    state = tl.load(s0_ptr + (state_index * num_heads + head) * P * N + tile)
-    for chunk in range(0, num_complete):
-        tl.store(starts + (chunk * num_heads + head) * P * N + tile, state)
-        cs_end = tl.load(cs_ptr + cs_row + chunk * Q + Q - 1)
-        acc = tl.zeros((P, N), dtype=tl.float32)
-        for s0 in range(0, Q, BS):
-            s = chunk * Q + s0 + tl.arange(0, BS)
-            to_end = tl.exp(cs_end - tl.load(cs_ptr + cs_row + s)) * tl.load(dt_ptr + (base + s) * num_heads + head)
-            xs = tl.load(x_ptr + ((base + s)[:, None] * num_heads + head) * P + p[None, :])  # [BS, P]
-            bs = tl.load(b_ptr + ((base + s)[:, None] * num_groups + group) * N + n[None, :])  # [BS, N]
-            acc = tl.dot(tl.trans(xs * to_end[:, None]), bs, acc, input_precision="ieee")
-        state = tl.exp(cs_end) * state + acc
-    if num_complete > 0:  # a decode's sequence whose chunk did not complete keeps its state
+    if num_complete > 0:  # a decode's sequence whose chunk did not complete keeps its state, unread
+        state = tl.load(s0_ptr + (state_index * num_heads + head) * P * N + tile)
+        for chunk in range(0, num_complete):
+            tl.store(starts + (chunk * num_heads + head) * P * N + tile, state)
+            cs_end = tl.load(cs_ptr + cs_row + chunk * Q + Q - 1)
+            acc = tl.zeros((P, N), dtype=tl.float32)
+            for s0 in range(0, Q, BS):
+                s = chunk * Q + s0 + tl.arange(0, BS)
+                to_end = (tl.exp(cs_end - tl.load(cs_ptr + cs_row + s))
+                          * tl.load(dt_ptr + (base + s) * num_heads + head))
+                xs = tl.load(x_ptr + ((base + s)[:, None] * num_heads + head) * P + p[None, :])  # [BS, P]
+                bs = tl.load(b_ptr + ((base + s)[:, None] * num_groups + group) * N + n[None, :])  # [BS, N]
+                acc = tl.dot(tl.trans(xs * to_end[:, None]), bs, acc, input_precision="ieee")
+            state = tl.exp(cs_end) * state + acc
         tl.store(starts + ((num_starts - 1) * num_heads + head) * P * N + tile, state)
 
 
@@ -118,37 +122,41 @@ def _chunk_outputs_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, starts_ptr, d_ptr
 
 @triton.jit
 def _decode_row_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, state_ptr, d_ptr, y_ptr, meta_ptr, num_heads,
-                       num_groups, heads_per_group, padded_rows, P: tl.constexpr, N: tl.constexpr, BT: tl.constexpr):
+                       num_groups, heads_per_group, padded_rows, P: tl.constexpr, N: tl.constexpr, BT: tl.constexpr,
+                       P_BLOCK: tl.constexpr, UNROLL: tl.constexpr):
     """_chunk_outputs_kernel's arithmetic for one row t (a decode's new row) alone: each of its
     fp32 dots is the FMA chain Triton lowers an "ieee" tl.dot to (per output element, k = 0, 1,
     ... from the accumulator, or from +0), written out for row t, masked terms included, so
-    the row gets its block's bits without computing the block's other BT - 1 rows."""
-    head, seq = tl.program_id(0), tl.program_id(1)
+    the row gets its block's bits without computing the block's other BT - 1 rows. Every output
+    element is its own chain, so a program takes P_BLOCK of the P elements (the scores, which
+    do not depend on p, are the same chains in every P-block); UNROLL unrolls the chains' loops
+    (the same operations in the same order: it only lets loads run ahead of the FMAs)."""
+    head, seq, p_block = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     group = head // heads_per_group
     base, t = tl.load(meta_ptr + seq * 5 + 0), tl.load(meta_ptr + seq * 5 + 2)
     state_index, out_row = tl.load(meta_ptr + seq * 5 + 3), tl.load(meta_ptr + seq * 5 + 4)
     cs_row = (seq * num_heads + head) * padded_rows
-    p, k = tl.arange(0, P), tl.arange(0, BT)
+    p, k = p_block * P_BLOCK + tl.arange(0, P_BLOCK), tl.arange(0, BT)
     c_row = c_ptr + ((base + t) * num_groups + group) * N
     cs_t = tl.load(cs_ptr + cs_row + t)
-    acc = tl.zeros((P,), dtype=tl.float32)
+    acc = tl.zeros((P_BLOCK,), dtype=tl.float32)
     for s0 in range(0, (t // BT) * BT + BT, BT):
         s = s0 + k
         s_live = s <= t  # = s < num_rows: the rows after t are not there yet
         scores = tl.zeros((BT,), dtype=tl.float32)
-        for n in range(0, N):  # scores[k] = (C_t . B_s) as tl.dot's chain over n
+        for n in tl.range(0, N, loop_unroll_factor=UNROLL):  # scores[k] = (C_t . B_s) as tl.dot's chain over n
             b_col = tl.load(b_ptr + ((base + s) * num_groups + group) * N + n, mask=s_live, other=0.0)
             scores = tl.fma(tl.load(c_row + n), b_col, scores)
         dt_s = tl.load(dt_ptr + (base + s) * num_heads + head, mask=s_live, other=0.0)
         decay = tl.exp(cs_t - tl.load(cs_ptr + cs_row + s))
         weights = tl.where(s_live, scores * decay * dt_s, 0.0)
-        for j in range(0, BT):  # acc = tl.dot(weights, xs, acc) as its chain over the block's rows
+        for j in tl.range(0, BT, loop_unroll_factor=UNROLL):  # acc = tl.dot(weights, xs, acc) as its chain
             w_j = tl.sum(tl.where(k == j, weights, -0.0), axis=0)  # -0 is exact: x + -0 = x, -0 included
             x_j = tl.load(x_ptr + ((base + s0 + j) * num_heads + head) * P + p, mask=p * 0 + s0 + j <= t, other=0.0)
             acc = tl.fma(w_j, x_j, acc)
     start = state_ptr + (state_index * num_heads + head) * P * N
-    dotted = tl.zeros((P,), dtype=tl.float32)
-    for n in range(0, N):  # tl.dot(C_t, start) as its chain over n
+    dotted = tl.zeros((P_BLOCK,), dtype=tl.float32)
+    for n in tl.range(0, N, loop_unroll_factor=UNROLL):  # tl.dot(C_t, start) as its chain over n
         dotted = tl.fma(tl.load(c_row + n), tl.load(start + p * N + n), dotted)
     from_start = dotted * tl.exp(cs_t)
     xt = tl.load(x_ptr + ((base + t) * num_heads + head) * P + p)
@@ -211,13 +219,20 @@ def decode_batch(pools, state_pool, slots, buffered, A, D, *, chunk_size: int):
     rows = [pool.view(-1, *pool.shape[2:]) for pool in pools]
     cs = _cumsums(rows, A, meta, chunk_size=chunk_size, num_rows=chunk_size, num_sequences=num_sequences)
     y = torch.empty((num_sequences,) + pools[0].shape[2:], dtype=torch.float32, device=state_pool.device)
-    x, B, C, dt = rows
-    num_heads, num_groups = x.shape[1], B.shape[1]
-    _decode_row_kernel[(num_heads, num_sequences)](
-        x, B, C, dt, cs, state_pool, D, y, meta, num_heads, num_groups, num_heads // num_groups, cs.shape[-1],
-        P=x.shape[2], N=B.shape[2], BT=_require(rows, chunk_size), num_warps=4)
+    decode_rows(rows, cs, state_pool, D, y, meta, block=_require(rows, chunk_size))
     _states(rows, cs, state_pool, state_pool[:, None], meta, chunk_size=chunk_size, num_sequences=num_sequences)
     return y
+
+
+def decode_rows(rows, cs, state_pool, D, y, meta, *, block: int, launch: dict = DECODE_ROW_LAUNCH):
+    """Each sequence's one new row's output into y [b, H, P] (_decode_row_kernel)."""
+    x, B, C, dt = rows
+    num_heads, num_groups, head_dim = x.shape[1], B.shape[1], x.shape[2]
+    p_block = min(launch["p_block"], head_dim)
+    _decode_row_kernel[(num_heads, meta.shape[0], head_dim // p_block)](
+        x, B, C, dt, cs, state_pool, D, y, meta, num_heads, num_groups, num_heads // num_groups, cs.shape[-1],
+        P=head_dim, N=B.shape[2], BT=block, P_BLOCK=p_block, UNROLL=launch["unroll"],
+        num_warps=launch["num_warps"])
 
 
 def _cumsums(rows, A, meta, *, chunk_size, num_rows, num_sequences):

@@ -1,0 +1,167 @@
+"""Where C10's time goes on CUDA: C10's own workload, per kind of engine step and per region,
+fast and consistent contract side by side.
+
+    python3 benchmarks/gpu_c10_profile.py --out DIR [--models nemotron,qwen3] [--runs 2]
+
+Per model and contract, one engine built as C10 builds it (gates/test_c10_performance.plan:
+its config, workload, shape and engine options; seeded weights), warmed by one run of the
+workload (compiles, graph captures; arrival steps counted from 0 again after it), then:
+  1. `runs` timed runs, every step CUDA-synced and labelled by its kind (decode replayed in a
+     graph, eager decode, prefill, mixed prefill + decode) and rows; wall time per kind;
+  2. one profiled run (torch.profiler, CPU and CUDA; RegionDispatch.__call__ wrapped in
+     record_function in this process only): per region and case its host time and the GPU
+     time of the kernels launched inside it (inclusive: nested regions count in both; a
+     graph replay's kernels count under cudaGraphLaunch, outside regions), the top kernels,
+     and GPU kernel time against the run's wall time.
+The contracts alternate (fast, consistent, fast, ...) so drift hits both. Raw results, the
+commit and the environment are written before the table is printed.
+"""
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.raw_output import provenance, write_raw  # noqa: E402
+from gates import device  # noqa: E402
+from gates.test_c10_performance import plan, rollout_options  # noqa: E402
+from gates.workload import Workload, make_engine, make_requests, seeded_weights  # noqa: E402
+from kernels.contract import load_contract  # noqa: E402
+from kernels.models.config import load_model_config  # noqa: E402
+from kernels.models.dispatch import RegionDispatch  # noqa: E402
+
+CONTRACTS = ("fast", "consistent")
+RANGE = "region/"
+
+
+def step_kind(engine, before_phases: dict, before_replays: int) -> str:
+    phases = [k for k, n in engine.step_phases.items() if n != before_phases.get(k, 0)]
+    if not phases:
+        return "idle"
+    if phases[0] == ("decode",):
+        replays = sum(engine.graphs.replays.values()) if engine.graphs is not None else 0
+        return "decode, graph" if replays != before_replays else "decode, eager"
+    return "+".join(phases[0])
+
+
+def run_workload(engine, requests, sync, on_step=None) -> float:
+    """Wall seconds of one run of the requests on the engine (arrivals from step 0)."""
+    engine.step_count = 0
+    for request in requests:
+        engine.add_request(request)
+    sync()
+    started = time.perf_counter()
+    while engine.has_work():
+        before, replays = dict(engine.step_phases), (sum(engine.graphs.replays.values()) if engine.graphs else 0)
+        rows = len(engine.scheduler.running) + len(engine.scheduler.waiting)
+        step_started = time.perf_counter()
+        engine.step()
+        sync()
+        if on_step is not None:
+            on_step(step_kind(engine, before, replays), rows, time.perf_counter() - step_started)
+    return time.perf_counter() - started
+
+
+def timed_runs(engine, requests, sync, runs: int) -> list:
+    out = []
+    for _ in range(runs):
+        steps = []
+        wall = run_workload(engine, requests, sync, lambda kind, rows, s: steps.append([kind, rows, s]))
+        by_kind = defaultdict(lambda: [0, 0.0])
+        for kind, _, seconds in steps:
+            by_kind[kind][0] += 1
+            by_kind[kind][1] += seconds
+        out.append({"wall_s": wall, "steps": steps,
+                    "by_kind": {k: {"steps": n, "s": s} for k, (n, s) in by_kind.items()}})
+    return out
+
+
+def profiled_run(engine, requests, sync, limit=25) -> dict:
+    door = RegionDispatch.__call__
+
+    def traced(dispatch, region, case, layer, *args, **kwargs):
+        with torch.profiler.record_function(f"{RANGE}{region}/{case}"):
+            return door(dispatch, region, case, layer, *args, **kwargs)
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    RegionDispatch.__call__ = traced
+    try:
+        with torch.profiler.profile(activities=activities) as prof:
+            wall = run_workload(engine, requests, sync)
+    finally:
+        RegionDispatch.__call__ = door
+    events = prof.key_averages()
+    regions = sorted(({"region": e.key[len(RANGE):], "calls": e.count, "host_ms": e.cpu_time_total / 1e3,
+                       "gpu_ms": e.device_time_total / 1e3} for e in events if e.key.startswith(RANGE)),
+                     key=lambda r: -r["gpu_ms"] - r["host_ms"])
+    kernels = sorted(((e.key, e.self_device_time_total, e.count) for e in events if e.self_device_time_total > 0),
+                     key=lambda r: -r[1])
+    host = sorted(((e.key, e.self_cpu_time_total, e.count) for e in events if not e.key.startswith(RANGE)),
+                  key=lambda r: -r[1])
+    return {"wall_s": wall, "gpu_kernel_ms": sum(t for _, t, _ in kernels) / 1e3, "regions": regions,
+            "kernels": [{"kernel": k[:90], "ms": t / 1e3, "calls": n} for k, t, n in kernels[:limit]],
+            "host_self": [{"op": k[:90], "ms": t / 1e3, "calls": n} for k, t, n in host[:limit]]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", default="nemotron")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test on the cut")
+    args = parser.parse_args()
+    device.select(args.device)
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    record = {**provenance(), "args": vars(args), "models": {}}
+    for model in args.models.split(","):
+        asked = plan(model, args.device, args.seed)
+        config = load_model_config(asked["config"])
+        weights, workload = seeded_weights(config), Workload(**asked["workload"])
+        requests = make_requests(workload, config.vocab_size)
+        engines = {}
+        for name in CONTRACTS:  # built and warmed one after the other, then alternated
+            engines[name] = make_engine(config, load_contract(name), weights, workload, **rollout_options(asked))
+            run_workload(engines[name], make_requests(workload, config.vocab_size), sync)
+        cells = {name: {"timed": []} for name in CONTRACTS}
+        for _ in range(args.runs):
+            for name in CONTRACTS:
+                cells[name]["timed"] += timed_runs(engines[name], make_requests(workload, config.vocab_size), sync, 1)
+        for name in CONTRACTS:
+            cells[name]["profiled"] = profiled_run(engines[name], make_requests(workload, config.vocab_size), sync)
+        tokens = workload.num_sequences * workload.new_tokens
+        record["models"][model] = {"plan": asked, "tokens": tokens, "contracts": cells}
+        del engines
+    write_raw(record, args.out, "gpu_c10_profile")
+    for model, entry in record["models"].items():
+        summarize(model, entry)
+    return 0
+
+
+def summarize(model: str, entry: dict) -> None:
+    print(f"\n== {model} ({entry['plan']['config']}), {entry['tokens']} tokens a run")
+    for name, cell in entry["contracts"].items():
+        walls = [run["wall_s"] for run in cell["timed"]]
+        print(f"-- {name}: runs {', '.join(f'{w:.3f}' for w in walls)} s "
+              f"({entry['tokens'] / min(walls):.0f} tok/s best)")
+        for kind, figures in sorted(cell["timed"][0]["by_kind"].items(), key=lambda kv: -kv[1]["s"]):
+            print(f"   {kind:<22} {figures['steps']:>4} steps {1e3 * figures['s']:9.1f} ms "
+                  f"({1e3 * figures['s'] / figures['steps']:.2f} ms a step)")
+        prof = cell["profiled"]
+        print(f"   profiled run: wall {prof['wall_s']:.3f} s, GPU kernels {prof['gpu_kernel_ms']:.1f} ms")
+        for region in prof["regions"][:14]:
+            print(f"   region {region['region']:<36} {region['calls']:>6} calls host {region['host_ms']:8.1f} ms "
+                  f"gpu {region['gpu_ms']:8.1f} ms")
+        for kernel in prof["kernels"][:12]:
+            print(f"   kernel {kernel['kernel'][:60]:<60} {kernel['ms']:8.2f} ms {kernel['calls']:>6}")
+        for op in prof["host_self"][:8]:
+            print(f"   host   {op['op'][:60]:<60} {op['ms']:8.2f} ms {op['calls']:>6}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
