@@ -35,7 +35,7 @@ from kernels.ops.padding import pad_to_multiple
 ROW_BLOCK = 32  # BT = BS; smaller when the chunk is (Q = 16 in the cut)
 # _decode_row_kernel's launch: P-block (capped at P), loop unroll, warps. Any choice has the same
 # bits (benchmarks/gpu_ssm_decode.py checks that and times the others).
-DECODE_ROW_LAUNCH = {"p_block": 64, "unroll": 1, "num_warps": 4}
+DECODE_ROW_LAUNCH = {"p_block": 64, "unroll": 32, "num_warps": 1}
 
 
 # Each kernel's last grid axis is the sequence: meta [B, 5] int64 holds per sequence its first
