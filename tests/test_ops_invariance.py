@@ -263,12 +263,16 @@ def test_sampler_top_p_keeps_the_prefix_that_reaches_p(fresh_seed):
     for _ in range(60):
         row = (torch.randn(300, generator=generator) * rng.choice([0.5, 2.0]) * 4).round() / 4  # ties
         num_tied_rows += int(row.unique().numel() < row.numel())
-        params = SamplingParams(temperature=1.0, top_k=rng.choice([0, 5, 40]), top_p=rng.choice([0.3, 0.8, 0.95]))
-        order = sorted(range(300), key=lambda t: (-float(row[t]), t))[:params.top_k or None]
-        probs = torch.exp(row[order] - row[order[0]])
+        params = SamplingParams(temperature=1.0, top_k=rng.choice([0, 5, 40]),
+                                top_p=rng.choice([0.3, 0.8, 0.95, 1.0]))
+        order = sorted(range(300), key=lambda t: (-float(row[t]), t))
+        k = params.top_k or 300
+        probs = torch.zeros(300)
+        probs[:k] = torch.exp(row[order[:k]] - row[order[0]])  # zeros past the top-k
         probs = probs / sampler.row_sum(probs)
-        before = (torch.cumsum(probs, dim=0) - probs).tolist()
-        expected = set(order[:sum(mass < params.top_p for mass in before)])
+        before = (torch.cumsum(probs, dim=0) - probs).tolist()[:k]
+        count = sum(mass < params.top_p for mass in before) if params.top_p < 1 else k
+        expected = set(order[:count])
         kept = set(torch.nonzero(sampler._kept_mask(row, params))[:, 0].tolist())
         assert kept == expected, f"{params}: kept {sorted(kept)[:8]}..., rule {sorted(expected)[:8]}..., seed {fresh_seed}"
     assert num_tied_rows > 0, f"no row held a tie, seed {fresh_seed}"

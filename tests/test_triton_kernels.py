@@ -244,6 +244,23 @@ def check_row_sum_matches_float64(reduction, length, fresh_seed):
     assert bool((error <= bound).all()), f"L={length} seed={fresh_seed}: error {error.max()} over {bound.min()}"
 
 
+@pytest.mark.parametrize("length", (300, 1024, 3000))  # inside one chunk, exactly one, three with a tail
+def check_row_prefix_sum_is_the_row_alone_and_never_decreases(reduction, length, fresh_seed):
+    """Each row's prefix sums are the same bits alone and in batches of 3 and 8; on
+    nonnegative rows they never decrease (the carry is the chunk's last prefix, exactly);
+    within the recursive-sum bound of the float64 prefix sums."""
+    x = torch.rand(8, length, generator=torch.Generator().manual_seed(fresh_seed))
+    alone = torch.cat([reduction.row_prefix_sum(x[i:i + 1]) for i in range(8)])
+    for rows in (3, 8):
+        assert_bitwise_equal(reduction.row_prefix_sum(x[:rows]), alone[:rows], f"L={length} seed={fresh_seed}")
+    assert bool((alone[:, 1:] >= alone[:, :-1]).all()), f"L={length}: a prefix sum decreased, seed={fresh_seed}"
+    exact = x.double().cumsum(-1)
+    bound = length * 2.0 ** -24 * exact[:, -1:]
+    error = (alone.double() - exact).abs().max()
+    print(f"L={length}: max |row_prefix_sum - fp64| = {error:.3e}, bound {bound.min():.3e}")
+    assert bool(error <= bound.min()), f"L={length} seed={fresh_seed}: error {error}"
+
+
 def check_row_sum_negative_control(reduction, fresh_seed):
     """A BLOCK chosen by the number of rows (1 row -> small BLOCK, a batch -> large) breaks
     batch invariance, and the check above sees it."""

@@ -9,6 +9,10 @@ elements, then the chunk partials in order, keeps every stage on the serial path
 On CUDA, torch's reduction kernels pick their thread layout from the whole tensor's shape
 (a lone row is split over more threads than a row among many): one Triton program per row
 walks it in steps fixed by the row length instead (kernels/ops/reduction_triton.py).
+Prefix sums (row_prefix_sum): torch's CPU cumsum walks each row serially, a double
+accumulator rounded to fp32 at every element, whatever the batch; its CUDA cumsum takes cub's
+device-wide scan for a tensor of one row and a per-row block scan otherwise, so there a
+Triton program walks each row in fixed chunks.
 """
 import torch
 
@@ -45,3 +49,11 @@ def row_sum(x: torch.Tensor) -> torch.Tensor:
     x = pad_to_multiple(x, -1, CHUNK)
     partials = x.reshape(x.shape[:-1] + (x.shape[-1] // CHUNK, CHUNK)).sum(dim=-1)
     return partials.sum(dim=-1, keepdim=True)
+
+
+def row_prefix_sum(x: torch.Tensor) -> torch.Tensor:
+    """Inclusive prefix sums of x [R, L] fp32 along L, in an order fixed by the row alone."""
+    if x.device.type == "cuda":
+        from kernels.ops import reduction_triton  # imports Triton: CUDA machines only
+        return reduction_triton.row_prefix_sum(x)
+    return torch.cumsum(x, dim=-1)

@@ -1,12 +1,16 @@
-"""Row sums on CUDA through Triton: y = x.sum(-1, keepdim=True), fp32 accumulation, one
-order per row length (the CUDA backend of kernels/ops/reduction.py's row_sum).
+"""Row sums and prefix sums on CUDA through Triton: y = x.sum(-1, keepdim=True), fp32
+accumulation, one order per row length (the CUDA backend of kernels/ops/reduction.py's
+row_sum); and the inclusive prefix sum of each row (row_prefix_sum).
 
 Consistency: one program owns one row; it walks the row in BLOCK-element steps from
 element 0 into a [BLOCK] fp32 vector accumulator (lane i sums elements i, i + BLOCK, ...
 in that order), then reduces the vector once with tl.sum. BLOCK and num_warps come from a
 fixed table keyed by the row length L alone, so a row's order never follows the number of
 rows, its place in the batch or the tensor's leading shape. Exact reference: the float64
-sum (gates/reference/ holds it for every family using it: norm, logprob).
+sum (gates/reference/ holds it for every family using it: norm, logprob). The prefix sum's
+program walks its row in SCAN_BLOCK-element chunks in order: tl.cumsum of the chunk (an
+association fixed by SCAN_BLOCK and the warps, never by the rows) plus the carry, which is
+the chunk's last prefix, so the sums never decrease along a row of nonnegative values.
 Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
 """
 import torch
@@ -35,6 +39,32 @@ def _row_sum_kernel(x_ptr, y_ptr, length, BLOCK: tl.constexpr):
         idx = start + offs
         acc += tl.load(x_ptr + row * length + idx, mask=idx < length, other=0.0).to(tl.float32)
     tl.store(y_ptr + row, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty))
+
+
+SCAN_BLOCK, SCAN_WARPS = 1024, 4
+
+
+@triton.jit(do_not_specialize=["length"])
+def _row_prefix_sum_kernel(x_ptr, y_ptr, length, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    carry = tl.zeros((), dtype=tl.float32)
+    for start in range(0, length, BLOCK):
+        idx = start + offs
+        prefix = tl.cumsum(tl.load(x_ptr + row * length + idx, mask=idx < length, other=0.0), axis=0) + carry
+        tl.store(y_ptr + row * length + idx, prefix, mask=idx < length)
+        carry = tl.sum(tl.where(offs == BLOCK - 1, prefix, -0.0), axis=0)  # the last prefix, exactly
+
+
+def row_prefix_sum(x: torch.Tensor) -> torch.Tensor:
+    """x [R, L] fp32 -> its inclusive prefix sums along L, each row in an order fixed by L."""
+    if x.dtype != torch.float32 or x.dim() != 2:
+        raise ValueError(f"row_prefix_sum: x {tuple(x.shape)} {x.dtype}, want [R, L] float32")
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel():
+        _row_prefix_sum_kernel[(x.shape[0],)](x, y, x.shape[1], BLOCK=SCAN_BLOCK, num_warps=SCAN_WARPS)
+    return y
 
 
 def launch(x: torch.Tensor, block: int, num_warps: int) -> torch.Tensor:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.ops.reduction import row_sum
+from kernels.ops.reduction import row_prefix_sum, row_sum
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,23 +99,35 @@ def gumbel_argmax(x, keys):
     return (x - torch.log(-torch.log(race_uniforms(keys, x.shape[1])))).argmax(dim=-1)
 
 
+def kept_masks(x, top_k, top_p):
+    """[R, V] bool: the tokens top-k and top-p keep of rows of scaled logits x [R, V], with
+    top_k [R] (V keeps all) and top_p [R] fp32 (1 keeps all), by the unique key (logit
+    descending, token id ascending, so any correct stable sort gives the same order, alone
+    or in a batch): the first top_k tokens of that order, and of those the first n, n the
+    count whose fp32 mass strictly before them (exp(x - max) over the top-k, divided by
+    their row_sum, summed by row_prefix_sum) is below top_p."""
+    vocab = x.shape[-1]
+    sorted_x, order = torch.sort(x, dim=-1, descending=True, stable=True)  # ties: lower id first
+    rank = torch.arange(vocab, device=x.device)
+    in_k = rank[None, :] < top_k[:, None]
+    probs = torch.where(in_k, torch.exp(sorted_x - sorted_x[:, :1]), 0.0)
+    probs = probs / row_sum(probs)
+    before = row_prefix_sum(probs) - probs  # mass strictly before each token
+    count = torch.where(top_p < 1.0, (in_k & (before < top_p[:, None])).sum(dim=-1), top_k)  # on the device
+    return torch.zeros_like(x, dtype=torch.bool).scatter_(1, order, rank[None, :] < count[:, None])
+
+
 def _kept_mask(x, params: SamplingParams):
-    """[V] bool: the tokens top-k and top-p keep of one row of scaled logits x, by the unique
-    key (logit descending, token id ascending); the top-p mass is fp32 probabilities summed
-    in that order."""
-    order = torch.sort(x, descending=True, stable=True).indices  # ties: lower id first
-    if params.top_k > 0:
-        order = order[:params.top_k]
-    if params.top_p < 1.0:
-        sorted_x = x[order]
-        probs = torch.exp(sorted_x - sorted_x[0])
-        probs = probs / row_sum(probs)
-        before = torch.cumsum(probs, dim=0) - probs  # mass strictly before each token
-        # the first (before < p).sum() tokens of the order, counted on the device: no host sync a row
-        kept = torch.arange(order.shape[0], device=x.device) < (before < params.top_p).sum()
-    else:
-        kept = torch.ones(order.shape, dtype=torch.bool, device=x.device)
-    return torch.zeros_like(x, dtype=torch.bool).scatter_(0, order, kept)
+    """[V] bool: kept_masks of one row of scaled logits x under one request's settings."""
+    top_k, top_p = truncation_tensors([params], x.shape[-1], x.device)
+    return kept_masks(x[None], top_k, top_p)[0]
+
+
+def truncation_tensors(params_list, vocab: int, device):
+    """(top_k [R] int64 with V for none, top_p [R] fp32) of the rows' settings."""
+    top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params_list], dtype=torch.int64)
+    top_p = torch.tensor([p.top_p for p in params_list], dtype=torch.float32)
+    return top_k.to(device), top_p.to(device)
 
 
 def row_tensors(params_list, draw_indices, device):
@@ -146,28 +158,41 @@ def _rows(logits, params_list, draw_indices):
     return scaled(logits, temperatures), greedy, keys
 
 
+def _truncating_rows(params_list) -> list:
+    return [i for i, p in enumerate(params_list) if truncates([p])]
+
+
 def _truncated(x, params_list):
-    """x with the tokens top-k / top-p drop set to -inf (rows without them untouched)."""
-    filtered = [i for i, p in enumerate(params_list) if p.temperature > 0 and (p.top_k > 0 or p.top_p < 1.0)]
+    """x with the tokens top-k / top-p drop set to -inf (rows without them untouched): every
+    truncating row in one kept_masks call."""
+    filtered = _truncating_rows(params_list)
     if not filtered:
         return x
-    kept = torch.stack([_kept_mask(x[i], params_list[i]) for i in filtered])
+    index = torch.tensor(filtered, device=x.device)
+    rows = x[index]
+    kept = kept_masks(rows, *truncation_tensors([params_list[i] for i in filtered], x.shape[1], x.device))
     x = x.clone()
-    x[filtered] = x[filtered].masked_fill(~kept, float("-inf"))
+    x[index] = rows.masked_fill(~kept, float("-inf"))
     return x
 
 
 def _fast_truncated(x, params_list):
-    """As engines truncate: a torch.topk threshold (ties at it all kept), top-p on the sorted
-    softmax; dropped tokens -inf."""
-    for i, params in enumerate(params_list):
-        if params.temperature > 0 and 0 < params.top_k < x.shape[1]:
-            threshold = torch.topk(x[i], params.top_k).values[-1]
-            x[i] = x[i].masked_fill(x[i] < threshold, float("-inf"))
-        if params.temperature > 0 and params.top_p < 1.0:
-            sorted_probs, order = torch.sort(torch.softmax(x[i], dim=-1), descending=True)
-            drop = torch.cumsum(sorted_probs, dim=0) - sorted_probs >= params.top_p
-            x[i] = x[i].scatter(0, order, x[i][order].masked_fill(drop, float("-inf")))  # no host sync
+    """As engines truncate, all rows in one batched sort (ascending): top-k by the logit at
+    rank V - k (ties with it all kept), then top-p drops the ascending prefix whose softmax
+    mass is at most 1 - p (the best token always kept); dropped tokens -inf, in x (the
+    sampler's own scaled copy)."""
+    filtered = _truncating_rows(params_list)
+    if not filtered:
+        return x
+    index = torch.tensor(filtered, device=x.device)
+    top_k, top_p = truncation_tensors([params_list[i] for i in filtered], x.shape[1], x.device)
+    sorted_x, order = torch.sort(x[index], dim=-1)
+    threshold = sorted_x.gather(1, (x.shape[1] - top_k)[:, None])
+    sorted_x = sorted_x.masked_fill(sorted_x < threshold, float("-inf"))
+    cumulative = torch.softmax(sorted_x, dim=-1).cumsum(dim=-1)
+    drop = (cumulative <= 1 - top_p[:, None]) & (top_p < 1.0)[:, None]
+    drop[:, -1] = False
+    x[index] = torch.empty_like(sorted_x).scatter_(1, order, sorted_x.masked_fill(drop, float("-inf")))
     return x
 
 
