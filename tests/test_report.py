@@ -2,13 +2,17 @@
 stage output (gates C00 and C07, diff under both contracts, locate under the fast contract)
 plus small synthetic C09 and profile files (too slow to produce here); shows every gate and
 plot with figures read from the files, links every raw file, says "not run" or "failed:
-<detail>" for missing parts, re-renders identically, and lays out in headless Chromium."""
+<detail>" for missing parts, re-renders identically, and lays out in headless Chromium with
+the verdict and one status per gate on the first screen (1280 x 900) and the per-condition
+detail folded below it."""
 import inspect
 import json
 import math
+import re
 import shutil
 import struct
 import subprocess
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -102,7 +106,8 @@ def test_report_shows_every_gate_with_its_status_and_figures_from_the_files(real
         assert f'id="gate-{gate}"' in html and f"| **{gate}** |" in markdown, gate
         row = next(line for line in markdown.splitlines() if line.startswith(f"| **{gate}** |"))
         assert ("**FAIL**" if status == "fail" else status) in row, (gate, row)
-    assert 'class="gate-row fail" id="gate-C09"' in html, "a failed gate row stands out"
+    assert '<details class="gate fail" id="gate-C09" open>' in html, "a failed gate stands out, unfolded"
+    assert '<details class="gate pass" id="gate-C07">' in html, "a passing gate's conditions are folded"
     c07 = json.loads((real_run / "gates" / "C07.json").read_text())
     for condition in c07["conditions"]:
         assert condition["name"] in html and condition["name"] in markdown
@@ -177,6 +182,31 @@ def _png_size(path: Path) -> tuple:
     return struct.unpack(">II", header[16:24])
 
 
+FIRST_SCREEN_PROBE = """<script>
+const boxes = {};
+for (const id of ["verdict", "gate-summary", "gate-C07"]) {
+  const r = document.getElementById(id).getBoundingClientRect();
+  boxes[id] = {top: r.top, bottom: r.bottom, height: r.height};
+}
+boxes["verdict-text"] = document.getElementById("verdict").innerText;
+boxes["gate-summary-text"] = document.getElementById("gate-summary").innerText;
+document.body.setAttribute("data-first-screen", JSON.stringify(boxes));
+</script>"""
+
+
+def _first_screen(base, report: Path, tmp_path) -> dict:
+    """Where the verdict, the gate summary and a gate's detail sit in a 1280 x 900 window:
+    a copy of the report with a probe script, laid out by headless Chromium (--dump-dom)."""
+    probe = tmp_path / "probe.html"
+    probe.write_text(report.read_text().replace("</body>", FIRST_SCREEN_PROBE + "</body>"))
+    dom = subprocess.run([*base, "--window-size=1280,900", "--dump-dom", probe.as_uri()], capture_output=True,
+                         text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'data-first-screen="([^"]*)"', dom.stdout)
+    assert found, "the probe script did not run"
+    return json.loads(unescape(found.group(1)))
+
+
 def test_report_renders_in_headless_chromium(real_run, rendered, tmp_path):
     assert CHROMIUM.exists(), ("headless Chromium is needed to check the report's layout: install Debian's "
                                "chromium (apt-get install -y --no-install-recommends chromium); CI installs it")
@@ -187,8 +217,46 @@ def test_report_renders_in_headless_chromium(real_run, rendered, tmp_path):
     for gate in GATES:
         assert f'id="gate-{gate}"' in dom.stdout, gate
     assert dom.stdout.count("<svg") == 3 and dom.stdout.count('class="condition-row') >= 5
+    first_screen = _first_screen(base, real_run / "report.html", tmp_path)
+    for element in ("verdict", "gate-summary"):
+        box = first_screen[element]
+        assert box["bottom"] <= 900 and box["height"] > 0, f"#{element} is not on the first screen: {box}"
+    assert first_screen["verdict-text"].startswith("FAIL"), first_screen["verdict-text"]  # C09 failed
+    assert all(f"{gate} " in first_screen["gate-summary-text"] for gate in GATES), first_screen["gate-summary-text"]
+    assert first_screen["gate-C07"]["top"] > 900, "the per-condition detail comes after the first screen"
     screenshot = tmp_path / "report.png"
     shot = subprocess.run([*base, f"--screenshot={screenshot}", "--window-size=1280,2400", page],
                           capture_output=True, text=True, timeout=120)
     assert shot.returncode == 0 and screenshot.is_file(), shot.stderr[-2000:]
     assert _png_size(screenshot) == (1280, 2400) and screenshot.stat().st_size > 50_000
+
+
+def _gate(name, status, conditions=()):
+    return {"name": name, "status": status, "css": status.replace("/", ""), "raw_conditions": list(conditions)}
+
+
+def test_first_screen_verdict_follows_the_worst_gate():
+    """The summary's verdict: a failed gate or stage -> fail, then inconclusive, then a gate
+    with no result -> incomplete, else pass (n/a named); C10's ratio comes with its noise."""
+    from harness.stages.report_summary import summary
+    header = {"fields": {"model": "qwen3"}, "stages": []}
+    diff = [{"contract": "consistent", "absent": None, "figures": [("frac_tokens_differing", "0.25"),
+                                                                   ("num_tokens", "48"), ("max_abs_dp", "0.001")]}]
+    c10 = _gate("C10", "inconclusive", [{"name": "throughput", "ratio": 0.71, "noise": [0.66, 0.78]}])
+    no_locate = {"absent": "not run"}
+    cases = [([_gate("C00", "pass"), _gate("C07", "fail"), c10], "fail"),
+             ([_gate("C00", "pass"), c10], "inconclusive"),
+             ([_gate("C00", "pass"), _gate("C07", "not run")], "incomplete"),
+             ([_gate("C00", "pass"), _gate("C06", "n/a")], "pass")]
+    for gates, verdict in cases:
+        got = summary(header, gates, diff, no_locate, [])
+        assert got["verdict"] == verdict, (gates, got)
+    assert "n/a here: C06" in summary(header, cases[3][0], diff, no_locate, [])["line"]
+    failed_stage = {"fields": {"model": "qwen3"}, "stages": [{"name": "diff", "status": "failed"}]}
+    assert summary(failed_stage, cases[3][0], diff, no_locate, [])["verdict"] == "fail"
+    got = summary(header, cases[1][0], diff, no_locate, [])
+    assert "C10 consistent / baseline: 0.71 [0.66, 0.78]" in got["figures"], got["figures"]
+    assert "12 of 48 tokens differ" in got["figures"][0], got["figures"]
+    assert "BITWISE_C10_MAX_PAIRS" in got["next"]
+    repro = summary(header, cases[0][0], diff, no_locate, [{"test": "repros/r1/test_repro.py"}])
+    assert "python -m pytest repros/r1/test_repro.py" in repro["next"]

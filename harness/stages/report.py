@@ -17,6 +17,8 @@ from harness.exit_codes import EXIT_OK
 from harness.stages.gates import describe, discover
 from harness.stages.plots import PLOTS
 from harness.stages.report_agents import agent_sections
+from harness.stages.report_summary import summary
+from harness.stages.report_values import flatten, format_value
 
 REPORTS = ("report.md", "report.html")
 KNOWN_ENTRIES = ("run.json", "gates", "diff", "locate", "repros", "profile")
@@ -29,43 +31,6 @@ PLOT_TITLES = {"token_abs_dp": "per-token |dp|, consistent vs fast", "rl_steps":
                "throughput": "rollout throughput, consistent vs baseline"}
 PLOT_SOURCES = {"token_abs_dp": "diff/consistent.json, diff/fast.json", "rl_steps": "gates/C09.json",
                 "throughput": "profile/profile.json"}
-MAX_FIGURE_CHARS = 160
-MAX_LIST_CHARS = 90
-
-
-def format_value(value) -> str:
-    """One figure as short text: floats to 6 significant digits, long lists summarised,
-    SHA-256 digests cut to 12 hex digits (the full value is in the linked file)."""
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
-        return value[:12] + "…"
-    if isinstance(value, list):
-        if any(isinstance(v, (list, dict)) for v in value):
-            text = f"{len(value)} items"
-        elif len(value) > 6 and all(isinstance(v, float) for v in value):
-            text = f"{len(value)} values, max {format_value(max(value))}"
-        else:
-            text = "[" + ", ".join(format_value(v) for v in value) + "]"
-            text = text if len(text) <= MAX_LIST_CHARS else f"{text[:MAX_LIST_CHARS]}… ({len(value)} items)"
-    elif isinstance(value, dict):
-        text = "{" + ", ".join(f"{k}={format_value(v)}" for k, v in value.items()) + "}"
-    else:
-        text = str(value)
-    return text if len(text) <= MAX_FIGURE_CHARS else text[:MAX_FIGURE_CHARS - 1] + "…"
-
-
-def flatten(document: dict, prefix: str = "") -> list:
-    """[(dotted key, formatted value)] with nested dicts spelled out one key per row."""
-    rows = []
-    for key, value in document.items():
-        if isinstance(value, dict) and value:
-            rows.extend(flatten(value, f"{prefix}{key}."))
-        else:
-            rows.append((f"{prefix}{key}", format_value(value)))
-    return rows
 
 
 class RunFiles:
@@ -125,7 +90,8 @@ def _gate_row(files: RunFiles, name: str, title: str) -> dict:
     if result is None:
         absence = files.absence("gates")
         return {"name": name, "title": title, "status": absence, "href": None, "conditions": [],
-                "css": "fail" if absence.startswith("failed") else "absent", "not_applicable": []}
+                "css": "fail" if absence.startswith("failed") else "absent", "not_applicable": [],
+                "raw_conditions": []}
     conditions = []
     for condition in result.get("conditions", []):
         figures = [f"{k}: {format_value(v)}" for k, v in condition.items() if k not in ("name", "status")]
@@ -133,7 +99,7 @@ def _gate_row(files: RunFiles, name: str, title: str) -> dict:
                            "figures": "; ".join(figures)})
     status = result.get("status", "?")
     return {"name": name, "title": title, "status": status, "css": status.replace("/", ""),
-            "href": f"gates/{name}.json", "conditions": conditions,
+            "href": f"gates/{name}.json", "conditions": conditions, "raw_conditions": result.get("conditions", []),
             "not_applicable": result.get("not_applicable") or []}
 
 
@@ -244,6 +210,8 @@ def render(run_dir: Path) -> dict:
                "profile": profile_section(files), "environments": environment_sections(files),
                "files": files.files(), "run_dir": run_dir.name, "shrink_absent": files.absence("shrink"),
                "agents": agent_sections(run_dir)}
+    context["summary"] = summary(context["header"], context["gates"], context["diff"], context["locate"],
+                                 context["repros"])
     context["problems"] = files.problems
     templates, written = _templates(), {}
     for report in REPORTS:
