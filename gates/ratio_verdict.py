@@ -35,14 +35,20 @@ class RatioVerdict:
     """Its coverage under the coin-flip model (0 for one pair: no noise estimate)."""
 
 
-def decide(pair_ratios, floor: float) -> RatioVerdict:
-    """The verdict of these pair ratios against `floor`; ValueError without any."""
+def median_interval(pair_ratios) -> tuple:
+    """(median, low, high, coverage) of the pair ratios: the interval is the noise figure
+    (coverage 0 for one pair: no noise estimate); ValueError without any."""
     ratios = sorted(pair_ratios)
     n = len(ratios)
     if n == 0:
         raise ValueError("decide: no timed pair")
     middle = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
     k = median_rank(n)
-    low, high = ratios[k - 1], ratios[n - k]
+    return middle, ratios[k - 1], ratios[n - k], coverage(n, k) if n > 1 else 0.0
+
+
+def decide(pair_ratios, floor: float) -> RatioVerdict:
+    """The verdict of these pair ratios against `floor`; ValueError without any."""
+    middle, low, high, covered = median_interval(pair_ratios)
     status = "pass" if low >= floor else "fail" if high < floor else "inconclusive"
-    return RatioVerdict(status, middle, low, high, coverage(n, k) if n > 1 else 0.0)
+    return RatioVerdict(status, middle, low, high, covered)

@@ -58,27 +58,31 @@ class WorkerSide:
 
     def sample(self) -> dict:
         """One rollout (timed), then one GRPO-style step on its completions: score + update
-        (timed) with a fresh trainer from the same weights, so every sample does the same work."""
+        (timed) with a fresh trainer from the same weights, so every sample does the same work.
+        Timed as C10 times the CPU: this process's CPU time (all threads), so neighbours that
+        stretch wall time do not move it; wall time beside it."""
         from gates.workload import rollout
         from kernels.trainer.grpo import group_advantages
         from kernels.trainer.logprobs import scored_sequences
         from kernels.trainer.rl_loop import even_token_reward
         from kernels.trainer.trainer import Trainer
 
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         completions, _ = rollout(self.config, self.contract, self.weights, self.workload)
-        rollout_s = time.perf_counter() - started
+        rollout_wall_s, rollout_s = time.perf_counter() - started, time.process_time() - cpu_started
         num_tokens = sum(len(c.tokens) for c in completions)
         trainer = Trainer(self.config, self.contract, weights=self.weights)
         sequences = scored_sequences(completions)
         group_size = 4 if len(completions) % 4 == 0 else 1
         advantages = group_advantages([even_token_reward(c.tokens) for c in completions], group_size)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         trainer.score(sequences)
         trainer.train_step(sequences, advantages, [c.logprob_tensor for c in completions])
-        train_step_s = time.perf_counter() - started
-        return {"num_tokens": num_tokens, "rollout_s": rollout_s,
-                "rollout_tokens_per_s": num_tokens / rollout_s, "train_step_s": train_step_s}
+        train_wall_s, train_step_s = time.perf_counter() - started, time.process_time() - cpu_started
+        return {"num_tokens": num_tokens, "clock": "process CPU time", "rollout_s": rollout_s,
+                "rollout_wall_s": rollout_wall_s, "rollout_tokens_per_s": num_tokens / rollout_s,
+                "wall_rollout_tokens_per_s": num_tokens / rollout_wall_s, "train_step_s": train_step_s,
+                "train_step_wall_s": train_wall_s}
 
     def regions(self) -> dict:
         """{region: self CPU ms} over one profiled rollout (not timed: the profiler costs)."""

@@ -198,9 +198,15 @@ def test_profile_interleaves_the_frozen_baseline_with_the_current_tree(clone, ca
     document = json.loads((out / "profile.json").read_text())
     throughput = document["rollout_tokens_per_s"]
     assert throughput["median_baseline"] == statistics.median(s["rollout_tokens_per_s"] for s in samples[::2])
-    assert throughput["ratio"] == throughput["median_consistent"] / throughput["median_baseline"]
+    pairs = [c["rollout_tokens_per_s"] / b["rollout_tokens_per_s"] for b, c in zip(samples[::2], samples[1::2])]
+    assert throughput["pair_ratios"] == pairs and throughput["ratio"] == statistics.median(pairs)
+    assert throughput["noise"] == [min(pairs), max(pairs)]  # 2 pairs: the interval is their range
+    for s in samples:  # CPU time of the worker (what C10 times on the CPU), wall time beside it
+        assert s["clock"] == "process CPU time" and s["rollout_wall_s"] > 0 and s["train_step_wall_s"] > 0
+        assert s["rollout_tokens_per_s"] == s["num_tokens"] / s["rollout_s"]
     steps = document["train_step_s"]
-    assert steps["ratio"] == steps["median_baseline"] / steps["median_consistent"]
+    step_pairs = [b["train_step_s"] / c["train_step_s"] for b, c in zip(samples[::2], samples[1::2])]
+    assert steps["ratio"] == statistics.median(step_pairs)
     assert document["baseline"]["ref"] == "b1" and document["baseline"]["content_hash"] == frozen["content_hash"]
     assert document["commit"] == git(clone, "rev-parse", "HEAD") and document["environment"]["torch"]
     regions = document["regions"]

@@ -7,7 +7,10 @@ uncommitted edits included. Both are warmed up once (not recorded), then sampled
 on the same seeded workload; every sample is appended to DIR/samples.jsonl as it is taken,
 and DIR/profile.json (schema: harness/run_directory.md) is written last. Before measuring,
 the sides must agree on weights, workload and environment, and A's fast path must hash to
-the frozen content hash. `harness run` calls profile(model, RUN/profile).
+the frozen content hash. A sample is timed in the worker's CPU time (all threads, wall time
+beside it), as C10 times the CPU, and the ratio is C10's: the median of the pairs' ratios
+with its order-statistic interval as the noise (gates/ratio_verdict.py), so the two agree
+within their noise on a busy machine. `harness run` calls profile(model, RUN/profile).
 """
 import json
 import statistics
@@ -15,6 +18,7 @@ import time
 from pathlib import Path
 
 from gates.baseline import NO_BASELINE, read_frozen
+from gates.ratio_verdict import median_interval
 from gates.workload import Workload
 from harness import workspace
 from harness.exit_codes import EXIT_OK
@@ -118,10 +122,14 @@ def interleave(workers: dict, pairs: int, samples_path: Path) -> list:
 
 
 def _series(samples: list, key: str, higher_is_better: bool) -> dict:
+    """Both sides' samples, their medians and, as C10 reports it, the median of the pairs'
+    ratios (> 1: consistent faster) with its order-statistic interval (the noise)."""
     values = {side: [s[key] for s in samples if s["side"] == side] for side in SIDES}
     base, cons = (statistics.median(values[side]) for side in SIDES)
-    return {**values, "median_baseline": base, "median_consistent": cons,
-            "ratio": cons / base if higher_is_better else base / cons}
+    pairs = [(b / c) if not higher_is_better else (c / b) for b, c in zip(values["baseline"], values["consistent"])]
+    ratio, low, high, covered = median_interval(pairs)
+    return {**values, "median_baseline": base, "median_consistent": cons, "pair_ratios": pairs,
+            "ratio": ratio, "noise": [low, high], "noise_coverage": covered}
 
 
 def summarize(samples: list, regions: dict, hellos: dict, *, model: str, workload: dict) -> dict:
@@ -145,16 +153,18 @@ def format_table(document: dict, out: Path) -> str:
     lines = [f"profile: {document['model']} cut, {document['pairs']} pairs (A B A B ...), "
              f"baseline {base['ref']} @ {base['commit'][:12]} vs consistent @ {document['commit'][:12]}"
              + (" + uncommitted edits" if document["tree_dirty"] else ""),
-             f"{'figure':<22}{'baseline':>12}{'consistent':>12}{'ratio':>8}"]
+             f"{'figure (CPU time)':<22}{'baseline':>12}{'consistent':>12}{'ratio':>8}  noise"]
     for key, label in (("rollout_tokens_per_s", "rollout tokens/s"), ("train_step_s", "train step s")):
         series = document[key]
+        low, high = series["noise"]
         lines.append(f"{label:<22}{series['median_baseline']:>12.4g}{series['median_consistent']:>12.4g}"
-                     f"{series['ratio']:>8.3f}")
+                     f"{series['ratio']:>8.3f}  [{low:.3f}, {high:.3f}]")
     lines.append(f"{'region (1 rollout)':<22}{'base ms':>12}{'cons ms':>12}{'extra ms':>10}")
     for row in document["regions"][:MAX_REGIONS_SHOWN]:
         lines.append(f"{row['region']:<22}{row['baseline_ms']:>12.1f}{row['consistent_ms']:>12.1f}"
                      f"{row['extra_ms']:>10.1f}")
-    lines.append(f"ratio > 1: consistent faster. results: {out}")
+    lines.append(f"ratio: the median of the pairs' ratios, > 1: consistent faster; noise: the interval around "
+                 f"it (gates/ratio_verdict.py). results: {out}")
     return "\n".join(lines)
 
 

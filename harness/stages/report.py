@@ -143,8 +143,11 @@ def repro_sections(files: RunFiles) -> list:
 
 def _measure(measure: dict) -> dict:
     samples = f"{len(measure.get('baseline') or [])} + {len(measure.get('consistent') or [])}"
-    return {key: format_value(measure.get(key)) for key in ("median_baseline", "median_consistent", "ratio")} | {
-        "samples": samples}
+    figures = {key: format_value(measure.get(key)) for key in ("median_baseline", "median_consistent", "ratio")}
+    noise = measure.get("noise")
+    if isinstance(noise, list) and len(noise) == 2:
+        figures["ratio"] += f" [{format_value(noise[0])}, {format_value(noise[1])}]"
+    return figures | {"samples": samples}
 
 
 def profile_section(files: RunFiles) -> dict:

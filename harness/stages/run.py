@@ -148,8 +148,10 @@ def _shrink(state, args):
 
 def _profile(state, args):
     result = profile_stage.profile(args.model, state.out / "profile", pairs=args.pairs)
-    ratio = result["rollout_tokens_per_s"]["ratio"]
-    return "done", _noted(f"rollout throughput consistent / baseline = {ratio:.3f}", args)
+    throughput = result["rollout_tokens_per_s"]
+    low, high = throughput["noise"]
+    return "done", _noted(f"rollout throughput (CPU time) consistent / baseline = {throughput['ratio']:.3f} "
+                          f"[{low:.3f}, {high:.3f}]", args)
 
 
 def _summary(state) -> str:
