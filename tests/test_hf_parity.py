@@ -3,7 +3,8 @@ loader (kernels/models/hf_checkpoint.py).
 
 Weights must load bit for bit (fused rows equal the HF rows they came from); float32 logits
 of a packed batch must match HF's per-sequence logits within LOGIT_TOLERANCE under both
-contracts; broken checkpoints must fail with the path and the problem named.
+contracts; RoPE must match at positions up to 8k (ROPE_TOLERANCE of exact, transformers' own
+fp32 drift stated and bounded); broken checkpoints must fail with the path and the problem named.
 Tiny random models, CPU, no network: `python -m pytest tests/test_hf_parity.py -q`.
 """
 import json
@@ -259,3 +260,61 @@ def test_the_same_tensor_in_two_files_without_an_index_is_refused(copied):
     save_file({name: tensors[name] + 1}, copied / "zz-extra.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match=f"'{re.escape(name)}' is in both model.safetensors and zz-extra"):
         load_hf_checkpoint(copied)
+
+
+ROPE_POSITIONS = 8192
+ROPE_TOLERANCE = 2.0 ** -22
+"""|ours - exact| <= ROPE_TOLERANCE * max|x| at every position (a few fp32 ulps: the table is
+float64 rounded once). transformers' fp32 angles p * inv_freq drift with the position:
+|theirs - exact| <= (4 * 2^-24 * p + 2^-21) * max|x| (two roundings of an angle up to p rad,
+then cos / sin of it), measured 1.1e-4 at p = 8191 where ours stays near 1e-7."""
+
+
+def _exact_rope(x, positions, theta):
+    head_dim = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = positions.double()[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)[:, None, :]
+    x = x.double()
+    rotated = torch.cat([-x[..., head_dim // 2:], x[..., :head_dim // 2]], dim=-1)
+    return x * angles.cos() + rotated * angles.sin()
+
+
+def test_rope_matches_transformers_to_8k_positions(fresh_seed):
+    """Both contracts' RoPE against a float64 reference and transformers' Qwen3 rotary
+    embedding at random positions up to 8191 (0 and 8191 included): the consistent one within
+    ROPE_TOLERANCE of exact at every position; transformers within its own position-growing
+    bound of exact, and ours within that bound of transformers; the fast one (fp32 angles,
+    as transformers) within the same bound. Negative control: theta off by 1e-6 leaves the
+    tolerance at long positions."""
+    from kernels.ops import rope
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, apply_rotary_pos_emb
+    theta, head_dim, heads = 1_000_000.0, 32, 4
+    generator = torch.Generator().manual_seed(fresh_seed)
+    positions = torch.cat([torch.tensor([0, ROPE_POSITIONS - 1]),
+                           torch.randint(0, ROPE_POSITIONS, (254,), generator=generator)])
+    x = torch.randn(positions.numel(), heads, head_dim, generator=generator)
+    hf_config = transformers.Qwen3Config(vocab_size=VOCAB, hidden_size=heads * head_dim, num_attention_heads=heads,
+                                         num_key_value_heads=heads, head_dim=head_dim, rope_theta=theta,
+                                         max_position_embeddings=ROPE_POSITIONS)
+    cos, sin = Qwen3RotaryEmbedding(hf_config)(x, positions[None])
+    theirs = apply_rotary_pos_emb(x.transpose(0, 1)[None], x.transpose(0, 1)[None], cos, sin)[0][0].transpose(0, 1)
+    exact = _exact_rope(x, positions, theta)
+    scale = x.abs().amax(dim=(1, 2)).double()
+
+    def error(got, want):  # per position, relative to the row's largest |x|
+        return (got.double() - want.double()).abs().amax(dim=(1, 2)) / scale
+
+    hf_bound = 4 * 2.0 ** -24 * positions.double() + 2.0 ** -21
+    ours = rope.consistent(x, x, positions, theta=theta, max_position=ROPE_POSITIONS)[0]
+    fast = rope.fast(x, x, positions, theta=theta, max_position=ROPE_POSITIONS)[0]
+    far = int(positions.argmax())
+    print(f"\nRoPE at position {int(positions[far])}: |consistent - exact| {error(ours, exact)[far]:.2e}, "
+          f"|transformers - exact| {error(theirs, exact)[far]:.2e}, |fast - exact| {error(fast, exact)[far]:.2e} "
+          f"(x max |x|; tolerance {ROPE_TOLERANCE:.2e}, transformers' bound {hf_bound[far]:.2e})")
+    assert bool((error(ours, exact) <= ROPE_TOLERANCE).all()), f"consistent RoPE off exact, seed {fresh_seed}"
+    assert bool((error(theirs, exact) <= hf_bound).all()), f"transformers outside its bound, seed {fresh_seed}"
+    assert bool((error(ours, theirs) <= hf_bound + ROPE_TOLERANCE).all()), f"ours vs transformers, seed {fresh_seed}"
+    assert bool((error(fast, exact) <= hf_bound).all()), f"fast RoPE outside the fp32 bound, seed {fresh_seed}"
+    off = rope.consistent(x, x, positions, theta=theta * (1 + 1e-6), max_position=ROPE_POSITIONS)[0]
+    assert float(error(off, exact)[far]) > 100 * ROPE_TOLERANCE, f"negative control unseen, seed {fresh_seed}"
