@@ -318,3 +318,35 @@ def test_rope_matches_transformers_to_8k_positions(fresh_seed):
     assert bool((error(fast, exact) <= hf_bound).all()), f"fast RoPE outside the fp32 bound, seed {fresh_seed}"
     off = rope.consistent(x, x, positions, theta=theta * (1 + 1e-6), max_position=ROPE_POSITIONS)[0]
     assert float(error(off, exact)[far]) > 100 * ROPE_TOLERANCE, f"negative control unseen, seed {fresh_seed}"
+
+
+def test_diff_takes_a_checkpoint_directory_and_its_family_from_model_type(tied, capsys):
+    """`harness diff --checkpoint DIR` runs the checkpoint's own weights, family from
+    config.json's model_type: the consistent contract gives 0 differing tokens, the fast one
+    differs (the same weights, so the figures are the checkpoint's, not seeded ones)."""
+    from harness.cli import main
+    from harness.exit_codes import EXIT_OK
+    directory = str(tied[0])
+    small = ["--num-sequences", "4", "--new-tokens", "6", "--json"]
+    assert main(["diff", "--checkpoint", directory, *small]) == EXIT_OK
+    consistent = json.loads(capsys.readouterr().out)
+    assert consistent["model"] == "qwen3" and consistent["size"] == f"checkpoint {directory}"
+    assert consistent["frac_tokens_differing"] == 0 and consistent["num_tokens"] == 24
+    assert main(["diff", "--checkpoint", directory, "--model", "qwen3", "--contract", "fast", *small]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["frac_tokens_differing"] > 0, "negative control: fast differs"
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("wrong family", "holds a qwen3 checkpoint"), ("moe", "Qwen3-MoE"), ("missing", "does not exist"),
+    ("neither", "give --model")])
+def test_diff_checkpoint_mistakes_exit_1_with_one_line(copied, capsys, case, expected):
+    from harness.cli import main
+    from harness.exit_codes import EXIT_BAD_INPUT
+    if case == "moe":
+        config_path = copied / "config.json"
+        config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "qwen3_moe"}))
+    argv = {"wrong family": ["--checkpoint", str(copied), "--model", "nemotron"], "moe": ["--checkpoint", str(copied)],
+            "missing": ["--checkpoint", str(copied / "nowhere")], "neither": []}[case]
+    assert main(["diff", *argv, "--num-sequences", "2", "--new-tokens", "2"]) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err.strip()
+    assert expected in error and len(error.splitlines()) == 1, error

@@ -1,11 +1,14 @@
 """`harness diff`: the engine generates under continuous batching, the trainer scores the
-same tokens, and the per-token mismatch figures are reported (gates/mismatch.py)."""
+same tokens, and the per-token mismatch figures are reported (gates/mismatch.py). The
+model is a shipped config with seeded weights (`--model`, `--size`) or a transformers
+checkpoint directory (`--checkpoint DIR`: family from its model_type, its own weights)."""
 import json
 
 from gates.mismatch import mismatch_stats, per_token_abs_dp
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
 from gates.workload import EngineShape, Workload, rollout, score, seeded_weights
 from kernels.contract import load_contract
+from kernels.models.checkpoint import checkpoint_family, load_checkpoint
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
 
@@ -13,11 +16,17 @@ FIGURES = ("max_abs_dp", "mean_abs_dp", "std_abs_dp", "k3_kl", "frac_tokens_diff
 
 
 def run_diff(model: str, size: str, contract_name: str, workload: Workload,
-             shape: EngineShape = EngineShape(), micro_batch_size: int = 8, per_token: bool = False) -> dict:
-    """The mismatch figures; with per_token, also `abs_dp`, every token's |dp| (for plots)."""
-    config = load_model_config(config_name(model, size))
+             shape: EngineShape = EngineShape(), micro_batch_size: int = 8, per_token: bool = False,
+             checkpoint=None) -> dict:
+    """The mismatch figures; with per_token, also `abs_dp`, every token's |dp| (for plots).
+    With `checkpoint` (a directory), its config and weights instead of model / size."""
+    if checkpoint is not None:
+        config, weights = load_checkpoint(checkpoint)
+        size = f"checkpoint {checkpoint}"
+    else:
+        config = load_model_config(config_name(model, size))
+        weights = seeded_weights(config)
     contract = load_contract(contract_name)
-    weights = seeded_weights(config)
     completions, _ = rollout(config, contract, weights, workload, shape)
     trainer_logprobs = score(config, contract, weights, completions, micro_batch_size=micro_batch_size)
     engine_logprobs = [c.logprob_tensor for c in completions]
@@ -46,7 +55,9 @@ def print_result(result: dict, as_json: bool) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="model family, e.g. qwen3")
+    parser.add_argument("--model", help="model family, e.g. qwen3 (or --checkpoint)")
+    parser.add_argument("--checkpoint", metavar="DIR",
+                        help="a transformers save_pretrained directory (qwen3 or nemotron_h); family from model_type")
     parser.add_argument("--size", default="cut", help="cut (CPU gates) or full")
     parser.add_argument("--contract", default="consistent", help="fast, consistent, or a YAML path")
     parser.add_argument("--num-sequences", type=int, default=64)
@@ -58,9 +69,23 @@ def add_arguments(parser) -> None:
     parser.add_argument("--strict", action="store_true", help="exit 2 when any token differs")
 
 
+def model_of(args) -> str:
+    """The family asked for: --model, or the checkpoint's model_type (which --model, if given,
+    must agree with); ValueError when neither is given or they disagree."""
+    if args.checkpoint is None:
+        if args.model is None:
+            raise ValueError("give --model (e.g. qwen3) or --checkpoint DIR")
+        return args.model
+    family = checkpoint_family(args.checkpoint)
+    if args.model is not None and args.model != family:
+        raise ValueError(f"--model {args.model} but {args.checkpoint} holds a {family} checkpoint (model_type)")
+    return family
+
+
 def run(args) -> int:
     workload = Workload(num_sequences=args.num_sequences, new_tokens=args.new_tokens, seed=args.seed)
-    result = run_diff(args.model, args.size, args.contract, workload,
-                      EngineShape(tokens_per_step=args.tokens_per_step), args.micro_batch)
+    result = run_diff(model_of(args), args.size, args.contract, workload,
+                      EngineShape(tokens_per_step=args.tokens_per_step), args.micro_batch,
+                      checkpoint=args.checkpoint)
     print_result(result, args.json)
     return EXIT_DIFFERENT if args.strict and result["frac_tokens_differing"] else EXIT_OK

@@ -1,0 +1,32 @@
+"""A transformers save_pretrained directory as (config, weights), the loader picked by
+config.json's model_type (qwen3 -> hf_checkpoint.py, nemotron_h -> hf_nemotron.py), so a
+command can take `--checkpoint DIR` without being told the family. An unsupported
+architecture is refused by name (require_model_type's table), never loaded as another."""
+from pathlib import Path
+
+from kernels.models.hf_checkpoint import SUPPORTED_MODEL_TYPES, read_config_json, require_model_type
+
+FAMILY_OF_MODEL_TYPE = {"qwen3": "qwen3", "nemotron_h": "nemotron"}
+
+
+def checkpoint_family(directory) -> str:
+    """Our family name (qwen3, nemotron) for the checkpoint's model_type; ValueError otherwise."""
+    path = Path(directory)
+    model_type = read_config_json(path).get("model_type")
+    if model_type not in FAMILY_OF_MODEL_TYPE:
+        try:  # names the architecture (Qwen3-MoE, Llama, ...) where it is known
+            require_model_type({"model_type": model_type}, "/".join(SUPPORTED_MODEL_TYPES))
+        except ValueError as error:
+            raise ValueError(f"{path / 'config.json'}: {error}") from error
+    return FAMILY_OF_MODEL_TYPE[model_type]
+
+
+def load_checkpoint(directory, dtype: str | None = None) -> tuple:
+    """(config, state dict of detached tensors) of the checkpoint, by its model_type."""
+    family = checkpoint_family(directory)
+    if family == "qwen3":
+        from kernels.models.hf_checkpoint import load_hf_checkpoint as load
+    else:
+        from kernels.models.hf_nemotron import load_hf_nemotron as load
+    config, model = load(directory, dtype)
+    return config, {name: tensor.detach() for name, tensor in model.state_dict().items()}
