@@ -9,7 +9,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from kernels.ops import activation, attention, moe
+from kernels.ops import activation, attention, linear, moe
 from kernels.ops.registry import register_variant
 from kernels.trainer.rl_loop import GRPORun
 
@@ -103,7 +103,17 @@ def resume_losing_rng_state(directory, config, contract, settings, **kwargs):
     return run
 
 
+def linear_slow_repeat(x, w, *, row_multiple: int, out_dtype=None, repeats: int = 4):
+    """The consistent linear computed `repeats` times, the last kept: the same bits at about
+    `repeats` times the CPU work (a planted slow path: C10 must fail it, and must fail it on
+    CPU time, which a neighbour process does not move)."""
+    for _ in range(repeats - 1):
+        linear.consistent(x, w, row_multiple=row_multiple, out_dtype=out_dtype)
+    return linear.consistent(x, w, row_multiple=row_multiple, out_dtype=out_dtype)
+
+
 PLANTED = {
+    ("linear", "planted_slow_repeat"): linear_slow_repeat,
     ("linear", "planted_atomic_split_k"): linear_atomic_split_k,
     ("moe_combine", "planted_reverse_order"): combine_reverse_order,
     ("moe_combine", "planted_bf16_reverse_order"): combine_bf16_reverse_order,

@@ -16,8 +16,8 @@ the inputs record it), every raw sample in the result; and every timed candidate
 outputs (tokens and log-prob bits) equal an untimed run of the same workload on a fresh
 engine here (so a patched timer, cached outputs or a reused engine's state cannot pass), the
 baseline's samples equal each other. On the CPU a sample's throughput is over the timed
-process's CPU time (all threads), so neighbours that stretch wall time do not move it (wall
-time is recorded beside it); on CUDA over CUDA-synced wall time. What is timed follows the
+process's CPU time (all threads, their OpenMP waits passive: gates/cpu_timing.py), so
+neighbours that stretch wall time do not move it (wall time is recorded beside it); on CUDA over CUDA-synced wall time. What is timed follows the
 target (`plan`): on the CPU the model's cut with the gates' small engine, a smoke figure; on
 CUDA the model at full width (qwen3-1.7b, nemotron-wide-cut), 64 sequences with room to batch
 them all, CUDA graphs for decode where both trees' engines replay them for the model (else
@@ -40,6 +40,7 @@ import torch
 
 from gates import device
 from gates.baseline import ROOT, export_commit, no_baseline, read_frozen
+from gates.cpu_timing import timed_environment
 from gates.faults import register_all
 from gates.inputs import fresh_seed
 from gates.ratio_verdict import decide
@@ -121,9 +122,10 @@ print(json.dumps({"tokens": sum(len(c.tokens) for c in completions), "wall_s": e
 
 def _run_in_tree(tree, program: str, argument: str, *, what: str, cwd=None) -> str:
     """The stripped stdout of `program` run in a fresh process on `tree`'s kernels
-    (PYTHONPATH=tree, cwd `cwd` or the tree); RuntimeError with its stderr if it fails."""
+    (PYTHONPATH=tree, cwd `cwd` or the tree, OpenMP waits passive: gates/cpu_timing.py);
+    RuntimeError with its stderr if it fails."""
     result = subprocess.run([sys.executable, "-c", program, argument], cwd=cwd or tree, capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": str(tree)})
+                            text=True, env=timed_environment(PYTHONPATH=str(tree)))
     if result.returncode != 0:
         raise RuntimeError(f"{what} in {tree} failed: {result.stderr[-2000:]}")
     return result.stdout.strip()

@@ -153,11 +153,13 @@ class WorkerProcess:
     asked one command at a time; a worker that dies raises with the tail of its stderr."""
 
     def __init__(self, label: str, root: Path, setup: dict):
+        from gates.cpu_timing import timed_environment  # the harness side: this file runs as the worker too
         self.label = label
         self.log = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), str(root), json.dumps(setup)],
-            cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+            cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            env=timed_environment())  # timed in CPU time: OpenMP waits must not spin
 
     def ask(self, command: str) -> dict:
         try:
