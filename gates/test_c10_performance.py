@@ -16,14 +16,16 @@ the inputs record it), every raw sample in the result; and every timed candidate
 outputs (tokens and log-prob bits) equal an untimed run of the same workload on a fresh
 engine here (so a patched timer, cached outputs or a reused engine's state cannot pass), the
 baseline's samples equal each other. On the CPU a sample's throughput is over the timed
-process's CPU time (all threads, their OpenMP waits passive: gates/cpu_timing.py), so
-neighbours that stretch wall time do not move it (wall time is recorded beside it); on CUDA over CUDA-synced wall time. What is timed follows the
+process's CPU time, with one intra-op thread (gates/cpu_timing.py: no barrier to spin at),
+so neighbours that stretch wall time do not move it (wall time is recorded beside it); on CUDA over CUDA-synced wall time. What is timed follows the
 target (`plan`): on the CPU the model's cut with the gates' small engine, a smoke figure; on
 CUDA the model at full width (qwen3-1.7b, nemotron-wide-cut), 64 sequences with room to batch
 them all, CUDA graphs for decode where both trees' engines replay them for the model (else
 both run decode eagerly, and the inputs say why), as gpu_rollout.py runs it.
-Negative control: a planted slow path (tests/test_gate_c00_c10.py) fails it, and so does a
-missing frozen baseline.
+Negative controls: a planted slow path (every linear computed four times, the same bits)
+fails it with two busy processes beside it (tests/test_c10_under_load.py, where the
+consistent path passes under the same load); so do a floor out of reach
+(tests/test_gate_c00_c10.py) and a missing frozen baseline.
 """
 import inspect
 import json
@@ -122,7 +124,7 @@ print(json.dumps({"tokens": sum(len(c.tokens) for c in completions), "wall_s": e
 
 def _run_in_tree(tree, program: str, argument: str, *, what: str, cwd=None) -> str:
     """The stripped stdout of `program` run in a fresh process on `tree`'s kernels
-    (PYTHONPATH=tree, cwd `cwd` or the tree, OpenMP waits passive: gates/cpu_timing.py);
+    (PYTHONPATH=tree, cwd `cwd` or the tree, one intra-op thread: gates/cpu_timing.py);
     RuntimeError with its stderr if it fails."""
     result = subprocess.run([sys.executable, "-c", program, argument], cwd=cwd or tree, capture_output=True,
                             text=True, env=timed_environment(PYTHONPATH=str(tree)))

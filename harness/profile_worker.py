@@ -159,7 +159,7 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), str(root), json.dumps(setup)],
             cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-            env=timed_environment())  # timed in CPU time: OpenMP waits must not spin
+            env=timed_environment())  # timed in CPU time: one intra-op thread
 
     def ask(self, command: str) -> dict:
         try:
