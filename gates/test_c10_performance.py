@@ -17,14 +17,16 @@ outputs (tokens and log-prob bits) equal an untimed run of the same workload on 
 engine here (so a patched timer, cached outputs or a reused engine's state cannot pass), the
 baseline's samples equal each other. On the CPU a sample's throughput is over the timed
 process's CPU time, with one intra-op thread (gates/cpu_timing.py: no barrier to spin at),
-so neighbours that stretch wall time do not move it (wall time is recorded beside it); on CUDA over CUDA-synced wall time. What is timed follows the
-target (`plan`): on the CPU the model's cut with the gates' small engine, a smoke figure; on
-CUDA the model at full width (qwen3-1.7b, nemotron-wide-cut), 64 sequences with room to batch
-them all, CUDA graphs for decode where both trees' engines replay them for the model (else
-both run decode eagerly, and the inputs say why), as gpu_rollout.py runs it.
+so a neighbour that deschedules it stretches wall time only (wall time is recorded beside
+it; a busy sibling hyperthread still widens the noise); on CUDA over CUDA-synced wall time.
+What is timed follows the target (`plan`): on the CPU the model's cut with the gates' small
+engine, a smoke figure; on CUDA the model at full width (qwen3-1.7b, nemotron-wide-cut), 64
+sequences with room to batch them all, CUDA graphs for decode where both trees' engines
+replay them for the model (else both run decode eagerly, and the inputs say why), as
+gpu_rollout.py runs it.
 Negative controls: a planted slow path (every linear computed four times, the same bits)
 fails it with two busy processes beside it (tests/test_c10_under_load.py, where the
-consistent path passes under the same load); so do a floor out of reach
+consistent path must not fail under the same load); so do a floor out of reach
 (tests/test_gate_c00_c10.py) and a missing frozen baseline.
 """
 import inspect
@@ -143,7 +145,7 @@ def timed_rollout(tree, asked: dict) -> dict:
                                      cwd=apparatus).splitlines()[-1])
     if not os.path.realpath(answer["kernels"] or "/").startswith(os.path.realpath(tree)):
         raise RuntimeError(f"timing in {tree} imported kernels from {answer['kernels']}")
-    # on the CPU the work is the process's CPU time (all threads): neighbours stretch wall time only
+    # on the CPU the work is the process's CPU time (one intra-op thread): descheduling stretches wall time only
     seconds = answer["cpu_s"] if asked.get("device", "cpu") == "cpu" else answer["wall_s"]
     return {**answer, "tokens_per_s": answer["tokens"] / seconds,
             "wall_tokens_per_s": answer["tokens"] / answer["wall_s"],
@@ -243,7 +245,7 @@ def test_throughput_against_the_frozen_baseline(gate):
     figures = dict(ratio=verdict.ratio, noise=[verdict.low, verdict.high], noise_coverage=verdict.coverage,
                    pair_ratios=pair_ratios,
                    floor=FLOOR, goal=0.95, samples_tokens_per_s=samples, wall_tokens_per_s=wall,
-                   timed_by="process CPU time, all threads" if target == "cpu" else "CUDA-synced wall time",
+                   timed_by="process CPU time, one intra-op thread" if target == "cpu" else "CUDA-synced wall time",
                    process_seconds=process_s, device=target, config=asked["config"],
                    baseline={"tag": frozen["tag"], "commit": frozen["commit"], "contract": "fast"},
                    note=("CPU smoke figure; the GPU figure against the frozen baseline is the one that counts"

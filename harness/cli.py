@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     try:
         _require_out_directory(args)
         return importlib.import_module(VERBS[args.verb][0]).run(args)
-    except (ValueError, FileNotFoundError) as error:  # the loaders name a missing checkpoint file so
+    except (ValueError, FileNotFoundError) as error:  # the checkpoint loaders raise the latter, naming the file
         print(f"harness {args.verb}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

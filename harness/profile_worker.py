@@ -59,8 +59,8 @@ class WorkerSide:
     def sample(self) -> dict:
         """One rollout (timed), then one GRPO-style step on its completions: score + update
         (timed) with a fresh trainer from the same weights, so every sample does the same work.
-        Timed as C10 times the CPU: this process's CPU time (all threads), so neighbours that
-        stretch wall time do not move it; wall time beside it."""
+        Timed as C10 times the CPU: this process's CPU time, one intra-op thread (the harness
+        starts it so: gates/cpu_timing.py), which descheduling does not move; wall time beside it."""
         from gates.workload import rollout
         from kernels.trainer.grpo import group_advantages
         from kernels.trainer.logprobs import scored_sequences
