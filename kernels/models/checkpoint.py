@@ -4,7 +4,7 @@ command can take `--checkpoint DIR` without being told the family. An unsupporte
 architecture is refused by name (require_model_type's table), never loaded as another."""
 from pathlib import Path
 
-from kernels.models.hf_checkpoint import SUPPORTED_MODEL_TYPES, read_config_json, require_model_type
+from kernels.models.hf_checkpoint import read_config_json, require_model_type
 
 FAMILY_OF_MODEL_TYPE = {"qwen3": "qwen3", "nemotron_h": "nemotron"}
 
@@ -12,13 +12,12 @@ FAMILY_OF_MODEL_TYPE = {"qwen3": "qwen3", "nemotron_h": "nemotron"}
 def checkpoint_family(directory) -> str:
     """Our family name (qwen3, nemotron) for the checkpoint's model_type; ValueError otherwise."""
     path = Path(directory)
-    model_type = read_config_json(path).get("model_type")
-    if model_type not in FAMILY_OF_MODEL_TYPE:
-        try:  # names the architecture (Qwen3-MoE, Llama, ...) where it is known
-            require_model_type({"model_type": model_type}, "/".join(SUPPORTED_MODEL_TYPES))
-        except ValueError as error:
-            raise ValueError(f"{path / 'config.json'}: {error}") from error
-    return FAMILY_OF_MODEL_TYPE[model_type]
+    hf_config = read_config_json(path)
+    try:  # names the architecture (Qwen3-MoE, Llama, ...) where it is known
+        require_model_type(hf_config, *FAMILY_OF_MODEL_TYPE)
+    except ValueError as error:
+        raise ValueError(f"{path / 'config.json'}: {error}") from error
+    return FAMILY_OF_MODEL_TYPE[hf_config["model_type"]]
 
 
 def load_checkpoint(directory, dtype: str | None = None) -> tuple:

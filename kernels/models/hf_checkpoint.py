@@ -43,13 +43,14 @@ _UNSUPPORTED = {"qwen3_moe": "Qwen3-MoE", "qwen3_next": "Qwen3-Next", "qwen3_5_m
                 "qwen2": "Qwen2", "llama": "Llama", "deepseek_v3": "DeepSeek-V3", "deepseek_v4": "DeepSeek-V4"}
 
 
-def require_model_type(hf_config: dict, expected: str) -> None:
-    """ValueError naming the architecture when config.json is not `expected`'s."""
+def require_model_type(hf_config: dict, *expected: str) -> None:
+    """ValueError naming the architecture when config.json's model_type is none of `expected`."""
     found = hf_config.get("model_type")
-    if found == expected:
+    if found in expected:
         return
     named = f" ({_UNSUPPORTED[found]})" if found in _UNSUPPORTED else ""
-    raise ValueError(f"model_type: {found!r}{named} is not supported by this loader (expected {expected!r}; "
+    wanted = " or ".join(repr(e) for e in expected)
+    raise ValueError(f"model_type: {found!r}{named} is not supported by this loader (expected {wanted}; "
                      f"loaders exist for {', '.join(SUPPORTED_MODEL_TYPES)})")
 
 
