@@ -126,7 +126,7 @@ def _series(samples: list, key: str, higher_is_better: bool) -> dict:
     ratios (> 1: consistent faster) with its order-statistic interval (the noise)."""
     values = {side: [s[key] for s in samples if s["side"] == side] for side in SIDES}
     base, cons = (statistics.median(values[side]) for side in SIDES)
-    pairs = [(b / c) if not higher_is_better else (c / b) for b, c in zip(values["baseline"], values["consistent"])]
+    pairs = [c / b if higher_is_better else b / c for b, c in zip(values["baseline"], values["consistent"])]
     ratio, low, high, covered = median_interval(pairs)
     return {**values, "median_baseline": base, "median_consistent": cons, "pair_ratios": pairs,
             "ratio": ratio, "noise": [low, high], "noise_coverage": covered}

@@ -18,7 +18,7 @@ from harness.stages.gates import describe, discover
 from harness.stages.plots import PLOTS
 from harness.stages.report_agents import agent_sections
 from harness.stages.report_summary import summary
-from harness.stages.report_values import flatten, format_value
+from harness.stages.report_values import flatten, format_value, ratio_with_noise
 
 REPORTS = ("report.md", "report.html")
 KNOWN_ENTRIES = ("run.json", "gates", "diff", "locate", "repros", "profile")
@@ -143,11 +143,8 @@ def repro_sections(files: RunFiles) -> list:
 
 def _measure(measure: dict) -> dict:
     samples = f"{len(measure.get('baseline') or [])} + {len(measure.get('consistent') or [])}"
-    figures = {key: format_value(measure.get(key)) for key in ("median_baseline", "median_consistent", "ratio")}
-    noise = measure.get("noise")
-    if isinstance(noise, list) and len(noise) == 2:
-        figures["ratio"] += f" [{format_value(noise[0])}, {format_value(noise[1])}]"
-    return figures | {"samples": samples}
+    figures = {key: format_value(measure.get(key)) for key in ("median_baseline", "median_consistent")}
+    return figures | {"ratio": ratio_with_noise(measure.get("ratio"), measure.get("noise")), "samples": samples}
 
 
 def profile_section(files: RunFiles) -> dict:

@@ -7,7 +7,7 @@ Verdict, first match wins: a failed gate or stage -> "fail"; an inconclusive gat
 "inconclusive"; a gate with no result -> "incomplete"; else "pass" (a gate that is n/a
 counts as neither pass nor fail and is named).
 """
-from harness.stages.report_values import format_value
+from harness.stages.report_values import ratio_with_noise
 
 VERDICT_LINES = {
     "fail": "a gate failed: the engine and the trainer (or the speed) do not meet a pass condition",
@@ -21,9 +21,7 @@ def _c10_figure(gates: list) -> str | None:
     c10 = next((g for g in gates if g["name"] == "C10"), None)
     for condition in (c10 or {}).get("raw_conditions", []):
         if "ratio" in condition:
-            noise = condition.get("noise")
-            interval = f" [{format_value(noise[0])}, {format_value(noise[1])}]" if isinstance(noise, list) else ""
-            return f"C10 consistent / baseline: {format_value(condition['ratio'])}{interval}"
+            return f"C10 consistent / baseline: {ratio_with_noise(condition['ratio'], condition.get('noise'))}"
     return None
 
 

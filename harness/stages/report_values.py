@@ -39,3 +39,10 @@ def flatten(document: dict, prefix: str = "") -> list:
         else:
             rows.append((f"{prefix}{key}", format_value(value)))
     return rows
+
+
+def ratio_with_noise(ratio, noise) -> str:
+    """A ratio and, where recorded as [low, high], its noise interval: "0.82 [0.77, 0.86]"."""
+    if isinstance(noise, list) and len(noise) == 2:
+        return f"{format_value(ratio)} [{format_value(noise[0])}, {format_value(noise[1])}]"
+    return format_value(ratio)
