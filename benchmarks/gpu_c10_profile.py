@@ -37,13 +37,16 @@ CONTRACTS = ("fast", "consistent")
 RANGE = "region/"
 
 
+def graph_replays(engine) -> int:
+    return sum(engine.graphs.replays.values()) if engine.graphs is not None else 0
+
+
 def step_kind(engine, before_phases: dict, before_replays: int) -> str:
     phases = [k for k, n in engine.step_phases.items() if n != before_phases.get(k, 0)]
     if not phases:
         return "idle"
     if phases[0] == ("decode",):
-        replays = sum(engine.graphs.replays.values()) if engine.graphs is not None else 0
-        return "decode, graph" if replays != before_replays else "decode, eager"
+        return "decode, graph" if graph_replays(engine) != before_replays else "decode, eager"
     return "+".join(phases[0])
 
 
@@ -55,7 +58,7 @@ def run_workload(engine, requests, sync, on_step=None) -> float:
     sync()
     started = time.perf_counter()
     while engine.has_work():
-        before, replays = dict(engine.step_phases), (sum(engine.graphs.replays.values()) if engine.graphs else 0)
+        before, replays = dict(engine.step_phases), graph_replays(engine)
         rows = len(engine.scheduler.running) + len(engine.scheduler.waiting)
         step_started = time.perf_counter()
         engine.step()
@@ -65,18 +68,15 @@ def run_workload(engine, requests, sync, on_step=None) -> float:
     return time.perf_counter() - started
 
 
-def timed_runs(engine, requests, sync, runs: int) -> list:
-    out = []
-    for _ in range(runs):
-        steps = []
-        wall = run_workload(engine, requests, sync, lambda kind, rows, s: steps.append([kind, rows, s]))
-        by_kind = defaultdict(lambda: [0, 0.0])
-        for kind, _, seconds in steps:
-            by_kind[kind][0] += 1
-            by_kind[kind][1] += seconds
-        out.append({"wall_s": wall, "steps": steps,
-                    "by_kind": {k: {"steps": n, "s": s} for k, (n, s) in by_kind.items()}})
-    return out
+def timed_run(engine, requests, sync) -> dict:
+    """One run's wall time, every step as [kind, rows, seconds], and the seconds per kind."""
+    steps = []
+    wall = run_workload(engine, requests, sync, lambda kind, rows, s: steps.append([kind, rows, s]))
+    by_kind = defaultdict(lambda: [0, 0.0])
+    for kind, _, seconds in steps:
+        by_kind[kind][0] += 1
+        by_kind[kind][1] += seconds
+    return {"wall_s": wall, "steps": steps, "by_kind": {k: {"steps": n, "s": s} for k, (n, s) in by_kind.items()}}
 
 
 def region_times(events) -> dict:
@@ -171,7 +171,6 @@ def main() -> int:
         config = load_model_config(asked["config"])
         progress(f"{model}: seeding {asked['config']}'s weights")
         weights, workload = seeded_weights(config), Workload(**asked["workload"])
-        requests = make_requests(workload, config.vocab_size)
         engines = {}
         for name in CONTRACTS:  # built and warmed one after the other, then alternated
             progress(f"{model}: building and warming the {name} engine")
@@ -180,7 +179,7 @@ def main() -> int:
         cells = {name: {"timed": []} for name in CONTRACTS}
         for _ in range(args.runs):
             for name in CONTRACTS:
-                cells[name]["timed"] += timed_runs(engines[name], make_requests(workload, config.vocab_size), sync, 1)
+                cells[name]["timed"].append(timed_run(engines[name], make_requests(workload, config.vocab_size), sync))
         progress(f"{model}: timed runs done; profiling")
         for name in CONTRACTS:
             cells[name]["profiled"] = profiled_run(engines[name], make_requests(workload, config.vocab_size), sync)

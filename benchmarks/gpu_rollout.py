@@ -19,7 +19,6 @@ Weights are seeded random (speed does not depend on them); both contracts get th
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,8 +26,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.raw_output import provenance  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
-from kernels.contract.identity import deployment_fingerprint  # noqa: E402
 from kernels.engine.engine import Engine  # noqa: E402
 from kernels.engine.graphs import graphs_unsupported  # noqa: E402
 from kernels.engine.request import Request  # noqa: E402
@@ -219,8 +218,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    record = {"environment": deployment_fingerprint(), "commit": commit, "args": vars(args), "cells": [],
+    record = {**provenance(), "args": vars(args), "cells": [],
               "bandwidth_bytes_per_s": copy_bandwidth(), "references": [], "kernels": []}
     contracts = {name: load_contract(name) for name in CONTRACTS}
     path = out / "gpu_rollout.json"
