@@ -45,7 +45,8 @@ def _slow_contract(tmp_path) -> str:
     return str(path)
 
 
-def _throughput(out) -> dict:
+def _throughput(out) -> tuple:
+    """(C10.json, its throughput condition)."""
     result = json.loads((out / "C10.json").read_text())
     return result, next(c for c in result["conditions"] if c["name"].startswith("rollout throughput ratio"))
 
