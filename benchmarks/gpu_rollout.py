@@ -7,8 +7,10 @@
 Per (model, batch): the engine generates `batch` requests (all arriving at step 0, sampled at
 temperature 1) with the fast and the consistent contract alternately (A B A B ..., after one
 warm-up each, which compiles the Triton kernels and captures the decode CUDA graphs where the
-model allows them, in both contracts); every engine step is timed (CUDA-synced)
-and labelled by its phases, so decode step times come out beside tokens/s. The trainer's
+model allows them, in both contracts); every engine step is timed on the host, unsynced
+(with look-ahead the host runs one step ahead of the GPU, so in steady decode a step's
+interval is the GPU's pace; a sync per step would serialise them), and labelled by its
+phases, so decode step times come out beside tokens/s; the run's total is synced. The trainer's
 fwd+bwd+update step on the same completions is timed the same way. Then: the decode step at
 the largest batch against the memory roofline (weights + the KV the step reads, over the
 copy bandwidth measured here), `transformers`' generate on the same Qwen3 config as an
@@ -76,7 +78,6 @@ def timed_rollout(engine, config, batch, prompt_len, new_tokens, seed):
         step_start = time.perf_counter()
         for completion in engine.step():
             done[completion.request.request_id] = completion
-        sync()
         phases = [k for k, n in engine.step_phases.items() if n != before.get(k, 0)]
         steps.append(("+".join(phases[0]) if phases else "idle", time.perf_counter() - step_start))
     total = time.perf_counter() - started
@@ -163,11 +164,15 @@ def top_kernels(config, contract, weights, batch, prompt_len, limit=12):
     return [{"kernel": k[:90], "us": round(t, 1), "calls": n} for k, t, n in rows[:limit]]
 
 
-def _profiled_step(engine, limit):
+def _profiled_steps(engine, limit, steps=1):
+    """`steps` consecutive engine steps under the profiler; times and counts per step (one
+    step alone would hide the overlap of a step launched ahead with its predecessor)."""
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
+        sync()
         started = time.perf_counter()
-        engine.step()
+        for _ in range(steps):
+            engine.step()
         sync()
         wall = time.perf_counter() - started
     events = prof.key_averages()
@@ -175,22 +180,25 @@ def _profiled_step(engine, limit):
     host = sorted(((e.key, e.self_cpu_time_total, e.count) for e in events), key=lambda r: -r[1])[:limit]
     kernels = sorted(((e.key, e.self_device_time_total, e.count) for e in events if e.self_device_time_total > 0),
                      key=lambda r: -r[1])[:limit]
-    return {"wall_ms": 1e3 * wall, "gpu_kernel_ms": gpu_us / 1e3,
-            "host_self_us": [{"op": k[:80], "us": round(t, 1), "calls": n} for k, t, n in host],
-            "kernels_us": [{"kernel": k[:80], "us": round(t, 1), "calls": n} for k, t, n in kernels]}
+    return {"steps": steps, "wall_ms": 1e3 * wall / steps, "gpu_kernel_ms": gpu_us / 1e3 / steps,
+            "host_self_us": [{"op": k[:80], "us": round(t / steps, 1), "calls": n / steps} for k, t, n in host],
+            "kernels_us": [{"kernel": k[:80], "us": round(t / steps, 1), "calls": n / steps} for k, t, n in kernels]}
 
 
-def step_profile(config, contract, weights, batch, prompt_len, limit=10):
-    """The prefill step and one decode step of a warmed engine (graphs where the model allows)
-    under the profiler: wall time, GPU time of their kernels, the host ops that took longest."""
-    engine = make_engine(config, contract, weights, batch, prompt_len, 8)
-    timed_rollout(engine, config, batch, prompt_len, 8, seed=3)  # captures, compiles
-    for request in _requests(config, batch, prompt_len, 4, seed=9):
+def step_profile(config, contract, weights, batch, prompt_len, limit=10, decode_steps=8):
+    """The prefill step and `decode_steps` decode steps of a warmed engine (graphs where the
+    model allows) under the profiler: wall time, GPU time of their kernels, the host ops that
+    took longest, per step."""
+    engine = make_engine(config, contract, weights, batch, prompt_len, decode_steps + 4)
+    timed_rollout(engine, config, batch, prompt_len, decode_steps + 4, seed=3)  # captures, compiles
+    for request in _requests(config, batch, prompt_len, decode_steps + 4, seed=9):
         engine.add_request(request)
-    prefill = _profiled_step(engine, limit)
+    prefill = _profiled_steps(engine, limit)
     engine.step()
     sync()
-    return dict(_profiled_step(engine, limit), graphs=engine.replays_cuda_graphs, prefill=prefill)
+    decode = _profiled_steps(engine, limit, decode_steps)
+    return dict(decode, graphs=engine.replays_cuda_graphs, launched_ahead=engine.steps_launched_ahead,
+                prefill=prefill)
 
 
 SKIPPABLE = ("trainer", "profile", "reference")  # the trainer step, the profiled steps, transformers generate

@@ -14,7 +14,9 @@ graphs need a GPU") and for an engine whose decode is not captured (the reason i
 Where the sampler has a tensor form the head (lm_head, draw, log-prob) is captured too, and
 some replayed row must have been sampled inside the graph. For a hybrid model the graphs also serve each Mamba layer's slot and buffered-row tables, and
 some replayed row must have completed its SSM chunk (a scan that re-plays its chunk folds it
-in place inside the graph), or the comparison misses that path and fails. Negative control:
+in place inside the graph), or the comparison misses that path and fails. An engine that
+launches decode steps ahead (token ids read on the device) must have launched some, or the
+comparison misses that path and fails. Negative control:
 the planted fault `attention.planted_graph_baked_block_kv` (gates/faults.py: the walk's key
 block chosen on the host from the step's longest context, which a capture bakes at its dummy
 context) fails it on the GPU (benchmarks/gpu_gates.sh runs it); a scanned source that calls
@@ -92,6 +94,10 @@ def test_graph_replay_equals_eager(gate):
         gate.check("replayed rows were sampled inside the graph (lm_head, draw, log-prob captured)",
                    engine.graphs.rows_sampled_in_graph > 0, rows_sampled_in_graph=engine.graphs.rows_sampled_in_graph,
                    head_replays=engine.graphs.head_replays)
+    if engine.look_ahead:  # decode steps launched before their predecessor was collected
+        gate.check("decode steps were launched ahead, their token ids read on the device",
+                   engine.steps_launched_ahead > 0, steps_launched_ahead=engine.steps_launched_ahead,
+                   rows_dropped=engine.rows_dropped)
     mamba = engine.graphs.mamba
     if mamba.buffered_in_graph:  # a scan that buffers its chunk was captured
         gate.check("replayed rows completed SSM chunks, folded inside the graph", mamba.folded_in_graph > 0,

@@ -10,6 +10,7 @@ import torch
 from gates.compare import assert_bitwise_equal
 from kernels.contract import load_contract
 from kernels.engine.graph_head import GraphHead, tensor_draw
+from kernels.engine.pinned import ResultCopies
 from kernels.models.dispatch import RegionDispatch
 from kernels.ops.sampler import SamplingParams
 
@@ -48,7 +49,7 @@ def _head(contract, logits, params, draws, size, draw=None):
     head.fill(params, draws, size)
     padded = torch.cat([logits, logits[:size - len(params)]])  # padding rows: whatever the buffers hold
     captured = head.capture(_LogitsModel, dispatch, "engine_graph", padded, draw or tensor_draw(dispatch, "engine_graph"))
-    return head.results(*head.redraw_truncated(dispatch, "engine_graph", captured, params, draws))
+    return ResultCopies.wait(ResultCopies(size).start(*head.redraw_truncated(dispatch, "engine_graph", captured, params, draws)))
 
 
 @pytest.mark.parametrize("contract_name", ["consistent", "fast"])

@@ -5,21 +5,50 @@ A step is one forward over a flat batch of prefill chunks and decode tokens. Tok
 regions run in case engine_decode when the step holds only decodes and engine_prefill
 otherwise; each segment's attention runs in its own phase's case. With cuda_graphs, a
 decode-only step replays a captured graph instead and runs in case engine_graph.
+
+Look-ahead: when a decode step holds every running sequence, none ends by length and no
+request is due, the next step's work is known but for the tokens just sampled, so it is
+launched before this step's results reach the host, its token ids read on the device (as
+vLLM's asynchronous scheduling does). The host prepares step n+1 while the GPU runs step n.
+A sequence that ends on its stop token meanwhile leaves one row computed for nothing, which
+the next step drops; its KV goes to its own reserved blocks. Rows do not change bits with
+their batch under the consistent contract, so the completions are those of a step-by-step
+engine; a request added while a step is launched ahead joins one step later.
 """
 from collections import Counter
+from dataclasses import dataclass
 
 import torch
 
 from kernels.contract.identity import identities
 from kernels.engine.cache import EngineCache, PagedKVCache
+from kernels.engine.pinned import ResultCopies
 from kernels.engine.request import Completion, Request, RunningSequence
-from kernels.engine.scheduler import Scheduler
+from kernels.engine.scheduler import ScheduledWork, Scheduler
 from kernels.models.batch import Segment, TokenBatch
 from kernels.layout.dispatch import make_dispatch
 from kernels.layout.groups import comm_fingerprint
 from kernels.models.registry import build_model
+from kernels.ops.transfer import to_device
 
 PHASE_CASE = {"prefill": "engine_prefill", "decode": "engine_decode"}
+
+
+@dataclass
+class _Launched:
+    """A step on the device: the items that sample, their results on the way to the host."""
+
+    items: list
+    """ScheduledWork of the rows that sample, in row order."""
+    tokens: torch.Tensor
+    """[R] long on the device: a step launched ahead reads its token ids from it."""
+    ticket: tuple
+    """ResultCopies ticket of tokens and log-probs."""
+    full: torch.Tensor | None
+    """[R, V] fp32 full log-prob rows, when a row asked for them."""
+    rows: list | None = None
+    """Which of the launched rows `items` are (None: all); a step launched ahead loses the
+    rows of sequences that ended meanwhile."""
 
 
 class Engine:
@@ -27,10 +56,15 @@ class Engine:
 
     def __init__(self, config, contract, state_dict=None, *, num_blocks=256, block_size=16,
                  max_tokens_per_step=64, max_running=16, observers=(), device="cpu", parallel=None,
-                 cuda_graphs=False):
+                 cuda_graphs=False, look_ahead=None):
         """`parallel`: this rank's LayoutGroups (kernels/layout/) when the engine runs in a
         TP/EP layout; None: one process. `cuda_graphs`: replay decode steps from CUDA graphs
-        (kernels/engine/graphs.py; CUDA only, one process; ValueError else)."""
+        (kernels/engine/graphs.py; CUDA only, one process; ValueError else). `look_ahead`:
+        launch the next decode step before this one's results are on the host (module
+        docstring); default: with cuda_graphs and no observers. Observers see every row
+        in launch order, so they refuse it (ValueError)."""
+        if look_ahead and observers:
+            raise ValueError("look_ahead: observers trace rows in launch order; run them without it")
         contract.require_regions(config.REGIONS)
         self.config = config
         self.device = torch.device(device)
@@ -48,6 +82,13 @@ class Engine:
                                    max_running=max_running)
         self.step_count = 0
         self.graphs = self._decode_graphs(cuda_graphs, max_running)
+        self.look_ahead = bool(cuda_graphs and not observers) if look_ahead is None else look_ahead
+        self.steps_launched_ahead = 0
+        """Decode steps launched before the step before them was collected."""
+        self.rows_dropped = 0
+        """Rows of steps launched ahead whose sequence had ended on its stop token."""
+        self._results = ResultCopies(max_running)
+        self._ahead: _Launched | None = None
         self.replays_cuda_graphs = self.graphs is not None
         """True when decode steps replay captured CUDA graphs: the region doors' Python does
         not run then, so a tracer must refuse."""
@@ -66,7 +107,11 @@ class Engine:
         return DecodeGraphs(self.model, self.dispatch, self.cache, max_running, self.device)
 
     def load_weights(self, state_dict) -> None:
-        """Weight sync: copy bit-exact, drop all cached KV, recompute running sequences."""
+        """Weight sync: copy bit-exact, drop all cached KV, recompute running sequences (a
+        step launched ahead ran on the old weights: it is dropped, its rows recomputed)."""
+        if self._ahead is not None:
+            ResultCopies.wait(self._ahead.ticket)
+            self._ahead = None
         self._copy_weights(state_dict)
         self.weight_version += 1
         self.cache.clear()
@@ -112,29 +157,89 @@ class Engine:
         return self._pending + list(self.scheduler.waiting) + self.scheduler.running
 
     def has_work(self) -> bool:
-        return bool(self._pending or self.scheduler.waiting or self.scheduler.running)
+        return bool(self._pending or self.scheduler.waiting or self.scheduler.running or self._ahead)
 
     def step(self) -> list:
         """One engine step; returns the completions that finished in it."""
         arrived = [s for s in self._pending if s.request.arrival_step <= self.step_count]
         self._pending = [s for s in self._pending if s.request.arrival_step > self.step_count]
         self.scheduler.waiting.extend(sorted(arrived, key=lambda s: s.request.arrival_step))
-        work = self.scheduler.schedule()
+        launched, self._ahead = self._adopt_ahead(), None
+        work = launched.items if launched else self.scheduler.schedule()
         self.step_count += 1
         if not work:
             return []
         self.step_phases[tuple(sorted({item.phase for item in work}))] += 1
-        segments, token_ids, case = self._layout(work)
+        if launched is None:
+            launched = self._launch(work)
+        if launched is not None and self._may_look_ahead(work, launched):
+            self._ahead = self._launch([ScheduledWork(item.sequence, 1, "decode") for item in work], launched.tokens)
+            self.steps_launched_ahead += 1
+        return self._collect(launched) if launched else []
+
+    def _adopt_ahead(self) -> "_Launched | None":
+        """The step launched ahead, without the rows whose sequence has ended since; None
+        when there is none or no row is left."""
+        ahead = self._ahead
+        if ahead is None:
+            return None
+        keep = [i for i, item in enumerate(ahead.items) if not item.sequence.is_finished]
+        self.rows_dropped += len(ahead.items) - len(keep)
+        if len(keep) == len(ahead.items):
+            return ahead
+        if not keep:
+            return None
+        return _Launched([ahead.items[i] for i in keep], None, ahead.ticket, ahead.full, keep)
+
+    def _may_look_ahead(self, work, launched) -> bool:
+        """Whether the next step is this step's rows one token on: every running sequence
+        decodes and samples here, none ends by length, no request waits or is due."""
+        if not self.look_ahead or launched.tokens is None or len(launched.items) != len(work):
+            return False
+        if self.scheduler.waiting or any(s.request.arrival_step <= self.step_count for s in self._pending):
+            return False
+        sequences = [item.sequence for item in work]
+        if any(item.phase != "decode" for item in work) or sequences != self.scheduler.running:
+            return False
+        return all(self._draw_index(s) + 1 < s.request.max_new_tokens for s in sequences)
+
+    @staticmethod
+    def _draw_index(sequence) -> int:
+        """Which generated token the row at the sequence's last computed position draws."""
+        return sequence.num_computed - len(sequence.request.prompt)
+
+    def _launch(self, work, device_tokens=None) -> "_Launched | None":
+        """Run one step's forward and sampler on the device (token ids from `device_tokens`
+        when launched ahead); its results' copy to the host started; None if no row samples."""
+        segments, token_ids, case = self._layout(work, device_tokens)
         with torch.inference_mode():
+            sampled = None
             if case == "engine_graph":  # every decode row samples
-                hidden, sampled = self.graphs.run(segments, token_ids, *self._sampling(work))
+                hidden, sampled = self.graphs.launch(segments, token_ids, *self._sampling(work))
             else:
-                batch = TokenBatch(torch.tensor(token_ids, dtype=torch.long, device=self.device), segments, case)
-                hidden, sampled = self.model(batch, self.dispatch, self.cache), None
-            finished = self._record(work, *sampled) if sampled else self._sample(work, segments, case, hidden)
-        for item in work:
-            item.sequence.num_computed += item.num_tokens
-        return finished
+                ids = token_ids if device_tokens is not None else torch.tensor(token_ids, dtype=torch.long,
+                                                                                 device=self.device)
+                hidden = self.model(TokenBatch(ids, segments, case), self.dispatch, self.cache)
+            for item in work:
+                item.sequence.num_computed += item.num_tokens
+            if sampled is not None:
+                items, full = work, None
+                tokens, logprobs = sampled
+            else:
+                sample = self._sample(work, segments, case, hidden)
+                if sample is None:
+                    return None
+                items, tokens, logprobs, full = sample
+        return _Launched(items, tokens, self._results.start(tokens, logprobs), full)
+
+    def _collect(self, launched) -> list:
+        """Wait for a launched step's results, record them; the completions that finished."""
+        tokens, logprobs = ResultCopies.wait(launched.ticket)
+        full, rows = launched.full, launched.rows
+        if rows is not None:
+            tokens, logprobs = [tokens[i] for i in rows], [logprobs[i] for i in rows]
+            full = None if full is None else full[rows]
+        return self._record(launched.items, tokens, logprobs, full)
 
     def generate(self, requests) -> list:
         """Run requests (honouring their arrival steps) to completion; results in input order."""
@@ -146,47 +251,52 @@ class Engine:
                 done[completion.request.request_id] = completion
         return [done[request.request_id] for request in requests]
 
-    def _layout(self, work) -> tuple:
-        """(segments, token ids, case) of one step's rows."""
+    def _layout(self, work, device_tokens=None) -> tuple:
+        """(segments, token ids, case) of one step's rows; the ids are `device_tokens` when
+        given (a step launched ahead, whose last tokens are not on the host yet)."""
         segments, tokens, row = [], [], 0
         all_decode = all(item.phase == "decode" for item in work)
         # a replayed decode step runs in the graph case, its segments and head regions too
         graphed = all_decode and self.graphs is not None and len(work) <= self.graphs.sizes[-1]
         for item in work:
             sequence = item.sequence
-            tokens.extend(sequence.tokens_between(sequence.num_computed, sequence.num_computed + item.num_tokens))
+            if device_tokens is None:
+                tokens.extend(sequence.tokens_between(sequence.num_computed, sequence.num_computed + item.num_tokens))
             segments.append(Segment(sequence.request.request_id, sequence.num_computed, item.num_tokens, row,
                                     "engine_graph" if graphed else PHASE_CASE[item.phase]))
             row += item.num_tokens
         case = "engine_graph" if graphed else "engine_decode" if all_decode else "engine_prefill"
-        return tuple(segments), tokens, case
+        return tuple(segments), tokens if device_tokens is None else device_tokens, case
 
-    @staticmethod
-    def _sampling(items) -> tuple:
-        """(params, draw indices, whether any wants full rows) of the items that sample."""
+    def _sampling(self, items) -> tuple:
+        """(params, draw indices, whether any wants full rows) of the items that sample,
+        before their rows are counted computed."""
         params = [item.sequence.request.params for item in items]
-        draws = [len(item.sequence.completion.tokens) for item in items]
+        draws = [self._draw_index(item.sequence) + item.num_tokens for item in items]
         return params, draws, any(item.sequence.request.return_full_logprobs for item in items)
 
-    def _sample(self, work, segments, case: str, hidden) -> list:
-        """Sample for every sequence whose known tokens are all computed after this step."""
+    def _sample(self, work, segments, case: str, hidden):
+        """(items, tokens [R], log-probs [R], full rows or None) on the device for every
+        sequence whose last computed row (counted already) reaches its known tokens; None
+        when no row samples."""
         chosen = [(item, segment) for item, segment in zip(work, segments)
-                  if item.sequence.num_computed + item.num_tokens == item.sequence.num_tokens]
+                  if item.sequence.num_computed >= item.sequence.num_tokens]
         if not chosen:
-            return []
+            return None
         items = [item for item, _ in chosen]
-        rows = torch.tensor([segment.row + segment.length - 1 for _, segment in chosen], device=self.device)
-        params, draws, wants_full = self._sampling(items)
-        temperatures = torch.tensor([p.logprob_temperature for p in params], dtype=torch.float32,
-                                    device=self.device)
+        rows = to_device(torch.tensor([segment.row + segment.length - 1 for _, segment in chosen]), self.device)
+        params = [item.sequence.request.params for item in items]
+        draws = [self._draw_index(item.sequence) for item in items]
+        wants_full = any(item.sequence.request.return_full_logprobs for item in items)
+        temperatures = to_device(torch.tensor([p.logprob_temperature for p in params], dtype=torch.float32),
+                                 self.device)
         with self.dispatch.selecting_rows(rows):
             logits = self.model.logits(hidden[rows], self.dispatch, case)
             tokens = self.dispatch("sampler", case, None, logits, params, draws)
             logprobs = self.dispatch("logprob", case, None, logits, tokens, temperatures)
             full = (self.dispatch("logprob", case, None, logits, tokens, temperatures, full=True)
                     if wants_full else None)
-        # one device-to-host copy each for the step's tokens and log-probs, not one per row
-        return self._record(items, tokens.tolist(), logprobs.tolist(), full)
+        return items, tokens, logprobs, full
 
     def _record(self, items, tokens: list, logprobs: list, full=None) -> list:
         """Append each sampled row to its completion; the completions that finished."""

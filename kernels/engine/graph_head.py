@@ -1,5 +1,6 @@
 """The head of a decode graph (kernels/engine/graphs.py): lm_head, the draw and the sampled
-token's log-prob captured after the forward, so a replay ends in one copy and one wait.
+token's log-prob captured after the forward, so a replay needs no wait on the host until its
+tokens are collected.
 
 The draw is the sampler variant's tensor form (`variant.draw`), the arithmetic its eager form
 runs after truncation, so an untruncated row gets the eager bits (gate C5). Top-k / top-p rows
@@ -7,8 +8,9 @@ are drawn again from the captured logits; full log-prob rows and untensored samp
 """
 import torch
 
-from kernels.engine.pinned import host_buffer
+from kernels.engine.pinned import StagingSets
 from kernels.ops.sampler import row_tensors, scaled, truncates
+from kernels.ops.transfer import to_device
 
 
 def tensor_draw(dispatch, case: str):
@@ -18,17 +20,14 @@ def tensor_draw(dispatch, case: str):
 
 
 class GraphHead:
-    """Static sampler inputs and pinned host copies of what a replay samples."""
+    """Static sampler inputs, filled through pinned staging sets."""
 
     def __init__(self, max_batch: int, device):
         self.temperatures = torch.ones(max_batch, dtype=torch.float32, device=device)
         self.greedy = torch.zeros(max_batch, dtype=torch.bool, device=device)
         self.keys = torch.zeros(max_batch, dtype=torch.int64, device=device)
-        self._host_temperatures = host_buffer(max_batch, torch.float32, 1.0)
-        self._host_greedy = host_buffer(max_batch, torch.bool)
-        self._host_keys = host_buffer(max_batch, torch.int64)
-        self._host_tokens = host_buffer(max_batch, torch.int64)
-        self._host_logprobs = host_buffer(max_batch, torch.float32)
+        self._staging = StagingSets(temperatures=(max_batch, torch.float32, 1.0), greedy=(max_batch, torch.bool, 0),
+                                    keys=(max_batch, torch.int64, 0))
 
     def capture(self, model, dispatch, case: str, hidden, draw):
         """Inside a capture: (tokens [B] long, log-probs [B] fp32, logits [B, V]) of the rows
@@ -47,7 +46,7 @@ class GraphHead:
         rows = [i for i, p in enumerate(params_list) if truncates([p])]
         if not rows:
             return tokens[:count], logprobs[:count]
-        index = torch.tensor(rows, device=logits.device)
+        index = to_device(torch.tensor(rows), logits.device)  # no wait for the replay
         chosen = logits[index]
         drawn = dispatch("sampler", case, None, chosen, [params_list[i] for i in rows], [draw_indices[i] for i in rows])
         tokens, logprobs = tokens[:count].clone(), logprobs[:count].clone()
@@ -57,19 +56,9 @@ class GraphHead:
 
     def fill(self, params_list, draw_indices, size: int) -> None:
         """Copy the rows' sampler inputs in (pinned, asynchronous); padding rows draw greedily."""
-        count = len(params_list)
-        temperatures, greedy, keys = row_tensors(params_list, draw_indices, "cpu")  # the eager sampler's own
-        self._host_temperatures[:count], self._host_greedy[:count], self._host_keys[:count] = temperatures, greedy, keys
-        self._host_temperatures[count:size], self._host_greedy[count:size], self._host_keys[count:size] = 1.0, True, 0
-        self.temperatures[:size].copy_(self._host_temperatures[:size], non_blocking=True)
-        self.greedy[:size].copy_(self._host_greedy[:size], non_blocking=True)
-        self.keys[:size].copy_(self._host_keys[:size], non_blocking=True)
-
-    def results(self, tokens, logprobs) -> tuple[list, list]:
-        """The rows' tokens and log-probs on the host: one copy each, one wait."""
-        count = tokens.shape[0]
-        self._host_tokens[:count].copy_(tokens[:count], non_blocking=True)
-        self._host_logprobs[:count].copy_(logprobs[:count], non_blocking=True)
-        if tokens.is_cuda:
-            torch.cuda.current_stream().synchronize()
-        return self._host_tokens[:count].tolist(), self._host_logprobs[:count].tolist()
+        count, staging = len(params_list), self._staging.next()
+        rows = row_tensors(params_list, draw_indices, "cpu")  # the eager sampler's own
+        for name, real, pad in zip(("temperatures", "greedy", "keys"), rows, (1.0, True, 0)):
+            host = staging[name]
+            host[:count], host[count:size] = real, pad
+            getattr(self, name)[:size].copy_(host[:size], non_blocking=True)

@@ -19,14 +19,15 @@ planted mix) runs eagerly.
 
 The head (lm_head, the draw, the log-prob) is captured after the forward where the sampler
 has a tensor form (kernels/engine/graph_head.py). Every input reaches the device through
-pinned buffers and asynchronous copies, so a replayed step waits on the device once, for
-its sampled tokens. Not captured: layouts across processes.
+pinned staging sets and asynchronous copies, and a step launched ahead takes its token ids
+from the step before it on the device, so launching a replay never waits on the device.
+Not captured: layouts across processes.
 """
 from contextlib import ExitStack
 
 import torch
 
-from kernels.engine.pinned import host_buffer
+from kernels.engine.pinned import StagingSets
 from kernels.engine.cache import StepTables
 from kernels.engine.graph_head import GraphHead, tensor_draw
 from kernels.engine.mamba_tables import MambaTables
@@ -63,9 +64,9 @@ class DecodeGraphs:
         self.head = GraphHead(max_batch, device)
         self.device = device
         # flat, so a step's [3, size] view is contiguous (a strided pinned source would be staged)
-        self._host_longs = host_buffer(3 * max_batch, torch.long)  # tokens, positions, slots
-        self._host_ints = host_buffer(3 * max_batch, torch.int32)  # rows, lengths, starts
-        self._host_table = host_buffer(max_batch * width, torch.int32)
+        self._staging = StagingSets(longs=(3 * max_batch, torch.long, 0),  # tokens, positions, slots
+                                    ints=(3 * max_batch, torch.int32, 0),  # rows, lengths, starts
+                                    table=(max_batch * width, torch.int32, 0))
         self._table_key = None  # (seq ids, size, cache version) the device block table holds
         self._graphs: dict[int, tuple] = {}
         self._pool = None
@@ -80,9 +81,10 @@ class DecodeGraphs:
         self.rows_sampled_in_graph = 0
         """Rows whose token the captured draw chose (no top-k / top-p; gate C5 needs some)."""
 
-    def run(self, segments, token_ids, params_list, draw_indices, wants_full: bool):
-        """(hidden [B, hidden], None) of a decode step, or (None, (tokens, log-probs)) as host
-        lists when the captured head sampled it, by replaying the size's graph."""
+    def launch(self, segments, token_ids, params_list, draw_indices, wants_full: bool):
+        """(hidden [B, hidden], None) of a decode step, or (None, (tokens [B], log-probs [B]))
+        on the device when the captured head sampled it, by replaying the size's graph;
+        `token_ids`: a host list, or a device tensor (a step launched ahead). Nothing waits."""
         count = len(segments)
         size = next(s for s in self.sizes if s >= count)
         if self.mamba.moved():
@@ -92,7 +94,8 @@ class DecodeGraphs:
         graph, hidden, sampled, advances = self._graphs[size]
         if not self.mamba.fill(segments, size, advances):
             self.eager_steps += 1
-            batch = TokenBatch(torch.tensor(token_ids, dtype=torch.long, device=self.device), segments, GRAPH_CASE)
+            ids = token_ids if torch.is_tensor(token_ids) else torch.tensor(token_ids, dtype=torch.long)
+            batch = TokenBatch(ids.to(self.device, non_blocking=True), segments, GRAPH_CASE)
             return self.model(batch, self.dispatch, self.cache), None
         self._fill(token_ids, segments, size)
         head = sampled is not None and not wants_full
@@ -106,8 +109,7 @@ class DecodeGraphs:
             return hidden[:count], None
         self.head_replays += 1
         self.rows_sampled_in_graph += sum(not truncates([p]) for p in params_list)
-        tokens, logprobs = self.head.redraw_truncated(self.dispatch, GRAPH_CASE, sampled, params_list, draw_indices)
-        return None, self.head.results(tokens, logprobs)
+        return None, self.head.redraw_truncated(self.dispatch, GRAPH_CASE, sampled, params_list, draw_indices)
 
     def _tables(self, size: int) -> StepTables:
         rows, lengths, starts = self.rows_lengths_starts[:, :size]
@@ -117,13 +119,14 @@ class DecodeGraphs:
     def _fill(self, token_ids, segments, size: int) -> None:
         """Copy the real rows' inputs and tables in, the padding rows' after them, through
         pinned buffers (asynchronous: no wait on the device); the block table only when the
-        rows' sequences or the cache's tables changed."""
-        count, paged = len(segments), self.cache.paged
+        rows' sequences or the cache's tables changed; token ids on the device copied there."""
+        count, paged, staging = len(segments), self.cache.paged, self._staging.next()
         pad_block = paged.scratch_block
         tables = [paged.block_tables[s.seq_id] for s in segments] + [[pad_block]] * (size - count)
         starts = [s.start for s in segments] + [0] * (size - count)
-        longs, ints = self._host_longs[:3 * size].view(3, size), self._host_ints[:3 * size].view(3, size)
-        longs[0, :count] = torch.tensor(token_ids, dtype=torch.long)
+        longs, ints = staging["longs"][:3 * size].view(3, size), staging["ints"][:3 * size].view(3, size)
+        on_device = torch.is_tensor(token_ids)
+        longs[0, :count] = 0 if on_device else torch.tensor(token_ids, dtype=torch.long)
         longs[0, count:] = 0
         longs[1] = torch.tensor(starts, dtype=torch.long)
         longs[2] = torch.tensor([paged.slot(table, p) for table, p in zip(tables, starts)], dtype=torch.long)
@@ -131,13 +134,15 @@ class DecodeGraphs:
         ints[1] = 1
         ints[2] = longs[1]
         self.tokens[:size].copy_(longs[0], non_blocking=True)
+        if on_device:
+            self.tokens[:count].copy_(token_ids)
         self.positions[:size].copy_(longs[1], non_blocking=True)
         self.write_slots[:size].copy_(longs[2], non_blocking=True)
         self.rows_lengths_starts[:, :size].copy_(ints, non_blocking=True)
         key = (tuple(s.seq_id for s in segments), size, paged.version)
         if key != self._table_key:
             width = max(map(len, tables))  # entries past a sequence's blocks are never read
-            host_table = self._host_table[:size * width].view(size, width)
+            host_table = staging["table"][:size * width].view(size, width)
             host_table.copy_(torch.tensor([table + [pad_block] * (width - len(table)) for table in tables],
                                           dtype=torch.int32))
             self.block_table[:size, :width].copy_(host_table, non_blocking=True)

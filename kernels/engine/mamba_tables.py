@@ -7,7 +7,7 @@ from contextlib import ExitStack
 
 import torch
 
-from kernels.engine.pinned import host_buffer
+from kernels.engine.pinned import StagingSets
 
 class MambaTables:
     """[2, Mamba layers, max_batch] long: row r's slot and rows buffered, in each layer's store.
@@ -17,7 +17,7 @@ class MambaTables:
     def __init__(self, stores, max_batch: int, device):
         self._stores, self.max_batch, self.device = stores, max_batch, device
         self.tables: torch.Tensor | None = None
-        self._host: torch.Tensor | None = None  # pinned, flat: a step's [2, layers, size] view is contiguous
+        self._staging: StagingSets | None = None  # pinned, flat: a step's [2, layers, size] view is contiguous
         self._captured_pools = None  # the pools' addresses the captured graphs read
         self.buffered_in_graph, self.folded_in_graph = 0, 0
         """Replayed rows (per layer) of a scan that buffers its chunk, and those among them
@@ -31,7 +31,7 @@ class MambaTables:
             return
         if self.tables is None:
             self.tables = torch.zeros(2, len(stores), self.max_batch, dtype=torch.long, device=self.device)
-            self._host = host_buffer(self.tables.numel(), torch.long)
+            self._staging = StagingSets(tables=(self.tables.numel(), torch.long, 0))
         for index, store in enumerate(stores):
             store.reserve(self.max_batch)
             slots, buffered = self.tables[0, index, :size], self.tables[1, index, :size]
@@ -56,7 +56,7 @@ class MambaTables:
         stores, count = self._stores(), len(segments)
         if not stores:
             return True
-        host = self._host[:2 * len(stores) * size].view(2, len(stores), size)
+        host = self._staging.next()["tables"][:2 * len(stores) * size].view(2, len(stores), size)
         for index, (store, advance) in enumerate(zip(stores, advances)):
             slots, buffered = store.host_tables(segments)
             if advance is False and any(buffered):

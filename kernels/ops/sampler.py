@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.ops.reduction import row_prefix_sum, row_sum
+from kernels.ops.transfer import to_device
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,7 @@ def truncation_tensors(params_list, vocab: int, device):
     """(top_k [R] int64 with V for none, top_p [R] fp32) of the rows' settings."""
     top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params_list], dtype=torch.int64)
     top_p = torch.tensor([p.top_p for p in params_list], dtype=torch.float32)
-    return top_k.to(device), top_p.to(device)
+    return to_device(top_k, device), to_device(top_p, device)
 
 
 def row_tensors(params_list, draw_indices, device):
@@ -138,7 +139,7 @@ def row_tensors(params_list, draw_indices, device):
     temperatures = torch.tensor([p.logprob_temperature for p in params_list], dtype=torch.float32)
     greedy = torch.tensor([p.temperature == 0 for p in params_list])
     keys = torch.tensor([mix_seed(p.seed, int(i)) for p, i in zip(params_list, draw_indices)], dtype=torch.int64)
-    return tuple(t.to(device) for t in (temperatures, greedy, keys))
+    return tuple(to_device(t, device) for t in (temperatures, greedy, keys))
 
 
 def scaled(logits, temperatures):
