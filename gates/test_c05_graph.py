@@ -41,7 +41,7 @@ from kernels.ops import registry
 
 COMPILERS = ("compile", "_dynamo")
 # decode batches pass through sizes between the captured ones (e.g. 3, 5-7, 9-15): padded replays
-WORKLOAD = dict(num_sequences=13, new_tokens=10, min_prompt_len=4, max_prompt_len=40, arrival_spread=9)
+WORKLOAD = dict(num_sequences=13, new_tokens=24, min_prompt_len=4, max_prompt_len=40, arrival_spread=9)
 SHAPE = EngineShape(tokens_per_step=48, max_running=13, block_size=16)
 
 
