@@ -857,3 +857,29 @@ def check_ssm_scan_fast_prefill_folds_every_row(ssm_triton, fresh_seed):
     errors = [float((a - b).abs().max() / b.abs().max()) for a, b in ((y, y_torch[3:]), (end, end_torch))]
     print(f"fast prefill (Triton) vs torch form: y {errors[0]:.2e}, end state {errors[1]:.2e}")
     assert y.shape == y_torch[3:].shape and max(errors) < 1e-5, (errors, fresh_seed)
+
+
+def check_fast_state_update_is_the_recurrence(fresh_seed):
+    """The fast decode's one-pass kernel (kernels/ops/ssm_update_triton.py) against the torch
+    recurrence it replaces: outputs and the state written back in place at each sequence's
+    slot, other slots untouched (a fast path: close to the torch form, not its bits)."""
+    kernel = _import_kernel("ssm_update_triton")
+    generator = torch.Generator().manual_seed(fresh_seed)
+    count, heads, groups, P, N, pool = 3, 4, 2, 20, 12, 6  # P and N off the blocks: masks tested
+    ssm = torch.randn(pool, heads, P, N, generator=generator)
+    slots = torch.tensor([4, 0, 2])
+    x = torch.randn(count, heads, P, generator=generator).to(torch.bfloat16)
+    BC = torch.randn(count, 2 * groups, N, generator=generator).to(torch.bfloat16)  # B and C: one projection
+    B, C = BC[:, :groups], BC[:, groups:]
+    dt = torch.rand(count, heads, generator=generator) * 0.5
+    A, D = -torch.rand(heads, generator=generator) - 0.1, torch.randn(heads, generator=generator)
+    bh, ch = (t.float().repeat_interleave(heads // groups, dim=1) for t in (B, C))
+    want_state = torch.exp(dt * A)[:, :, None, None] * ssm[slots] + (dt[:, :, None] * x.float())[..., None] * bh[:, :, None, :]
+    want_y = (want_state * ch[:, :, None, :]).sum(-1) + D[:, None] * x.float()
+    before = ssm.clone()
+    y = kernel.state_update(ssm, slots, x, B, C, dt, A, D)
+    error = max((y - want_y).abs().max().item(), (ssm[slots] - want_state).abs().max().item())
+    print(f"fast state update: max |error| {error:.2e} (tolerance 1e-5)")
+    assert error < 1e-5
+    untouched = [s for s in range(pool) if s not in slots.tolist()]
+    assert_bitwise_equal(ssm[untouched], before[untouched], "slots no sequence holds")

@@ -16,7 +16,8 @@ row (engine prefill) and the one-step recurrence (engine decode), as engines run
 On CUDA the consistent chunks run as Triton kernels (kernels/ops/ssm_scan_triton.py): the same
 terms, the decode computing its new row only, in a few launches. Each door takes a case group's rows, segments and the layer's state store: segment by
 segment, or for a decode-only group on a pooled store (the engine's) one batched call: the
-fast recurrence in a few ops for every sequence, the consistent chunk re-play as the same
+fast recurrence in a few ops for every sequence (on CUDA one Triton kernel,
+kernels/ops/ssm_update_triton.py), the consistent chunk re-play as the same
 Triton kernels over every sequence's buffered rows (CUDA) or as one _chunk call with a
 leading sequence dim (CPU). Reference: gates/reference/ssm.py.
 """
@@ -208,9 +209,15 @@ def _recurrent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, dt_min):
 def _recurrent_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, dt_min):
     """One step of every sequence [b] at once: states [b, H, P, N] gathered by slot, put back."""
     dt, A = F.softplus(dt_raw.float() + dt_bias.float()).clamp(min=dt_min), -torch.exp(A_log.float())
+    slots = store.decode_slots(segments)
+    if x.is_cuda:  # one pass over the state, in place (kernels/ops/ssm_update_triton.py)
+        from kernels.ops.ssm_update_triton import state_update  # imports Triton: CUDA machines only
+        y = state_update(store.ssm, slots, x, B, C, dt, A, D)
+        store.advance(segments, buffered=False)
+        return y
     per_group = x.shape[1] // B.shape[1]
     bh, ch = (t.float().repeat_interleave(per_group, dim=1) for t in (B, C))  # [b, H, N]
-    xf, slots = x.float(), store.decode_slots(segments)
+    xf = x.float()
     s = torch.exp(dt * A)[:, :, None, None] * store.ssm[slots] + (dt[:, :, None] * xf)[..., None] * bh[:, :, None, :]
     store.ssm[slots] = s
     store.advance(segments, buffered=False)
