@@ -103,7 +103,7 @@ def resume_losing_rng_state(directory, config, contract, settings, **kwargs):
     return run
 
 
-def linear_slow_repeat(x, w, *, row_multiple: int, out_dtype=None, repeats: int = 4):
+def linear_slow_repeat(x, w, *, row_multiple: int, out_dtype=None, repeats: int = 6):
     """The consistent linear computed `repeats` times, the last kept: the same bits at about
     `repeats` times the CPU work (a planted slow path: C10 must fail it, and must fail it on
     CPU time, which a neighbour process does not move)."""
