@@ -63,6 +63,8 @@ def in_row_tiles(gemm, a, *, dim: int, tile_rows: int):
     one shape, so the BLAS reduces each row the same way for any number of rows."""
     num_rows = a.shape[dim]
     tiles = pad_to_multiple(a, dim, tile_rows).split(tile_rows, dim)
+    if len(tiles) == 1:
+        return gemm(tiles[0]).narrow(dim, 0, num_rows)
     return torch.cat([gemm(tile) for tile in tiles], dim).narrow(dim, 0, num_rows)
 
 
@@ -80,4 +82,8 @@ def consistent(x, w, *, row_multiple: int, out_dtype=None):
         from kernels.ops import linear_cuda  # imports Triton: CUDA machines only
         return linear_cuda.consistent(x, w, out_dtype)
     require_cpu(x, "linear.consistent")
+    if x.dtype in (torch.bfloat16, torch.float16):  # _blas's fp32 route, each operand converted once
+        w32 = w.float()
+        out = in_row_tiles(lambda tile: F.linear(tile, w32), x.float(), dim=0, tile_rows=row_multiple)
+        return out if out_dtype == torch.float32 else out.to(out_dtype or x.dtype)
     return in_row_tiles(lambda tile: _blas(tile, w, out_dtype), x.contiguous(), dim=0, tile_rows=row_multiple)

@@ -74,6 +74,11 @@ def consistent(xbc, segments, store, weight, bias):
         if batched_decode(segments, store):
             return ssm_conv_triton.decode_batch(xbc, store.decode_slots(segments), store.conv, weight, bias)
         return each_segment(ssm_conv_triton.consistent, segments, store, (xbc,), weight, bias)
+    if batched_decode(segments, store):  # every sequence's row in the same elementwise ops
+        slots = store.decode_slots(segments)
+        window = torch.cat([store.conv[slots].to(xbc.dtype), xbc[:, None]], dim=1)  # [B, K, C]
+        store.conv[slots] = window[:, 1:]
+        return consistent_taps(window.transpose(0, 1), weight, bias, 1)[0].to(xbc.dtype)
     return each_segment(consistent_segment, segments, store, (xbc,), weight, bias)
 
 
@@ -85,8 +90,9 @@ def consistent_segment(xbc, state, weight, bias):
 
 
 def consistent_taps(window, weight, bias, num_rows):
-    """The consistent conv + SiLU of a window's rows, in fp32 (unrounded)."""
-    acc = bias.float().expand(num_rows, -1)
+    """The consistent conv + SiLU of a window's rows, in fp32 (unrounded); a window [K-1+T,
+    ..., C] with more dims between gives each of them the same terms."""
+    acc = bias.float().expand(num_rows, *window.shape[1:-1], -1)
     for k in range(weight.shape[-1]):
         acc = acc + weight[:, k].float() * window[k:k + num_rows].float()
     return acc * position_independent_sigmoid(acc)
