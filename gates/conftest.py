@@ -30,6 +30,9 @@ def pytest_addoption(parser):
     group.addoption("--size", default="cut",
                     help="model size C06 runs its layouts at (cut; wide-cut or full on GPUs); "
                          "the other gates run the cut")
+    group.addoption("--checkpoint", default=None,
+                    help="a transformers checkpoint directory the gates run on instead of the seeded cut "
+                         "(gates/subject.py)")
 
 
 def pytest_configure(config):
@@ -40,8 +43,10 @@ class GateRecord:
     """The conditions one gate test checked: `check` records each with its figures, `verdict`
     fails the test if any did not hold (every condition is recorded before that)."""
 
-    def __init__(self, gate: str, model: str, contract: str, size: str = "cut"):
+    def __init__(self, gate: str, model: str, contract: str, size: str = "cut", checkpoint: str | None = None):
         self.gate, self.model, self.contract, self.size = gate, model, contract, size
+        self.checkpoint = checkpoint
+        """A checkpoint directory the gate runs on (gates/subject.py), or None: the seeded cut."""
         self.conditions, self.inputs, self.not_applicable = [], {}, None
         self.judged = False
 
@@ -76,7 +81,7 @@ def gate(request):
     match = re.match(r"test_c(\d\d)_", Path(request.node.fspath).name)
     name = f"C{match.group(1)}" if match else "C??"
     record = GateRecord(name, request.config.getoption("--model"), request.config.getoption("--contract"),
-                        request.config.getoption("--size"))
+                        request.config.getoption("--size"), request.config.getoption("--checkpoint"))
     _RECORDS.setdefault(name, []).append(record)
     yield record
     if not record.judged and record.not_applicable is None:
@@ -118,7 +123,8 @@ def pytest_sessionfinish(session, exitstatus):
     for name, records in _RECORDS.items():
         document = {
             "gate": name, "status": _status(records), "model": records[0].model,
-            "contract": records[0].contract, "device": device.target(), "commit": commit,
+            "contract": records[0].contract, "checkpoint": records[0].checkpoint, "device": device.target(),
+            "commit": commit,
             "environment": deployment_fingerprint(),
             "conditions": [c for r in records for c in r.conditions],
             "inputs": [r.inputs for r in records],

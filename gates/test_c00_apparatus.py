@@ -21,20 +21,18 @@ from gates.apparatus import ROOT, identity_mismatches, modified_judging_files, t
 from gates.baseline import verify_frozen
 from gates.inputs import fresh_seed
 from gates import device
-from gates.workload import seeded_weights
+from gates.subject import subject_config, subject_label, subject_weights
 from kernels.contract import load_contract
 from kernels.engine.engine import Engine
-from kernels.models.config import load_model_config
-from kernels.models.registry import config_name
 from kernels.trainer.trainer import Trainer
 
 
 def test_apparatus(gate):
-    config = load_model_config(config_name(gate.model, "cut"))
+    config = subject_config(gate)
     contract = load_contract(gate.contract)
     seed = fresh_seed()
-    gate.inputs = {"seed": seed, "config": config_name(gate.model, "cut")}
-    trainer = Trainer(config, contract, seed=seed, device=device.target())
+    gate.inputs = {"seed": seed, "config": subject_label(gate)}
+    trainer = Trainer(config, contract, weights=subject_weights(gate, config, seed), device=device.target())
     engine = Engine(config, contract, trainer.weights(), device=device.target())
     engine_ids, trainer_ids = engine.identities(), trainer.identities()
     mismatches = identity_mismatches(engine_ids, trainer_ids)

@@ -26,11 +26,10 @@ import torch
 from gates import device
 from gates.compare import first_bit_difference
 from gates.inputs import fresh_seed
+from gates.subject import subject_config, subject_label, subject_model
 from kernels.contract import load_contract
 from kernels.models.batch import TokenBatch
-from kernels.models.config import load_model_config
 from kernels.models.dispatch import RegionDispatch
-from kernels.models.registry import build_model, config_name
 from kernels.models.state import TransientCache
 from kernels.ops.sampler import SamplingParams
 
@@ -137,11 +136,11 @@ def poisoned_allocations():
 
 
 def test_repeated_runs_give_identical_bits(gate, poisoned_allocations):
-    config = load_model_config(config_name(gate.model, "cut"))
+    config = subject_config(gate)
     contract = load_contract(gate.contract)
     model_seed = fresh_seed()
-    model = build_model(config, model_seed % 1000).requires_grad_(False).to(device.target())
-    gate.inputs = {"config": config_name(gate.model, "cut"), "model_seed": model_seed % 1000,
+    model = subject_model(gate, config, model_seed % 1000).requires_grad_(False).to(device.target())
+    gate.inputs = {"config": subject_label(gate), "model_seed": model_seed % 1000,
                    "num_decode_steps": NUM_DECODE_STEPS, "seeds": {}, "shapes": {}}
     total = 0
     for case in CASES:

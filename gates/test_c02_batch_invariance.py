@@ -26,11 +26,10 @@ import torch
 from gates import device
 from gates.compare import first_bit_difference
 from gates.inputs import BATCH_SIZES, fresh_seed
+from gates.subject import subject_config, subject_label, subject_model
 from kernels.contract import load_contract
 from kernels.models.batch import TokenBatch
-from kernels.models.config import load_model_config
 from kernels.models.dispatch import RegionDispatch
-from kernels.models.registry import build_model, config_name
 from kernels.models.state import TransientCache
 from kernels.ops.sampler import SamplingParams
 
@@ -206,11 +205,11 @@ def _check_case(gate, model, contract, case, seed):
 
 
 def test_rows_do_not_depend_on_the_batch(gate):
-    config = load_model_config(config_name(gate.model, "cut"))
+    config = subject_config(gate)
     contract = load_contract(gate.contract)
     model_seed = fresh_seed() % 1000
-    model = build_model(config, model_seed).requires_grad_(False).to(device.target())
-    gate.inputs = {"config": config_name(gate.model, "cut"), "model_seed": model_seed,
+    model = subject_model(gate, config, model_seed).requires_grad_(False).to(device.target())
+    gate.inputs = {"config": subject_label(gate), "model_seed": model_seed,
                    "probes": {kind: [list(p) for p in probes] for kind, probes in PROBES.items()},
                    "seeds": {}, "batch_rows": {}}
     for case in KIND:

@@ -23,13 +23,13 @@ import torch
 from gates import device
 from gates.compare import first_bit_difference
 from gates.inputs import fresh_seed
+from gates.subject import subject_config, subject_label, subject_model
 from gates.workload import Workload, make_requests
 from kernels.contract import load_contract
 from kernels.engine.engine import Engine
 from kernels.models.batch import Segment, TokenBatch
-from kernels.models.config import load_model_config
 from kernels.models.dispatch import RegionDispatch
-from kernels.models.registry import MODEL_CONFIGS, build_model, config_name
+from kernels.models.registry import MODEL_CONFIGS
 from kernels.models.state import TransientCache
 
 SIZES = ("cut", "cut-quant")
@@ -42,7 +42,8 @@ def pytest_generate_tests(metafunc):
     """One run per size of the model that exists: cut, and cut-quant where shipped."""
     if "size" in metafunc.fixturenames:
         shipped = MODEL_CONFIGS.get(metafunc.config.getoption("--model"), {"cut": None})
-        metafunc.parametrize("size", [size for size in SIZES if size in shipped])
+        checkpoint = metafunc.config.getoption("--checkpoint")
+        metafunc.parametrize("size", ["checkpoint"] if checkpoint else [size for size in SIZES if size in shipped])
 
 
 class Recorder:
@@ -166,11 +167,11 @@ def _engine_run(config, contract, model, seed):
 
 
 def test_every_phase_gives_the_same_bits(gate, size):
-    name = config_name(gate.model, size)
-    config, contract = load_model_config(name), load_contract(gate.contract)
+    name = subject_label(gate, size)
+    config, contract = subject_config(gate, size), load_contract(gate.contract)
     seed = fresh_seed()
     rng = random.Random(seed)
-    model = build_model(config, seed % 1000).requires_grad_(False).to(device.target())
+    model = subject_model(gate, config, seed % 1000).requires_grad_(False).to(device.target())
     lengths = [rng.randint(33, MAX_LENGTH)] + [rng.randint(MIN_LENGTH, 32) for _ in range(NUM_SEQUENCES - 1)]
     tokens = [[rng.randrange(1, config.vocab_size) for _ in range(n)] for n in lengths]
     ssm_chunk = getattr(config, "chunk_size", 16)

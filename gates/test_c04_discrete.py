@@ -20,12 +20,11 @@ from gates.hazards import HazardEvidence, count_negative_zeros, count_topk_bound
 from gates.inputs import fresh_seed, generator
 from gates.reference import moe as ref_moe
 from gates.reference import quant as ref_quant
+from gates.subject import subject_config
 from kernels.contract import load_contract
 from kernels.contract.regions import CASES
 from kernels.engine.cache import PagedKVCache
 from kernels.models.batch import Segment
-from kernels.models.config import load_model_config
-from kernels.models.registry import config_name
 from kernels.models.state import ContiguousKV
 from kernels.ops.sampler import SamplingParams
 
@@ -34,7 +33,7 @@ NUM_ROWS = 64
 
 
 def _config(gate):
-    return load_model_config(config_name(gate.model, "cut"))
+    return subject_config(gate)
 
 
 def _require_region(gate, config, region, why):

@@ -30,13 +30,12 @@ import torch
 
 from gates.compare import first_bit_difference
 from gates.inputs import fresh_seed
-from gates.workload import EngineShape, Workload, rollout, seeded_weights
+from gates.subject import subject_config, subject_weights
+from gates.workload import EngineShape, Workload, rollout
 from kernels.contract import load_contract
 from kernels.contract.identity import policy_source_files
 from kernels.engine.graph_head import tensor_draw
 from kernels.engine.graphs import graphs_unsupported
-from kernels.models.config import load_model_config
-from kernels.models.registry import config_name
 from kernels.ops import registry
 
 COMPILERS = ("compile", "_dynamo")
@@ -78,13 +77,13 @@ def test_graph_replay_equals_eager(gate):
         gate.verdict()
     if not torch.cuda.is_available():
         gate.n_a("no CUDA device: CUDA graphs need a GPU")
-    config = load_model_config(config_name(gate.model, "cut"))
+    config = subject_config(gate)
     reason = graphs_unsupported(config, None)
     if reason:
         gate.n_a(f"the engine captures no decode graphs for this model: {reason}")
     seed = fresh_seed()
     gate.inputs.update(seed=seed, workload=WORKLOAD)
-    weights, workload = seeded_weights(config), Workload(**WORKLOAD, seed=seed)
+    weights, workload = subject_weights(gate, config), Workload(**WORKLOAD, seed=seed)
     eager, _ = rollout(config, contract, weights, workload, SHAPE, device="cuda", cuda_graphs=False)
     graphed, engine = rollout(config, contract, weights, workload, SHAPE, device="cuda", cuda_graphs=True)
     replays, padded = dict(engine.graphs.replays), engine.graphs.padded_replays

@@ -13,6 +13,7 @@ Negative control: layouts that reduce in rank order (the fast contract, or the c
 regions with the fast layout arithmetic) fail it (tests/test_gate_c06.py).
 """
 import os
+import tempfile
 
 import torch
 
@@ -20,12 +21,13 @@ from gates import device
 from gates.compare import bit_figures
 from gates.inputs import fresh_seed
 from gates.layout_sides import SidesPlan, preload_for_fork, run_sides
+from gates.subject import subject_config_path, subject_label
 from gates.workload import EngineShape, Workload
 from kernels.contract import load_contract
 from kernels.layout.launch import run_processes
 from kernels.layout.layout import Layout, SideLayouts
 from kernels.models.config import load_model_config
-from kernels.models.registry import config_name
+
 
 TP_PAIRS = (SideLayouts(Layout(tp=2), Layout(tp=1)), SideLayouts(Layout(tp=2), Layout(tp=4)))
 EXPERT_PAIRS = (SideLayouts(Layout(ep=2), Layout(ep=4)), SideLayouts(Layout(ep=2), Layout(ep=1)),
@@ -100,12 +102,12 @@ def test_layouts_give_identical_bits(gate):
     backend, ranks, how = transport()
     if ranks < 2:
         gate.n_a(f"{backend}: a layout needs at least 2 ranks, this machine has {ranks} GPU(s)")
-    config = config_name(gate.model, gate.size)
+    config = subject_config_path(gate, gate.size, tempfile.mkdtemp(prefix="c06-"))  # weights stay seeded
     pairs = model_pairs(load_model_config(config))
     fitting = tuple(p for p in pairs if max(p.engine.world_size, p.trainer.world_size) <= ranks)
     seed = fresh_seed()
     plan = make_plan(config, fitting, gate.contract, seed, backend)
-    gate.inputs = {"seed": seed, "config": config, "world_size": plan.world_size, "workload": WORKLOAD,
+    gate.inputs = {"seed": seed, "config": subject_label(gate, gate.size), "world_size": plan.world_size, "workload": WORKLOAD,
                    "engines": [n for n, _ in plan.engines], "scorers": [n for n, *_ in plan.scorers],
                    "updates": [n for n, *_ in plan.updates], "transport": how, "ranks_available": ranks}
     if backend == "gloo":

@@ -8,21 +8,20 @@ prefill/decode step. Negative control: the fast contract fails it.
 import random
 
 from gates.mismatch import mismatch_stats
-from gates.workload import EngineShape, Workload, rollout, score, seeded_weights
+from gates.subject import subject_config, subject_label, subject_weights
+from gates.workload import EngineShape, Workload, rollout, score
 from kernels.contract import load_contract
-from kernels.models.config import load_model_config
-from kernels.models.registry import config_name
 
 NUM_SEQUENCES, NEW_TOKENS = 32, 32
 
 
 def test_engine_equals_trainer(gate):
-    config = load_model_config(config_name(gate.model, "cut"))
+    config = subject_config(gate)
     contract = load_contract(gate.contract)
     seed = random.SystemRandom().randrange(2**31)
     gate.inputs = {"seed": seed, "num_sequences": NUM_SEQUENCES, "new_tokens": NEW_TOKENS,
-                   "config": config_name(gate.model, "cut")}
-    weights = seeded_weights(config, model_seed=seed % 1000)
+                   "config": subject_label(gate)}
+    weights = subject_weights(gate, config, seed % 1000)
     workload = Workload(num_sequences=NUM_SEQUENCES, new_tokens=NEW_TOKENS, arrival_spread=16, seed=seed)
     completions, engine = rollout(config, contract, weights, workload, EngineShape(tokens_per_step=40))
     stats = mismatch_stats([c.logprob_tensor for c in completions], score(config, contract, weights, completions))

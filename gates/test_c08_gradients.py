@@ -33,10 +33,9 @@ from gates.reference import moe as ref_moe
 from gates.reference import norm as ref_norm
 from gates.reference import rope as ref_rope
 from gates.reference import ssm as ref_ssm
+from gates.subject import subject_config, subject_label, subject_model
 from kernels.contract import load_contract
-from kernels.models.config import load_model_config
 from kernels.models.dispatch import RegionDispatch
-from kernels.models.registry import build_model, config_name
 from kernels.trainer.logprobs import ScoredSequence, sequence_logprobs
 
 TOLERANCE = 1e-4
@@ -163,10 +162,10 @@ def _relative_error(value, reference) -> float:
 
 
 def test_gradients_match_float64_reference(gate):
-    config = dataclasses.replace(load_model_config(config_name(gate.model, "cut")), dtype="float32")
+    config = dataclasses.replace(subject_config(gate), dtype="float32")
     seed, contract = fresh_seed(), load_contract(gate.contract)
     gen = generator(seed)
-    model = build_model(config, seed % 1000)
+    model = subject_model(gate, config, seed % 1000)
     reference_model = copy.deepcopy(model).double()  # float64, on the CPU
     model = model.to(device.target())
     near_kinks = []
@@ -174,7 +173,7 @@ def test_gradients_match_float64_reference(gate):
         sequences, (loss, grads, _), (ref_loss, ref_grads, ref_terms), count = _both_sides(
             model, reference_model, contract, gen)
         near_kinks.append(count)
-    gate.inputs = {"seed": seed, "config": config_name(gate.model, "cut"), "dtype": "float32",
+    gate.inputs = {"seed": seed, "config": subject_label(gate), "dtype": "float32",
                    "sequences": [[len(s.prompt), len(s.completion), s.temperature] for s in sequences]}
     if "ssm_scan" in config.REGIONS:
         gate.check(f"every Mamba dt lies {KINK_BAND:g} (relative) or more from time_step_min, where its gradient "

@@ -19,6 +19,7 @@ from gates.compare import bit_view, first_bit_difference
 from gates.hazards import HazardEvidence
 from gates.inputs import fresh_seed
 from gates.mismatch import mismatch_stats
+from gates.subject import subject_config, subject_label, subject_weights
 from kernels.contract import load_contract
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
@@ -63,9 +64,9 @@ def _diff_figures(records, side: str) -> dict:
     return {"steps_differing": differing, "num_steps": len(records), "per_step_max_abs_dp": per_step, **stats}
 
 
-def _run(config, contract, settings, model_seed, num_steps, half):
+def _run(config, contract, settings, weights, num_steps, half):
     """The uninterrupted run: its records, the state after step `half`, its hazard counts."""
-    run = GRPORun(config, contract, settings, model_seed=model_seed, device=device.target())
+    run = GRPORun(config, contract, settings, weights=weights, device=device.target())
     records, state_after_half, moved = [], None, 0
     before = _state(run)
     for step in range(num_steps):
@@ -79,10 +80,10 @@ def _run(config, contract, settings, model_seed, num_steps, half):
                                        "mixed prefill/decode engine steps": mixed}
 
 
-def _save_and_resume(config, contract, settings, model_seed, half, directory):
+def _save_and_resume(config, contract, settings, weights, half, directory):
     """A second run: `half` steps, save, resume from disk, one step; returns its records before
     the save, the resumed step's record and the state after that step."""
-    second = GRPORun(config, contract, settings, model_seed=model_seed, device=device.target())
+    second = GRPORun(config, contract, settings, weights=weights, device=device.target())
     rerun = [second.step() for _ in range(half)]
     second.save(directory)
     resumed = GRPORun.resume(directory, config, contract, settings, device=device.target())
@@ -90,6 +91,8 @@ def _save_and_resume(config, contract, settings, model_seed, half, directory):
 
 
 def _check_full_config(gate):
+    if gate.checkpoint:  # the run is on a checkpoint, not on a cut of a shipped config
+        return
     name = config_name(gate.model, "full")
     try:
         full = load_model_config(name)
@@ -102,12 +105,13 @@ def _check_full_config(gate):
 def test_grpo_steps_and_resume(gate, tmp_path):
     num_steps, seed = NUM_STEPS, fresh_seed()
     half = num_steps // 2
-    config = load_model_config(config_name(gate.model, "cut"))
+    config = subject_config(gate)
+    weights = subject_weights(gate, config, seed % 1000)
     contract, settings = load_contract(gate.contract), _settings(seed)
-    gate.inputs = {"seed": seed, "config": config_name(gate.model, "cut"), "num_steps": num_steps,
+    gate.inputs = {"seed": seed, "config": subject_label(gate), "num_steps": num_steps,
                    "save_after_steps": half, "settings": dataclasses.asdict(settings)}
-    records, state_after_half, hazards = _run(config, contract, settings, seed % 1000, num_steps, half)
-    rerun, after_resume, resumed_state = _save_and_resume(config, contract, settings, seed % 1000, half,
+    records, state_after_half, hazards = _run(config, contract, settings, weights, num_steps, half)
+    rerun, after_resume, resumed_state = _save_and_resume(config, contract, settings, weights, half,
                                                           tmp_path / "checkpoint")
     _check_full_config(gate)
     for side, name in SIDES.items():

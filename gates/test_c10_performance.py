@@ -48,6 +48,7 @@ from gates.cpu_timing import timed_environment
 from gates.faults import register_all
 from gates.inputs import fresh_seed
 from gates.ratio_verdict import decide
+from gates.subject import subject_config_path
 from gates.workload import Workload, rollout, seeded_weights
 from kernels.contract import load_contract
 from kernels.engine.graphs import graphs_unsupported
@@ -216,6 +217,12 @@ def test_throughput_against_the_frozen_baseline(gate):
     samples, wall, digests, process_s = ({"baseline": [], "candidate": []} for _ in range(4))
     with tempfile.TemporaryDirectory(prefix="c10-frozen-") as folder:
         baseline_tree = export_commit(frozen["commit"], folder, ROOT, paths=("kernels", "gates"))
+        if gate.checkpoint:  # its architecture, seeded weights: speed does not follow the values
+            asked = dict(asked, config=subject_config_path(gate, "cut", folder))
+            if "engine" in asked:
+                graphs = graphs_unsupported(load_model_config(asked["config"]), None) is None
+                asked = dict(asked, engine=dict(asked["engine"], cuda_graphs=graphs))
+            gate.inputs.update(plan=asked, checkpoint="its config, seeded weights")
         refused = asked.get("engine", {}).get("cuda_graphs") and graphs_refused(baseline_tree, asked["config"])
         if refused:  # a fair comparison runs one engine mode on both sides
             asked = dict(asked, engine=dict(asked["engine"], cuda_graphs=False))

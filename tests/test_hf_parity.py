@@ -26,43 +26,24 @@ from kernels.models.hf_checkpoint import load_hf_checkpoint, qwen3_config_from_h
 from kernels.models.state import TransientCache
 
 transformers = pytest.importorskip("transformers")
+from tests.tiny_checkpoints import VOCAB, save_tiny_qwen3  # noqa: E402
 
 # Measured on CPU fp32 (transformers 5.24, sdpa): max |Δlogit| ~2e-6 with max |logit| ~2.7,
 # i.e. a few fp32 ulps of the largest logit, for both contracts. 1e-5 relative leaves ~10x
 # headroom, while the negative control below (gate/up fused in the wrong order) is ~1.2.
 LOGIT_TOLERANCE = 1e-5
 SEQUENCE_LENGTHS = (5, 17, 40)  # 40 > block_kv (32): the consistent kernel walks two blocks
-VOCAB = 512
-
-
-def _save(directory, tie: bool, max_shard_size=None):
-    """A tiny random Qwen3ForCausalLM saved to `directory`; norms jittered off 1.0 so that
-    their multiply is exercised. Returns (directory, hf_model)."""
-    torch.manual_seed(0)
-    hf_config = transformers.Qwen3Config(
-        vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
-        rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=tie,
-        initializer_range=0.05, dtype="float32")
-    hf_model = transformers.Qwen3ForCausalLM(hf_config).eval()
-    with torch.no_grad():
-        for param in hf_model.parameters():
-            if param.dim() == 1:
-                param.copy_(1.0 + 0.1 * torch.randn_like(param))
-    kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
-    hf_model.save_pretrained(directory, **kwargs)
-    return directory, hf_model
 
 
 @pytest.fixture(scope="module")
 def tied(tmp_path_factory):
-    return _save(tmp_path_factory.mktemp("tied"), tie=True)
+    return save_tiny_qwen3(tmp_path_factory.mktemp("tied"), tie=True)
 
 
 @pytest.fixture(scope="module")
 def untied(tmp_path_factory):
     # Sharded, so the index.json path of the loader is exercised too.
-    return _save(tmp_path_factory.mktemp("untied"), tie=False, max_shard_size="200KB")
+    return save_tiny_qwen3(tmp_path_factory.mktemp("untied"), tie=False, max_shard_size="200KB")
 
 
 @pytest.fixture(params=["tied", "untied"])

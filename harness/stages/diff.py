@@ -8,7 +8,8 @@ from gates.mismatch import mismatch_stats, per_token_abs_dp
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
 from gates.workload import EngineShape, Workload, rollout, score, seeded_weights
 from kernels.contract import load_contract
-from kernels.models.checkpoint import checkpoint_family, load_checkpoint
+from harness.stages.checkpoint_option import add_model_options, model_of
+from kernels.models.checkpoint import load_checkpoint
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
 
@@ -55,9 +56,7 @@ def print_result(result: dict, as_json: bool) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", help="model family, e.g. qwen3 (or --checkpoint)")
-    parser.add_argument("--checkpoint", metavar="DIR",
-                        help="a transformers save_pretrained directory (qwen3 or nemotron_h); family from model_type")
+    add_model_options(parser, None)
     parser.add_argument("--size", default="cut", help="cut (CPU gates) or full")
     parser.add_argument("--contract", default="consistent", help="fast, consistent, or a YAML path")
     parser.add_argument("--num-sequences", type=int, default=64)
@@ -67,19 +66,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--micro-batch", type=int, default=8, help="trainer micro-batch size")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--strict", action="store_true", help="exit 2 when any token differs")
-
-
-def model_of(args) -> str:
-    """The family asked for: --model, or the checkpoint's model_type (which --model, if given,
-    must agree with); ValueError when neither is given or they disagree."""
-    if args.checkpoint is None:
-        if args.model is None:
-            raise ValueError("give --model (e.g. qwen3) or --checkpoint DIR")
-        return args.model
-    family = checkpoint_family(args.checkpoint)
-    if args.model is not None and args.model != family:
-        raise ValueError(f"--model {args.model} but {args.checkpoint} holds a {family} checkpoint (model_type)")
-    return family
 
 
 def run(args) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 import gates
 from gates.device import DEVICES
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
+from harness.stages.checkpoint_option import add_model_options, checkpoint_path, model_of
 
 GATES_DIR = Path(gates.__file__).resolve().parent
 
@@ -65,9 +66,10 @@ def check_device(device: str) -> None:
 
 
 def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation=None, device="cpu",
-              size="cut") -> dict:
+              size="cut", checkpoint: str | None = None) -> dict:
     """Run each gate in turn; {gate: status} read back from the JSON it wrote. With an
-    Isolation (harness/pristine.py) the gates judge another tree from a pristine copy."""
+    Isolation (harness/pristine.py) the gates judge another tree from a pristine copy; with
+    `checkpoint` (an absolute directory) they run on it instead of the seeded cut."""
     statuses = {}
     out = Path(out).resolve()
     for name, path in selected.items():
@@ -76,7 +78,8 @@ def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation
         where = ["--rootdir", str(GATES_DIR.parent)] if isolation is None else isolation.pytest_args()
         subprocess.run([sys.executable, "-m", "pytest", str(path if isolation is None else isolation.gate_path(path)),
                         "-q", "-p", "no:cacheprovider", *where, "--model", model, "--contract", contract,
-                        "--gate-out", str(out), "--device", device, "--size", size],
+                        "--gate-out", str(out), "--device", device, "--size", size,
+                        *(["--checkpoint", checkpoint] if checkpoint else [])],
                        cwd=GATES_DIR.parent if isolation is None else isolation.apparatus,
                        env=None if isolation is None else isolation.env(), capture_output=True, text=True)
         result = out / f"{name}.json"
@@ -99,7 +102,7 @@ def format_table(statuses: dict, out: Path) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default="nemotron", help="model family, e.g. nemotron or qwen3")
+    add_model_options(parser, "nemotron")
     parser.add_argument("--only", help="comma-separated gates, e.g. C3,C7")
     parser.add_argument("--contract", default="consistent", help="fast, consistent, or a YAML path")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -128,10 +131,11 @@ def run(args) -> int:
             title, condition = describe(path)
             print(f"{name}  {title}\n      {condition}")
         return EXIT_OK
-    validate(args.model, args.contract, args.device, args.size)
+    model = model_of(args, "nemotron")
+    validate(model, args.contract, args.device, args.size)
     out = Path(args.out or f"runs/gates-{time.strftime('%Y%m%dT%H%M%S')}")
-    statuses = run_gates(selected, model=args.model, contract=args.contract, out=out, device=args.device,
-                         size=args.size)
+    statuses = run_gates(selected, model=model, contract=args.contract, out=out, device=args.device,
+                         size=args.size, checkpoint=checkpoint_path(args))
     print(format_table(statuses, out))
     if "fail" in statuses.values():
         return EXIT_DIFFERENT

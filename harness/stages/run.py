@@ -19,6 +19,7 @@ from gates.workload import Workload
 from harness.agents.base import make_backend
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
 from harness.stages import agents as agents_stage
+from harness.stages.checkpoint_option import add_model_options, checkpoint_path, model_of
 from harness.stages import gates as gates_stage
 from harness.stages import locate as locate_stage
 from harness.stages import profile as profile_stage
@@ -92,7 +93,8 @@ class RunState:
 def _gates(state, args, selected):
     out = state.out / "gates"
     missing = {name: path for name, path in selected.items() if not (out / f"{name}.json").exists()}
-    gates_stage.run_gates(missing, model=args.model, contract=args.contract, out=out, device=args.device)
+    gates_stage.run_gates(missing, model=args.model, contract=args.contract, out=out, device=args.device,
+                          checkpoint=checkpoint_path(args))
     statuses = {name: json.loads((out / f"{name}.json").read_text())["status"]
                 if (out / f"{name}.json").exists() else "fail" for name in selected}
     failed = [name for name, status in statuses.items() if status == "fail"]
@@ -108,8 +110,11 @@ def _device_note(args) -> str:
 
 
 def _noted(message: str, args) -> str:
-    note = _device_note(args)
-    return f"{message} ({note})" if note else message
+    """A locate or profile stage's detail, with where it ran and on what."""
+    notes = [_device_note(args)] + ([f"on the {args.model} cut: locate and profile do not take a checkpoint yet"]
+                                     if args.checkpoint else [])
+    notes = [n for n in notes if n]
+    return f"{message} ({'; '.join(notes)})" if notes else message
 
 
 def _diff(state, args):
@@ -117,7 +122,8 @@ def _diff(state, args):
     out.mkdir(parents=True, exist_ok=True)
     under_test = "consistent" if args.contract == "fast" else args.contract  # the plot's contrast to fast
     for name, contract in (("consistent", under_test), ("fast", "fast")):
-        result = run_diff(args.model, "cut", contract, DIFF_WORKLOAD, per_token=True)
+        result = run_diff(args.model, "cut", contract, DIFF_WORKLOAD, per_token=True,
+                          checkpoint=checkpoint_path(args))
         (out / f"{name}.json").write_text(json.dumps(result, sort_keys=True))
     return "done", _device_note(args)
 
@@ -164,7 +170,7 @@ def _summary(state) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default="nemotron", help="model family, e.g. nemotron or qwen3")
+    add_model_options(parser, "nemotron")
     parser.add_argument("--contract", default="consistent", help="the contract under test (fast, consistent, PATH)")
     parser.add_argument("--agent", default="none", help=f"agent backend: {', '.join(AGENTS)}")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -185,12 +191,13 @@ def run(args) -> int:
         raise ValueError(f"--skip: only 'profile' can be skipped, not {sorted(args.skip - {'profile'})}")
     if args.agent not in AGENTS:
         raise ValueError(f"unknown agent backend {args.agent!r}; available here: {AGENTS}")
+    args.model = model_of(args, "nemotron")
     gates_stage.validate(args.model, args.contract, args.device)
     backend = None if args.agent == "none" else make_backend(args.agent)  # credentials: before any stage
     selected = gates_stage.select(args.gates)
     out = Path(args.out or f"runs/{args.model}-{time.strftime('%Y%m%dT%H%M%S')}")
     asked = {"model": args.model, "contract": args.contract, "device": args.device, "agent": args.agent,
-             "gates": sorted(selected)}
+             "gates": sorted(selected), "checkpoint": checkpoint_path(args)}
     state = RunState(out, asked, allow_new_commit=args.allow_new_commit)
     state.run_stage("gates", lambda: _gates(state, args, selected))
     state.run_stage("diff", lambda: _diff(state, args))

@@ -75,10 +75,11 @@ def even_token_reward(tokens) -> float:
 class GRPORun:
     """Owns a trainer and an engine and steps them through GRPO; save() / resume()."""
 
-    def __init__(self, config, contract, settings: GRPOSettings, *, model_seed=0, device="cpu"):
+    def __init__(self, config, contract, settings: GRPOSettings, *, model_seed=0, weights=None, device="cpu"):
+        """Weights seeded by model_seed, or a copy of `weights` (a state dict) when given."""
         self.config, self.contract, self.settings = config, contract, settings
         self.device = device
-        self.trainer = Trainer(config, contract, seed=model_seed, lr=settings.lr, device=device)
+        self.trainer = Trainer(config, contract, seed=model_seed, weights=weights, lr=settings.lr, device=device)
         self.engine = self._new_engine()
         self.step_index = 0
         self.data_position = 0
