@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gates.baseline import export_commit
+from harness.secrets import allowed_environment
 from harness.workspace import open_repo, repo_root
 
 
@@ -38,10 +39,12 @@ class Isolation:
                 "--rootdir", str(self.apparatus)]
 
     def env(self) -> dict:
-        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.apparatus), str(self.tree)]),
-                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "BITWISE_TREE": str(self.tree),
-                "BITWISE_APPARATUS": str(self.apparatus), "BITWISE_BASE": self.base,
-                "BITWISE_TAMPER": str(self.tamper_report)}
+        """The judge's environment: allow-listed (harness/secrets.py: no credential reaches a
+        process that imports the judged tree), with the tree and the apparatus named."""
+        return allowed_environment(PYTHONPATH=os.pathsep.join([str(self.apparatus), str(self.tree)]),
+                                   PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", BITWISE_TREE=str(self.tree),
+                                   BITWISE_APPARATUS=str(self.apparatus), BITWISE_BASE=self.base,
+                                   BITWISE_TAMPER=str(self.tamper_report))
 
 
 def export_apparatus(base: str, folder: Path) -> Path:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
+from harness.secrets import redact
+
 BACKENDS = ("anthropic", "claude-code", "none")
 STATUSES = ("finished", "limit:turns", "limit:tokens", "limit:cost", "error")
 
@@ -101,7 +103,7 @@ def append_transcript(path: Path, kind: str, **fields) -> None:
     record = {"time": round(time.time(), 3), "kind": kind, **fields}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, default=str) + "\n")
+        f.write(redact(json.dumps(record, default=str)) + "\n")  # no secret reaches the file
 
 
 def make_backend(name: str, **settings) -> AgentBackend:

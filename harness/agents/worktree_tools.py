@@ -2,7 +2,7 @@
 
 A path is resolved (symlinks followed, `..` collapsed) and must land inside the worktree, else
 the tool answers "error: ..." and touches nothing. run_command is confined only by its cwd and
-an env without API keys: a shell can reach outside, so the harness checks the worktree and runs
+an allow-listed environment (harness/secrets.py: no credential): a shell can reach outside, so the harness checks the worktree and runs
 the gates from its own pristine copy rather than trusting these tools.
 """
 import os
@@ -11,10 +11,10 @@ import subprocess
 from pathlib import Path
 
 from harness.agents.base import Tool
+from harness.secrets import allowed_environment
 
 MAX_READ_CHARS = 100_000
 MAX_OUTPUT_CHARS = 20_000
-SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 
 
 class _Outside(ValueError):
@@ -76,7 +76,7 @@ def edit_file(root: Path, path: str, old_string: str, new_string: str) -> str:
 
 def run_command(root: Path, max_timeout_s: float, command: str, timeout_s: float | None = None) -> str:
     timeout_s = min(float(timeout_s or max_timeout_s), max_timeout_s)
-    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    env = allowed_environment()  # no credential of the harness reaches an agent's shell
     # Own session, so a timeout kills the whole process group: children of the shell would
     # otherwise keep the pipe open and communicate() would wait for them.
     proc = subprocess.Popen(command, shell=True, cwd=root, env=env, text=True, errors="replace",
