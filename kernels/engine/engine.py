@@ -6,22 +6,16 @@ regions run in case engine_decode when the step holds only decodes and engine_pr
 otherwise; each segment's attention runs in its own phase's case. With cuda_graphs, a
 decode-only step replays a captured graph instead and runs in case engine_graph.
 
-Look-ahead: when a decode step holds every running sequence, none ends by length and no
-request is due, the next step's work is known but for the tokens just sampled, so it is
-launched before this step's results reach the host, its token ids read on the device (as
-vLLM's asynchronous scheduling does). The host prepares step n+1 while the GPU runs step n.
-A sequence that ends on its stop token meanwhile leaves one row computed for nothing, which
-the next step drops; its KV goes to its own reserved blocks. Rows do not change bits with
-their batch under the consistent contract, so the completions are those of a step-by-step
-engine; a request added while a step is launched ahead joins one step later.
+Look-ahead (kernels/engine/look_ahead.py): the next decode step may be launched before this
+one's results reach the host.
 """
 from collections import Counter
-from dataclasses import dataclass
 
 import torch
 
 from kernels.contract.identity import identities
 from kernels.engine.cache import EngineCache, PagedKVCache
+from kernels.engine.look_ahead import Launched, adopt, draw_index, next_step_is_known
 from kernels.engine.pinned import ResultCopies
 from kernels.engine.request import Completion, Request, RunningSequence
 from kernels.engine.scheduler import ScheduledWork, Scheduler
@@ -32,23 +26,6 @@ from kernels.models.registry import build_model
 from kernels.ops.transfer import to_device
 
 PHASE_CASE = {"prefill": "engine_prefill", "decode": "engine_decode"}
-
-
-@dataclass
-class _Launched:
-    """A step on the device: the items that sample, their results on the way to the host."""
-
-    items: list
-    """ScheduledWork of the rows that sample, in row order."""
-    tokens: torch.Tensor
-    """[R] long on the device: a step launched ahead reads its token ids from it."""
-    ticket: tuple
-    """ResultCopies ticket of tokens and log-probs."""
-    full: torch.Tensor | None
-    """[R, V] fp32 full log-prob rows, when a row asked for them."""
-    rows: list | None = None
-    """Which of the launched rows `items` are (None: all); a step launched ahead loses the
-    rows of sequences that ended meanwhile."""
 
 
 class Engine:
@@ -88,7 +65,7 @@ class Engine:
         self.rows_dropped = 0
         """Rows of steps launched ahead whose sequence had ended on its stop token."""
         self._results = ResultCopies(max_running)
-        self._ahead: _Launched | None = None
+        self._ahead: Launched | None = None
         self.replays_cuda_graphs = self.graphs is not None
         """True when decode steps replay captured CUDA graphs: the region doors' Python does
         not run then, so a tracer must refuse."""
@@ -177,38 +154,17 @@ class Engine:
             self.steps_launched_ahead += 1
         return self._collect(launched) if launched else []
 
-    def _adopt_ahead(self) -> "_Launched | None":
-        """The step launched ahead, without the rows whose sequence has ended since; None
-        when there is none or no row is left."""
-        ahead = self._ahead
-        if ahead is None:
-            return None
-        keep = [i for i, item in enumerate(ahead.items) if not item.sequence.is_finished]
-        self.rows_dropped += len(ahead.items) - len(keep)
-        if len(keep) == len(ahead.items):
-            return ahead
-        if not keep:
-            return None
-        return _Launched([ahead.items[i] for i in keep], None, ahead.ticket, ahead.full, keep)
+    def _adopt_ahead(self) -> "Launched | None":
+        ahead = adopt(self._ahead)
+        if self._ahead is not None:
+            self.rows_dropped += len(self._ahead.items) - (len(ahead.items) if ahead else 0)
+        return ahead
 
     def _may_look_ahead(self, work, launched) -> bool:
-        """Whether the next step is this step's rows one token on: every running sequence
-        decodes and samples here, none ends by length, no request waits or is due."""
-        if not self.look_ahead or launched.tokens is None or len(launched.items) != len(work):
-            return False
-        if self.scheduler.waiting or any(s.request.arrival_step <= self.step_count for s in self._pending):
-            return False
-        sequences = [item.sequence for item in work]
-        if any(item.phase != "decode" for item in work) or sequences != self.scheduler.running:
-            return False
-        return all(self._draw_index(s) + 1 < s.request.max_new_tokens for s in sequences)
+        return self.look_ahead and next_step_is_known(work, launched, self.scheduler, self._pending,
+                                                      self.step_count)
 
-    @staticmethod
-    def _draw_index(sequence) -> int:
-        """Which generated token the row at the sequence's last computed position draws."""
-        return sequence.num_computed - len(sequence.request.prompt)
-
-    def _launch(self, work, device_tokens=None) -> "_Launched | None":
+    def _launch(self, work, device_tokens=None) -> "Launched | None":
         """Run one step's forward and sampler on the device (token ids from `device_tokens`
         when launched ahead); its results' copy to the host started; None if no row samples."""
         segments, token_ids, case = self._layout(work, device_tokens)
@@ -230,7 +186,7 @@ class Engine:
                 if sample is None:
                     return None
                 items, tokens, logprobs, full = sample
-        return _Launched(items, tokens, self._results.start(tokens, logprobs), full)
+        return Launched(items, tokens, self._results.start(tokens, logprobs), full)
 
     def _collect(self, launched) -> list:
         """Wait for a launched step's results, record them; the completions that finished."""
@@ -272,7 +228,7 @@ class Engine:
         """(params, draw indices, whether any wants full rows) of the items that sample,
         before their rows are counted computed."""
         params = [item.sequence.request.params for item in items]
-        draws = [self._draw_index(item.sequence) + item.num_tokens for item in items]
+        draws = [draw_index(item.sequence) + item.num_tokens for item in items]
         return params, draws, any(item.sequence.request.return_full_logprobs for item in items)
 
     def _sample(self, work, segments, case: str, hidden):
@@ -286,7 +242,7 @@ class Engine:
         items = [item for item, _ in chosen]
         rows = to_device(torch.tensor([segment.row + segment.length - 1 for _, segment in chosen]), self.device)
         params = [item.sequence.request.params for item in items]
-        draws = [self._draw_index(item.sequence) for item in items]
+        draws = [draw_index(item.sequence) for item in items]
         wants_full = any(item.sequence.request.return_full_logprobs for item in items)
         temperatures = to_device(torch.tensor([p.logprob_temperature for p in params], dtype=torch.float32),
                                  self.device)
