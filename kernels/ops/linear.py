@@ -84,6 +84,6 @@ def consistent(x, w, *, row_multiple: int, out_dtype=None):
     require_cpu(x, "linear.consistent")
     if x.dtype in (torch.bfloat16, torch.float16):  # _blas's fp32 route, each operand converted once
         w32 = w.float()
-        out = in_row_tiles(lambda tile: F.linear(tile, w32), x.float(), dim=0, tile_rows=row_multiple)
+        out = in_row_tiles(lambda tile: F.linear(tile, w32), x.contiguous().float(), dim=0, tile_rows=row_multiple)
         return out if out_dtype == torch.float32 else out.to(out_dtype or x.dtype)
     return in_row_tiles(lambda tile: _blas(tile, w, out_dtype), x.contiguous(), dim=0, tile_rows=row_multiple)
