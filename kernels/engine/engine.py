@@ -169,23 +169,18 @@ class Engine:
         when launched ahead); its results' copy to the host started; None if no row samples."""
         segments, token_ids, case = self._layout(work, device_tokens)
         with torch.inference_mode():
-            sampled = None
             if case == "engine_graph":  # every decode row samples
                 hidden, sampled = self.graphs.launch(segments, token_ids, *self._sampling(work))
             else:
                 ids = token_ids if device_tokens is not None else torch.tensor(token_ids, dtype=torch.long,
                                                                                  device=self.device)
-                hidden = self.model(TokenBatch(ids, segments, case), self.dispatch, self.cache)
-            for item in work:
-                item.sequence.num_computed += item.num_tokens
-            if sampled is not None:
-                items, full = work, None
-                tokens, logprobs = sampled
-            else:
-                sample = self._sample(work, segments, case, hidden)
-                if sample is None:
-                    return None
-                items, tokens, logprobs, full = sample
+                hidden, sampled = self.model(TokenBatch(ids, segments, case), self.dispatch, self.cache), None
+            sample = (work, *sampled, None) if sampled is not None else self._sample(work, segments, case, hidden)
+        for item in work:
+            item.sequence.num_computed += item.num_tokens
+        if sample is None:
+            return None
+        items, tokens, logprobs, full = sample
         return Launched(items, tokens, self._results.start(tokens, logprobs), full)
 
     def _collect(self, launched) -> list:
@@ -233,17 +228,15 @@ class Engine:
 
     def _sample(self, work, segments, case: str, hidden):
         """(items, tokens [R], log-probs [R], full rows or None) on the device for every
-        sequence whose last computed row (counted already) reaches its known tokens; None
-        when no row samples."""
+        sequence whose rows of this step reach its known tokens (a step launched ahead goes
+        one past them); None when no row samples."""
         chosen = [(item, segment) for item, segment in zip(work, segments)
-                  if item.sequence.num_computed >= item.sequence.num_tokens]
+                  if item.sequence.num_computed + item.num_tokens >= item.sequence.num_tokens]
         if not chosen:
             return None
         items = [item for item, _ in chosen]
         rows = to_device(torch.tensor([segment.row + segment.length - 1 for _, segment in chosen]), self.device)
-        params = [item.sequence.request.params for item in items]
-        draws = [draw_index(item.sequence) for item in items]
-        wants_full = any(item.sequence.request.return_full_logprobs for item in items)
+        params, draws, wants_full = self._sampling(items)
         temperatures = to_device(torch.tensor([p.logprob_temperature for p in params], dtype=torch.float32),
                                  self.device)
         with self.dispatch.selecting_rows(rows):

@@ -29,6 +29,15 @@ def window_rows(conv, xbc):
     return torch.cat([conv.to(xbc.dtype), xbc])
 
 
+def _decode_window(xbc, segments, store):
+    """[B, K, C]: each sequence's K-1 held rows (the pooled store's) and its one new row; the
+    store moves on by the row, in place."""
+    slots = store.decode_slots(segments)
+    window = torch.cat([store.conv[slots].to(xbc.dtype), xbc[:, None]], dim=1)
+    store.conv[slots] = window[:, 1:]
+    return window
+
+
 def _keep_tail(state, window, kernel_size):
     state.conv = window[window.shape[0] - (kernel_size - 1):].detach()
 
@@ -50,9 +59,7 @@ def fast_window_sum(xbc, segments, store, weight, bias):
     """Decode as engines do it: per step, (window * w).sum(-1) + bias, SiLU; every sequence of
     a decode-only group in one go on a pooled store, as engines batch it."""
     if batched_decode(segments, store):
-        slots = store.decode_slots(segments)
-        window = torch.cat([store.conv[slots].to(xbc.dtype), xbc[:, None]], dim=1)  # [B, K, C]
-        store.conv[slots] = window[:, 1:]
+        window = _decode_window(xbc, segments, store)
         return F.silu((window * weight.t()).sum(dim=1) + bias)
     return each_segment(_window_sum, segments, store, (xbc,), weight, bias)
 
@@ -75,9 +82,7 @@ def consistent(xbc, segments, store, weight, bias):
             return ssm_conv_triton.decode_batch(xbc, store.decode_slots(segments), store.conv, weight, bias)
         return each_segment(ssm_conv_triton.consistent, segments, store, (xbc,), weight, bias)
     if batched_decode(segments, store):  # every sequence's row in the same elementwise ops
-        slots = store.decode_slots(segments)
-        window = torch.cat([store.conv[slots].to(xbc.dtype), xbc[:, None]], dim=1)  # [B, K, C]
-        store.conv[slots] = window[:, 1:]
+        window = _decode_window(xbc, segments, store)
         return consistent_taps(window.transpose(0, 1), weight, bias, 1)[0].to(xbc.dtype)
     return each_segment(consistent_segment, segments, store, (xbc,), weight, bias)
 

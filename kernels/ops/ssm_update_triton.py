@@ -14,8 +14,9 @@ BLOCK_P = 16
 
 @triton.jit
 def _state_update_kernel(state, slots, x, b, c, dt, a, d, y, heads_per_group, P, N,
-                         stride_slot, stride_head, stride_p, stride_xb, stride_xh, stride_bb, stride_bg, stride_cb, stride_cg,
-                         stride_yb, stride_yh, stride_dtb, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+                         stride_slot, stride_head, stride_p, stride_xb, stride_xh, stride_bb, stride_bg,
+                         stride_cb, stride_cg, stride_yb, stride_yh, stride_dtb,
+                         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
     seq, head, block = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     group = head // heads_per_group
     p = block * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -49,6 +50,7 @@ def state_update(ssm, slots, x, B, C, dt, A, D) -> torch.Tensor:
     grid = (count, heads, triton.cdiv(P, BLOCK_P))
     _state_update_kernel[grid](ssm, slots, x, B, C, dt, A.float().contiguous(), D.float().contiguous(), y,
                                heads // groups, P, N, ssm.stride(0), ssm.stride(1), ssm.stride(2),
-                               x.stride(0), x.stride(1), B.stride(0), B.stride(1), C.stride(0), C.stride(1), y.stride(0), y.stride(1), dt.stride(0),
+                               x.stride(0), x.stride(1), B.stride(0), B.stride(1), C.stride(0), C.stride(1),
+                               y.stride(0), y.stride(1), dt.stride(0),
                                BLOCK_P=BLOCK_P, BLOCK_N=triton.next_power_of_2(N))
     return y
