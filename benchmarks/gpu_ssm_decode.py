@@ -4,7 +4,7 @@
 
 On random row pools, state pools and buffered counts (every count 0..Q-1 drawn, so every
 number of s-blocks occurs, Q-1 included), at the config's Mamba widths: the output of
-ssm_scan_triton.decode_rows under each launch (P-block, loop unroll, warps) against the block
+ssm_decode_triton.decode_rows under each launch (P-block, loop unroll, warps, vector) against the block
 kernel (_chunk_outputs_kernel, one 32-row block per sequence: the arithmetic the row kernel
 restates), bit for bit (int32 views); then the time of each launch and of the whole batched
 decode (cumsum, row, state fold), triton.testing.do_bench, raw samples saved. A launch whose
@@ -23,11 +23,12 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from kernels.models.config import load_model_config  # noqa: E402
+from kernels.ops import ssm_decode_triton as row_kernel  # noqa: E402
 from kernels.ops import ssm_scan_triton as kernel  # noqa: E402
 
 DEVICE = "cuda"  # --device cpu (with TRITON_INTERPRET=1, a small config): a smoke test of this script
-LAUNCHES = [{"p_block": pb, "unroll": u, "num_warps": w}
-            for pb in (64, 32, 16) for u in (1, 8, 32) for w in (1, 2, 4)]
+LAUNCHES = [{"p_block": pb, "unroll": u, "num_warps": w, "vector": v}
+            for pb in (64, 32) for u in (1, 8) for w in (1, 2, 4) for v in (2, 4)]
 
 
 def inputs(config, batch, generator):
@@ -71,7 +72,7 @@ def summarize(result) -> None:
           f"state read roofline {result['state_read_roofline_us']:.0f} us; "
           f"whole decode {median(result['decode_batch_ms']):.3f} ms")
     for r in sorted((r for r in result["launches"] if "median_ms" in r), key=lambda r: r["median_ms"])[:8]:
-        print(f"  p_block {r['p_block']:>2} unroll {r['unroll']:>2} warps {r['num_warps']} "
+        print(f"  p_block {r['p_block']:>2} unroll {r['unroll']:>2} warps {r['num_warps']} vector {r['vector']} "
               f"{r['median_ms'] * 1e3:8.1f} us  differing {r['differing']}{'  (pinned)' if r.get('pinned') else ''}")
     for r in result["launches"]:
         if "error" in r or r.get("differing"):
@@ -106,19 +107,19 @@ def main() -> int:
                                                     chunk_size=config.chunk_size, num_sequences=batch,
                                                     num_blocks=1))
         rows_out = []
-        for launch in LAUNCHES[:args.launches] + [dict(kernel.DECODE_ROW_LAUNCH, pinned=True)]:
+        for launch in LAUNCHES[:args.launches] + [dict(row_kernel.DECODE_ROW_LAUNCH, pinned=True)]:
             y = torch.full(shape, float("nan"), device=DEVICE)
             run = dict(launch)
             run.pop("pinned", None)
             try:
-                kernel.decode_rows(rows, cs, state, d, y, meta, block=block, launch=run)
+                row_kernel.decode_rows(rows, cs, state, d, y, meta, block=block, launch=run)
                 if DEVICE == "cuda":
                     torch.cuda.synchronize()
             except Exception as error:  # a launch the compiler refuses is information, not a failure
                 rows_out.append({**launch, "error": repr(error)[:300]})
                 continue
             differing = int((y.view(torch.int32) != reference.view(torch.int32)).sum())
-            samples = bench(lambda: kernel.decode_rows(rows, cs, state, d, y, meta, block=block, launch=run))
+            samples = bench(lambda: row_kernel.decode_rows(rows, cs, state, d, y, meta, block=block, launch=run))
             rows_out.append({**launch, "differing": differing, "median_ms": median(samples),
                              "samples_ms": samples})
             if launch.get("pinned") and differing:

@@ -721,7 +721,8 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
     them (kernels/engine/mamba_tables.py): tables served from static tensors, two padding rows
     on the store's scratch slot, the positions advanced afterwards as the doors recorded;
     sequences 3 and 2 complete their chunks there, the others in the plain decodes after.
-    The row kernel launched in P-blocks, its loops unrolled, gives the same bits. Negative
+    The row kernels launched in P-blocks, their loops unrolled, reading 2 values at a time
+    instead of 4, give the same bits. Negative
     control: a sequence's slot of the state pool doubled changes its rows, and only its rows
     (an ulp decays away in the chunk)."""
     from kernels.models.batch import Segment
@@ -769,12 +770,15 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
     assert first_bit_difference(disturbed[2][histories[2]:], alone[2][histories[2]:histories[2] + 3]) is not None, "control"
     for seq in (0, 1, 3, 4):
         assert_bitwise_equal(disturbed[seq], alone[seq][:histories[seq] + 3], f"undisturbed sequence {seq}")
-    launch = dict(ssm_triton.DECODE_ROW_LAUNCH)
-    ssm_triton.DECODE_ROW_LAUNCH.update(p_block=s["head_dim"] // 4, unroll=4)  # the row's chains in 4 programs
+    ssm_decode = _import_kernel("ssm_decode_triton")
+    launch = dict(ssm_decode.DECODE_ROW_LAUNCH)
+    assert launch["vector"] == 4 and launch["p_block"] >= s["head_dim"]  # so the P-blocked run below differs
+    # the row's chains in 4 programs of 2 warps, loops unrolled, read 2 values at a time
+    ssm_decode.DECODE_ROW_LAUNCH.update(p_block=s["head_dim"] // 4, unroll=4, num_warps=2, vector=2)
     try:
         split, _ = batched(steps=4)
     finally:
-        ssm_triton.DECODE_ROW_LAUNCH.update(launch)
+        ssm_decode.DECODE_ROW_LAUNCH.update(launch)
     for seq, h in enumerate(histories):
         assert_bitwise_equal(split[seq], alone[seq][:h + 4], f"P-blocked decode, sequence {seq}")
 

@@ -17,9 +17,10 @@ one-token decode; the blocks' other rows only add exact zeros (masked weights; a
 there loads as 0, and an fp32 accumulator that starts at +0 stays unchanged by +-0). Dots
 in fp32 ("ieee": no TF32 rounding of the operands). The arithmetic is the torch form's,
 term for term; its bits are the CUDA machine's own (CPU and CUDA are separate machines).
-Batched decode (decode_batch): the same kernels with one program set per sequence, reading
-each sequence's buffered rows and boundary state in the store's pools; a decoded row walks
-the same blocks in the same order as in forward(), so its bits are those of a one-segment call.
+Batched decode (decode_batch): kernels 1 and 2 with one program set per sequence, reading
+each sequence's buffered rows and boundary state in the store's pools, and for 3 the one-row
+kernels of kernels/ops/ssm_decode_triton.py, which restate kernel 3's arithmetic for row t
+alone; a decoded row gets the bits of a one-segment call.
 The fast contract's CUDA prefill (fold_all) runs the same kernels with chunks from its call's
 first row and every row folded, as engines run mamba_ssm's chunk scan; it claims no bits.
 Backward: recomputes the torch form in fp32 and differentiates it (C8's tolerance).
@@ -30,12 +31,10 @@ import triton
 import triton.language as tl
 
 from kernels.ops.autograd_use import grads_of_recomputed, records_graph
+from kernels.ops.ssm_decode_triton import decode_rows
 from kernels.ops.padding import pad_to_multiple
 
 ROW_BLOCK = 32  # BT = BS; smaller when the chunk is (Q = 16 in the cut)
-# _decode_row_kernel's launch: P-block (capped at P), loop unroll, warps. Any choice has the same
-# bits (benchmarks/gpu_ssm_decode.py checks that and times the others).
-DECODE_ROW_LAUNCH = {"p_block": 64, "unroll": 32, "num_warps": 1}
 
 
 # Each kernel's last grid axis is the sequence: meta [B, 5] int64 holds per sequence its first
@@ -120,50 +119,6 @@ def _chunk_outputs_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, starts_ptr, d_ptr
     tl.store(y_ptr + ((out_base + t - first_row)[:, None] * num_heads + head) * P + p[None, :], y, mask=stored[:, None])
 
 
-@triton.jit
-def _decode_row_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, state_ptr, d_ptr, y_ptr, meta_ptr, num_heads,
-                       num_groups, heads_per_group, padded_rows, P: tl.constexpr, N: tl.constexpr, BT: tl.constexpr,
-                       P_BLOCK: tl.constexpr, UNROLL: tl.constexpr):
-    """_chunk_outputs_kernel's arithmetic for one row t (a decode's new row) alone: each of its
-    fp32 dots is the FMA chain Triton lowers an "ieee" tl.dot to (per output element, k = 0, 1,
-    ... from the accumulator, or from +0), written out for row t, masked terms included, so
-    the row gets its block's bits without computing the block's other BT - 1 rows. Every output
-    element is its own chain, so a program takes P_BLOCK of the P elements (the scores, which
-    do not depend on p, are the same chains in every P-block); UNROLL unrolls the chains' loops
-    (the same operations in the same order: it only lets loads run ahead of the FMAs)."""
-    head, seq, p_block = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    group = head // heads_per_group
-    base, t = tl.load(meta_ptr + seq * 5 + 0), tl.load(meta_ptr + seq * 5 + 2)
-    state_index, out_row = tl.load(meta_ptr + seq * 5 + 3), tl.load(meta_ptr + seq * 5 + 4)
-    cs_row = (seq * num_heads + head) * padded_rows
-    p, k = p_block * P_BLOCK + tl.arange(0, P_BLOCK), tl.arange(0, BT)
-    c_row = c_ptr + ((base + t) * num_groups + group) * N
-    cs_t = tl.load(cs_ptr + cs_row + t)
-    acc = tl.zeros((P_BLOCK,), dtype=tl.float32)
-    for s0 in range(0, (t // BT) * BT + BT, BT):
-        s = s0 + k
-        s_live = s <= t  # = s < num_rows: the rows after t are not there yet
-        scores = tl.zeros((BT,), dtype=tl.float32)
-        for n in tl.range(0, N, loop_unroll_factor=UNROLL):  # scores[k] = (C_t . B_s) as tl.dot's chain over n
-            b_col = tl.load(b_ptr + ((base + s) * num_groups + group) * N + n, mask=s_live, other=0.0)
-            scores = tl.fma(tl.load(c_row + n), b_col, scores)
-        dt_s = tl.load(dt_ptr + (base + s) * num_heads + head, mask=s_live, other=0.0)
-        decay = tl.exp(cs_t - tl.load(cs_ptr + cs_row + s))
-        weights = tl.where(s_live, scores * decay * dt_s, 0.0)
-        for j in tl.range(0, BT, loop_unroll_factor=UNROLL):  # acc = tl.dot(weights, xs, acc) as its chain
-            w_j = tl.sum(tl.where(k == j, weights, -0.0), axis=0)  # -0 is exact: x + -0 = x, -0 included
-            x_j = tl.load(x_ptr + ((base + s0 + j) * num_heads + head) * P + p, mask=p * 0 + s0 + j <= t, other=0.0)
-            acc = tl.fma(w_j, x_j, acc)
-    start = state_ptr + (state_index * num_heads + head) * P * N
-    dotted = tl.zeros((P_BLOCK,), dtype=tl.float32)
-    for n in tl.range(0, N, loop_unroll_factor=UNROLL):  # tl.dot(C_t, start) as its chain over n
-        dotted = tl.fma(tl.load(c_row + n), tl.load(start + p * N + n), dotted)
-    from_start = dotted * tl.exp(cs_t)
-    xt = tl.load(x_ptr + ((base + t) * num_heads + head) * P + p)
-    y = acc + from_start + tl.load(d_ptr + head) * xt
-    tl.store(y_ptr + (out_row * num_heads + head) * P + p, y)
-
-
 def _require(rows, chunk_size: int) -> int:
     x, B = rows[0], rows[1]
     sizes = {"chunk_size": chunk_size, "head_dim": x.shape[2], "state_size": B.shape[2]}
@@ -222,17 +177,6 @@ def decode_batch(pools, state_pool, slots, buffered, A, D, *, chunk_size: int):
     decode_rows(rows, cs, state_pool, D, y, meta, block=_require(rows, chunk_size))
     _states(rows, cs, state_pool, state_pool[:, None], meta, chunk_size=chunk_size, num_sequences=num_sequences)
     return y
-
-
-def decode_rows(rows, cs, state_pool, D, y, meta, *, block: int, launch: dict = DECODE_ROW_LAUNCH):
-    """Each sequence's one new row's output into y [b, H, P] (_decode_row_kernel)."""
-    x, B, C, dt = rows
-    num_heads, num_groups, head_dim = x.shape[1], B.shape[1], x.shape[2]
-    p_block = min(launch["p_block"], head_dim)
-    _decode_row_kernel[(num_heads, meta.shape[0], head_dim // p_block)](
-        x, B, C, dt, cs, state_pool, D, y, meta, num_heads, num_groups, num_heads // num_groups, cs.shape[-1],
-        P=head_dim, N=B.shape[2], BT=block, P_BLOCK=p_block, UNROLL=launch["unroll"],
-        num_warps=launch["num_warps"])
 
 
 def _cumsums(rows, A, meta, *, chunk_size, num_rows, num_sequences):
