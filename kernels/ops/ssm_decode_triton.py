@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 # P-block (capped at P), loop unroll, warps, V (values per vector load in the chains over n).
-DECODE_ROW_LAUNCH = {"p_block": 64, "unroll": 8, "num_warps": 1, "vector": 4}
+DECODE_ROW_LAUNCH = {"p_block": 64, "unroll": 1, "num_warps": 1, "vector": 4}
 
 
 @triton.jit
