@@ -9,7 +9,7 @@ by benchmarks/gemm_tune.py from a gpu_gemm.py sweep, every entry one whose bits 
 gives the winner per (N, K) and M bucket, and its default rows (the best geometric mean over
 the swept shapes) serve other shapes; without a file, the built-in table below, the H200
 winners of benchmarks/results/gpu_gemm-h200-20261129-run3.json per M bucket. fp32 operands
-(the router) take smaller tiles, for shared memory.
+(the router) take their own tiles: fp32 "ieee" dots are FMA chains over k, whatever the tile.
 
 Backward: dx = dy @ w and dw = dy^T @ x through cuBLAS. cuBLAS is run-to-run deterministic
 for a fixed shape on one stream; its bits need not equal any forward bits (C8 compares
@@ -30,7 +30,10 @@ _HALF_TILES = (
     (2048, "pointer", (128, 128, 8, 4), 64),
     (None, "pointer", (256, 128, 8, 3), 64),
 )
-_FP32_TILES = ((32, "pointer", (16, 64, 4, 3), 32), (None, "pointer", (64, 64, 4, 3), 32))
+# fp32 (the router: N = the experts, 128): a decode's M gets 16 x 16 tiles, so that M = 128
+# is 64 programs and not 4 (benchmarks/gpu_router_gemm.py checks the bits and times them)
+_FP32_TILES = ((256, "pointer", (16, 16, 2, 3), 64), (2048, "pointer", (32, 32, 4, 3), 32),
+               (None, "pointer", (64, 64, 4, 3), 32))
 
 
 def _launch(num_rows: int, n: int, k: int, dtype, device):
