@@ -3,6 +3,7 @@ loopback (tests/fake_messages_server.py), the worktree confinement of the tools,
 retries, and the clear errors when credentials, SDK or CLI are missing."""
 import json
 import sys
+import time
 
 import pytest
 
@@ -138,6 +139,33 @@ def test_limits_stop_the_loop(worktree, limits, usage, status, num_requests):
     assert _records(result.transcript_path)[-1]["status"] == status
 
 
+def _late(seconds, reply):
+    """A scripted step the server answers only after `seconds`."""
+    return lambda request: (time.sleep(seconds), reply)[1]
+
+
+def test_a_hanging_endpoint_stops_at_the_wall_clock_budget(worktree):
+    """A model call that does not answer is cut by request_timeout_s and retried (a timeout is
+    a connection error), but never past the agent's max_wall_s: limit:time, not hours."""
+    script = [[tool_use("list_dir")]] + [_late(5.0, [text("too late")])] * 6
+    limits = AgentLimits(max_wall_s=1.5, request_timeout_s=0.4, command_timeout_s=60)
+    started = time.monotonic()
+    with FakeMessagesServer(script) as server:
+        result = _backend(server).run(_task(worktree, limits))
+        elapsed = time.monotonic() - started
+    assert result.status == "limit:time" and result.turns == 1, (result.status, result.final_text)
+    assert "time limit" in result.final_text and elapsed < 4.0, elapsed
+    assert len(server.requests) >= 2  # the hanging call was retried inside the budget
+    assert _records(result.transcript_path)[-1]["status"] == "limit:time"
+
+
+def test_the_wall_clock_budget_stops_a_slow_loop_between_turns(worktree):
+    script = [_late(0.3, [tool_use("list_dir")])] * 20
+    with FakeMessagesServer(script) as server:
+        result = _backend(server).run(_task(worktree, AgentLimits(max_wall_s=1.0, command_timeout_s=60)))
+    assert result.status == "limit:time" and 2 <= result.turns <= 5 and len(server.requests) < 20
+
+
 @pytest.mark.parametrize("failure, settings, retry_records", [
     (overloaded(), {"max_retries": 0}, 1),                       # our backoff retries the 529
     (overloaded(retry_after_ms=10), {"max_retries": 2}, 0),     # the client's own retry does
@@ -185,11 +213,52 @@ def test_claude_code_without_cli_or_sdk_names_what_to_install(monkeypatch, tmp_p
         make_backend("claude-code")
 
 
-def test_claude_code_options(worktree, tmp_path):
-    import claude_agent_sdk  # noqa: F401  (the test extra installs it: this test must run, not skip)
+def _fake_cli(tmp_path):
     cli = tmp_path / "claude"
     cli.write_text("#!/bin/sh\n")
     cli.chmod(0o755)
+    return cli
+
+
+def _no_claude_credentials(monkeypatch, config_dir):
+    for name in claude_code.CREDENTIAL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config_dir))
+
+
+def test_claude_code_without_credentials_names_what_to_set(monkeypatch, tmp_path):
+    """Refused when the backend is made (before any worktree), not after the pipeline ran."""
+    cli, config = _fake_cli(tmp_path), tmp_path / "claude-config"
+    _no_claude_credentials(monkeypatch, config)
+    with pytest.raises(ValueError, match="no credentials: set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN"):
+        make_backend("claude-code", cli_path=str(cli))
+    config.mkdir()
+    (config / ".credentials.json").write_text("{}")  # what `claude` login writes
+    assert make_backend("claude-code", cli_path=str(cli)).cli_path == str(cli)
+    (config / ".credentials.json").unlink()
+    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "token")
+    assert make_backend("claude-code", cli_path=str(cli)).cli_path == str(cli)
+
+
+def test_claude_code_stops_at_the_wall_clock_budget(worktree, monkeypatch, tmp_path):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    backend = make_backend("claude-code", cli_path=str(_fake_cli(tmp_path)))
+
+    async def endless(task, tally, log):  # a CLI that never ends its query
+        import asyncio
+        tally["turns"] = 3
+        await asyncio.sleep(30)
+    monkeypatch.setattr(backend, "_stream", endless)
+    started = time.monotonic()
+    result = backend.run(_task(worktree, AgentLimits(max_wall_s=0.5, command_timeout_s=60)))
+    assert result.status == "limit:time" and result.turns == 3 and time.monotonic() - started < 5
+    assert "time limit" in result.final_text
+
+
+def test_claude_code_options(worktree, tmp_path, monkeypatch):
+    import claude_agent_sdk  # noqa: F401  (the test extra installs it: this test must run, not skip)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    cli = _fake_cli(tmp_path)
     run_gates = Tool("run_gates", "Run the gates.", {"type": "object", "properties": {}}, lambda _: "ok")
     limits = AgentLimits(max_turns=7, max_cost_usd=3.0, command_timeout_s=120)
     options = make_backend("claude-code", cli_path=str(cli), model="claude-sonnet-5").options(
@@ -211,7 +280,8 @@ def test_none_backend_and_unknown_names(worktree):
 
 
 @pytest.mark.parametrize("field, value", [("max_turns", 0), ("max_cost_usd", -1.0), ("max_total_tokens", 1.5),
-                                          ("command_timeout_s", "60")])
+                                          ("command_timeout_s", "60"), ("max_wall_s", 0),
+                                          ("request_timeout_s", -5.0)])
 def test_limits_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         AgentLimits(**{field: value})

@@ -2,14 +2,15 @@
 with the real `anthropic` client; it runs every tool_use and answers with tool_results until the
 model ends its turn without one or a limit is hit. Base URL: setting or ANTHROPIC_BASE_URL (any
 Anthropic-compatible endpoint); model: task, setting, BITWISE_AGENT_MODEL, DEFAULT_MODEL.
-Overload/5xx/429: the client's retries, then our bounded backoff. Transcript: each request (new
-messages only), raw response, tool call and result, as it happens. An unpriced model costs as
+Overload/5xx/429/timeouts: the client's retries, then our bounded backoff, all inside the
+agent's wall-clock budget (max_wall_s; each call at most request_timeout_s). Transcript: each
+request (new messages only), raw response, tool call and result, as it happens. An unpriced model costs as
 the dearest priced one, so its budget stops early (set price_usd_per_mtok, e.g. (0, 0)).
 """
 import os
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 
 from harness.agents.base import AgentLimits, AgentResult, AgentTask, Tool, append_transcript
@@ -48,6 +49,10 @@ class _Progress:
     output_tokens: int = 0
     cost_usd: float = 0.0
     final_text: str = ""
+    started: float = field(default_factory=time.monotonic)
+
+    def seconds_left(self, limits: AgentLimits) -> float:
+        return limits.max_wall_s - (time.monotonic() - self.started)
 
     def record(self, response) -> None:
         usage = response.usage
@@ -67,7 +72,13 @@ class _Progress:
             return "tokens"
         if self.cost_usd >= limits.max_cost_usd:
             return "cost"
+        if self.seconds_left(limits) <= 0:
+            return "time"
         return None
+
+
+class _OutOfTime(Exception):
+    """The agent's wall-clock budget ran out inside a model call or its retries."""
 
 
 def _call_tool(tools: dict[str, Tool], block: dict, truncated: bool, log) -> dict:
@@ -143,7 +154,11 @@ class AnthropicBackend:
             if sent:
                 log("request", turn=progress.turns + 1, num_messages=len(messages), new_messages=messages[sent:])
             sent = len(messages)
-            response = self._create(params, messages, log)
+            try:
+                response = self._create(params, messages, log, lambda: progress.seconds_left(task.limits),
+                                        task.limits.request_timeout_s)
+            except _OutOfTime:
+                break
             log("response", turn=progress.turns + 1, message=response.model_dump(mode="json"))
             progress.record(response)
             content = [block.model_dump(mode="json", exclude_none=True) for block in response.content]
@@ -159,19 +174,30 @@ class AnthropicBackend:
             else:
                 progress.final_text = f"stopped: stop_reason {response.stop_reason!r}\n{progress.final_text}"
                 return "error"
+        hit = hit or "time"
         progress.final_text = f"stopped at the {hit} limit\n{progress.final_text}"
         return f"limit:{hit}"
 
-    def _create(self, params: dict, messages: list, log):
-        """messages.create; past the client's retries, back off on overload, 429 and 5xx."""
+    def _create(self, params: dict, messages: list, log, seconds_left, request_timeout_s: float):
+        """messages.create; past the client's retries, back off on overload, 429, 5xx and
+        timeouts. Each try's timeout is request_timeout_s, cut so that the client's own retries
+        fit in what the agent's budget leaves; _OutOfTime when it is spent."""
         retryable = (self._anthropic.InternalServerError, self._anthropic.RateLimitError,
-                     self._anthropic.APIConnectionError)
+                     self._anthropic.APIConnectionError)  # APITimeoutError is a connection error
         for attempt in range(self.overload_retries + 1):
+            left = seconds_left()
+            if left <= 0:
+                raise _OutOfTime
             try:
-                return self.client.messages.create(**params, messages=messages)
+                return self.client.messages.create(**params, messages=messages, timeout=min(
+                    request_timeout_s, left / (self.client.max_retries + 1)))
             except retryable as err:
+                if seconds_left() <= 0:
+                    raise _OutOfTime from err
                 if attempt == self.overload_retries:
                     raise
                 delay_s = min(self.backoff_s * 2 ** attempt, self.max_backoff_s)
                 log("retry", attempt=attempt + 1, delay_s=delay_s, error=f"{type(err).__name__}: {err}")
+                if delay_s >= seconds_left():
+                    raise _OutOfTime from err
                 time.sleep(delay_s)

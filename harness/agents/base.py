@@ -2,7 +2,7 @@
 (AgentResult), the tools it may add (Tool), and `make_backend(name, **settings)`.
 
 Status strings are shared by every backend: "finished", "limit:turns", "limit:tokens",
-"limit:cost", "error". Transcripts are JSONL, one record per event, appended and flushed as
+"limit:cost", "limit:time" (the agent's wall-clock budget), "error". Transcripts are JSONL, one record per event, appended and flushed as
 the event happens (`append_transcript`), so a killed run still leaves its record.
 Backends are imported lazily by name: a missing SDK only matters to the backend that needs it.
 """
@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Protocol
 from harness.secrets import redact
 
 BACKENDS = ("anthropic", "claude-code", "none")
-STATUSES = ("finished", "limit:turns", "limit:tokens", "limit:cost", "error")
+STATUSES = ("finished", "limit:turns", "limit:tokens", "limit:cost", "limit:time", "error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +28,14 @@ class AgentLimits:
     """Spend, priced per model (anthropic_api.PRICES_USD_PER_MTOK), before "limit:cost"."""
     command_timeout_s: float = 900.0
     """Upper bound on one run_command; a longer timeout asked by the model is cut to this."""
+    max_wall_s: float = 4 * 3600.0
+    """Wall-clock budget of the whole agent, retries and waits included, before "limit:time"."""
+    request_timeout_s: float = 600.0
+    """Upper bound on one model call (a hanging endpoint), cut to what max_wall_s leaves."""
 
     def __post_init__(self):
-        for name in ("max_turns", "max_total_tokens", "max_cost_usd", "command_timeout_s"):
+        for name in ("max_turns", "max_total_tokens", "max_cost_usd", "command_timeout_s", "max_wall_s",
+                     "request_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"AgentLimits.{name} must be a positive number, got {value!r}")

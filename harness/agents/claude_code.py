@@ -2,8 +2,10 @@
 the worktree's .claude/ settings and skills (setting_sources=["project"]: not the user's own).
 Built-in tools are limited and pre-approved under permission_mode "dontAsk" (no person to ask);
 extra tools are served in-process as MCP server "harness" (mcp__harness__<name>). The SDK caps
-turns and cost; tokens are counted here from the stream. Bash is not sandboxed: the harness
-checks the worktree. Needs the SDK (it bundles a `claude` CLI) or a `claude` on PATH.
+turns and cost; tokens are counted here from the stream, and the agent's wall-clock budget
+(max_wall_s) cancels the query. Credentials are checked when the backend is made. Bash is
+not sandboxed: the harness checks the worktree. Needs the SDK (it bundles a `claude` CLI) or
+a `claude` on PATH.
 """
 import asyncio
 import dataclasses
@@ -21,6 +23,8 @@ MCP_SERVER = "harness"
 INSTALL_SDK = "pip install claude-agent-sdk (or pip install -e '.[agents]'), or pass --agent none"
 INSTALL_CLI = ("install Claude Code (npm install -g @anthropic-ai/claude-code) or pass cli_path=/path/to/claude, "
                "or pass --agent none")
+CREDENTIAL_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
+                        "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX")
 RESULT_STATUS = {"success": "finished", "error_max_turns": "limit:turns", "error_max_budget_usd": "limit:cost"}
 
 
@@ -49,6 +53,20 @@ def find_cli(sdk, cli_path: str | None) -> str:
     return str(found)
 
 
+def require_credentials() -> None:
+    """ValueError unless Claude Code has a way to authenticate: an API key or token in the
+    environment, a cloud provider switched on, or the credentials file `claude` logs in to
+    (under CLAUDE_CONFIG_DIR, default ~/.claude). Checked before a run makes any worktree."""
+    if any(os.environ.get(name) for name in CREDENTIAL_VARIABLES):
+        return
+    config = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+    if (config / ".credentials.json").is_file():
+        return
+    raise ValueError(f"the claude-code backend found no credentials: set ANTHROPIC_API_KEY or "
+                     f"CLAUDE_CODE_OAUTH_TOKEN, or log in with `claude` ({config}/.credentials.json), "
+                     "or pass --agent none")
+
+
 def _mcp_tool(sdk, tool: Tool):
     """Wrap a harness Tool for the SDK's in-process MCP server; the handler runs in a thread
     because gate runs block for minutes and the SDK's event loop must keep streaming."""
@@ -70,6 +88,7 @@ class ClaudeCodeBackend:
     def __init__(self, *, model: str | None = None, cli_path: str | None = None):
         self._sdk = _import_sdk()
         self.cli_path = find_cli(self._sdk, cli_path)
+        require_credentials()
         self.model = model or os.environ.get("BITWISE_AGENT_MODEL") or None  # None: the CLI's default
 
     def options(self, task: AgentTask):
@@ -94,7 +113,10 @@ class ClaudeCodeBackend:
         tally = {"status": "error", "turns": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0,
                  "final_text": ""}
         try:
-            asyncio.run(self._stream(task, tally, log))
+            asyncio.run(asyncio.wait_for(self._stream(task, tally, log), timeout=task.limits.max_wall_s))
+        except TimeoutError:  # the agent's wall-clock budget: cancelling the query stops the CLI
+            tally["status"] = "limit:time"
+            tally["final_text"] = f"stopped at the time limit ({task.limits.max_wall_s:.0f} s)\n{tally['final_text']}"
         except Exception as err:  # CLI crash, auth failure: end this agent, keep the other
             tally["status"], tally["final_text"] = "error", f"{type(err).__name__}: {err}"
             log("error", error=tally["final_text"], traceback=traceback.format_exc())
