@@ -1,8 +1,10 @@
 """Keeping the harness's secrets out of what it starts and what it writes. Judge processes
 and agents' shell commands get an allow-listed environment (a variable not named here does
-not reach them, whatever a future credential is called); transcripts pass through `redact`,
-which replaces the value of every secret-looking variable of the harness's own environment,
-and Anthropic-style keys, before a line is written.
+not reach them, whatever a future credential is called). Transcripts, the run's agent
+records and the reports pass through `redact`, which replaces the value of every
+secret-looking variable of the harness's own environment, and Anthropic-style keys, before
+a line is written. What an agent writes itself (its commits, its files) is checked with
+`holds_secret` by the tamper scan.
 """
 import os
 import re
@@ -37,3 +39,8 @@ def redact(text: str, base=None) -> str:
     for value in secret_values(base):
         text = text.replace(value, "[redacted]")
     return KEY_PATTERN.sub("[redacted]", text)
+
+
+def holds_secret(text: str, base=None) -> bool:
+    """Whether `text` holds a secret value of the environment or an Anthropic-style key."""
+    return any(value in text for value in secret_values(base)) or bool(KEY_PATTERN.search(text))

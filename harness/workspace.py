@@ -6,11 +6,15 @@ under `.worktrees/`, which .gitignore hides so it never makes the main tree dirt
 git failure a person can cause (unknown ref, existing tag, dirty tree) is a ValueError.
 """
 import os
+import threading
 from pathlib import Path
 
 import git
 
 WORKTREES_DIR = ".worktrees"
+# git's worktree bookkeeping (.git/worktrees, its lock files) does not take two `worktree add`
+# at once: the two agents' threads create theirs one after the other.
+_WORKTREE_LOCK = threading.Lock()
 
 
 # Every harness-side git command runs with hooks off: a hook planted in a worktree by an
@@ -98,6 +102,11 @@ def worktree_at(repo: git.Repo, commit: str, path) -> Path:
     clean, since what it measures must be exactly the commit."""
     path = Path(path).resolve()
     commit = resolve(repo, commit)
+    with _WORKTREE_LOCK:
+        return _detached_worktree(repo, commit, path)
+
+
+def _detached_worktree(repo: git.Repo, commit: str, path: Path) -> Path:
     repo.git.worktree("prune")  # forget worktrees whose folder was deleted by hand
     if path.exists() and path in _worktree_paths(repo):
         tree = git.Repo(path)
@@ -122,6 +131,11 @@ def branch_worktree(repo: git.Repo, branch: str, path, start: str) -> Path:
     """A worktree at `path` on `branch` (created at `start` if new); an existing one is reused
     as it is (a resumed run keeps the agent's commits and edits)."""
     path = Path(path).resolve()
+    with _WORKTREE_LOCK:
+        return _branch_worktree(repo, branch, path, start)
+
+
+def _branch_worktree(repo: git.Repo, branch: str, path: Path, start: str) -> Path:
     repo.git.worktree("prune")
     if path.exists() and path in _worktree_paths(repo):
         return path

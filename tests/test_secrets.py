@@ -57,3 +57,45 @@ def test_the_allow_list_keeps_settings_and_drops_what_looks_secret():
     assert allowed_environment(base, EXTRA="1") == {"PATH": "/bin", "LC_ALL": "C", "BITWISE_SEED": "1",
                                                     "HOME": "/h", "EXTRA": "1"}
     assert redact("value kkkkkkkkkk here", base) == "value [redacted] here"
+
+
+def _git(repo, *args):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_secret_an_agent_commits_or_writes_is_a_tamper_violation(monkeypatch, tmp_path):
+    """The tamper scan names the commit and the file that hold a secret of the harness's
+    environment, without quoting it; a clean change has no such violation (the control)."""
+    from harness.tamper import scan
+    _with_secrets(monkeypatch)
+    repo = tmp_path / "worktree"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "kernels").mkdir()
+    (repo / "kernels" / "op.py").write_text("SCALE = 1.0\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    base = _git(repo, "rev-parse", "HEAD")
+    (repo / "kernels" / "op.py").write_text("SCALE = 1.0  # an honest edit\n")
+    _git(repo, "commit", "-qam", "ops: an honest edit")
+    assert scan(repo, base, None) == []
+    _git(repo, "commit", "-q", "--allow-empty", "-m", f"debug: key was {SECRETS['OPENAI_API_KEY']}")
+    (repo / "notes.txt").write_text(f"read from /proc: {FAKE_KEY}\n")  # untracked, not ignored
+    violations = scan(repo, base, None)
+    assert any("message holds a secret" in v for v in violations), violations
+    assert "notes.txt holds a secret" in violations, violations
+    assert not any(value in " ".join(violations) for value in SECRETS.values())
+
+
+def test_a_report_is_written_redacted(monkeypatch, tmp_path):
+    from harness.stages.report import render
+    _with_secrets(monkeypatch)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"model": "qwen3", "stages": {
+        "profile": {"status": "failed", "detail": f"endpoint refused key {SECRETS['BITWISE_AUTH_TOKEN']}"}}}))
+    written = render(run)
+    for name in ("report.md", "report.html"):
+        text = written[name].read_text()
+        assert "endpoint refused key [redacted]" in text and SECRETS["BITWISE_AUTH_TOKEN"] not in text, name

@@ -7,18 +7,21 @@ record is copied outside the repository when the run starts and re-checked befor
 run. When an agent stops: the baseline agent's last commit is frozen on its branch and put
 up for human review (agents/baseline/review.md); the consistent agent's branch is revalidated
 by every gate from the pristine copy, after a tamper scan. run.json marks each agent's stage,
-so a killed run restarted with the same --out resumes: finished agents are not re-run, an
-interrupted one continues in its worktree (with its commits) in a new conversation.
+so a killed run restarted with the same --out resumes: finished agents are not re-run; an
+interrupted, crashed or errored one continues in its worktree (with its commits) in a new
+conversation.
 """
 import json
 import shutil
 import threading
+import traceback
 from pathlib import Path
 
 from gates.baseline import read_frozen
 from harness import agent_roles
 from harness.agents.base import AgentLimits, AgentTask
 from harness.pristine import Isolation, export_apparatus
+from harness.secrets import redact
 from harness.stages import freeze as freeze_stage
 from harness.stages import gates as gates_stage
 from harness.tamper import write_report
@@ -91,35 +94,55 @@ def _run_role(role, backend, args, state, base, apparatus, frozen_outside) -> st
         shutil.copytree(state.out / "repros", work_dir / "repros", dirs_exist_ok=True)
     attempt = len(list(role_dir.glob("transcript-*.jsonl"))) + 1
     task = AgentTask(role=role, worktree=worktree, instructions=_brief(role, args, state, worktree, base),
-                     model=args.agent_model or "", limits=AgentLimits(max_turns=args.max_turns, max_cost_usd=args.max_cost_usd),
+                     model=args.agent_model or "",
+                     limits=AgentLimits(max_turns=args.max_turns, max_cost_usd=args.max_cost_usd,
+                                        max_wall_s=args.max_wall_s),
                      transcript_path=role_dir / f"transcript-{attempt}.jsonl",
                      extra_tools=agent_roles.harness_tools(role_dir, work_dir, isolation_for, args.model,
                                                            args.contract, frozen_outside))
     result = backend.run(task)
     after = (_after_baseline(role_dir, worktree, base, run_name, frozen_outside) if role == "baseline" else
              _revalidate(role_dir, isolation_for(role_dir / "tamper" / "revalidate.json"), args, frozen_outside))
-    (role_dir / "commits.json").write_text(json.dumps(commits_since(worktree, base), indent=2))
-    (role_dir / "result.json").write_text(json.dumps({
+    (role_dir / "commits.json").write_text(redact(json.dumps(commits_since(worktree, base), indent=2)))
+    (role_dir / "result.json").write_text(redact(json.dumps({
         "role": role, "status": result.status, "turns": result.turns, "input_tokens": result.input_tokens,
         "output_tokens": result.output_tokens, "cost_usd": result.cost_usd, "final_text": result.final_text,
         "transcript": str(result.transcript_path), "worktree": str(worktree), "branch": f"bitwise/{run_name}/{role}",
-        "after": after}, indent=2))
-    return f"{result.status}; {after}"
+        "after": after}, indent=2)))
+    # an agent that ended in error (API failure, CLI crash) is not done: a resume runs it again
+    return ("error" if result.status == "error" else "done"), f"{result.status}; {after}"
+
+
+def _role_stage(role, backend, args, state, base, apparatus, frozen_outside):
+    """One agent's stage body: a crash (any exception, in the harness's own code too) marks
+    the stage "crashed" with its error, traceback on stderr, so the other agent carries on
+    and a resume runs this one again."""
+    try:
+        return _run_role(role, backend, args, state, base, apparatus, frozen_outside)
+    except ValueError:
+        raise  # run_stage marks it failed with why
+    except Exception as error:
+        traceback.print_exc()
+        return "crashed", f"{type(error).__name__}: {error}"
 
 
 def run_agents(state, args, backend):
-    """Both agents in parallel threads; each one's stage in run.json ("agent:<role>")."""
+    """Both agents in parallel threads; each one's stage in run.json ("agent:<role>"). The
+    stage is done when both are; otherwise "incomplete", which a resume runs again (agents
+    that are done are not re-run)."""
     base = state.data["commit"]
     frozen_outside = _frozen_outside(state)
     apparatus = export_apparatus(base, state.out / "apparatus")
     threads = [threading.Thread(target=state.run_stage, name=role, args=(
-        f"agent:{role}", lambda role=role: ("done", _run_role(role, backend, args, state, base, apparatus,
-                                                               frozen_outside)))) for role in ROLES]
+        f"agent:{role}", lambda role=role: _role_stage(role, backend, args, state, base, apparatus,
+                                                       frozen_outside))) for role in ROLES]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return "done", "; ".join(f"{role}: {state.data['stages'].get(f'agent:{role}', {}).get('status')}" for role in ROLES)
+    statuses = {role: state.status(f"agent:{role}") for role in ROLES}
+    return ("done" if set(statuses.values()) == {"done"} else "incomplete",
+            "; ".join(f"{role}: {status}" for role, status in statuses.items()))
 
 
 def consistent_result(run_dir: Path) -> dict | None:

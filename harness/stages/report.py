@@ -14,6 +14,7 @@ import jinja2
 from markupsafe import Markup
 
 from harness.exit_codes import EXIT_OK
+from harness.secrets import redact
 from harness.stages.gates import describe, discover
 from harness.stages.plots import PLOTS
 from harness.stages.report_agents import agent_sections
@@ -216,7 +217,7 @@ def render(run_dir: Path) -> dict:
     templates, written = _templates(), {}
     for report in REPORTS:
         path = run_dir / report
-        path.write_text(templates.get_template(f"{report}.j2").render(**context))
+        path.write_text(redact(templates.get_template(f"{report}.j2").render(**context)))  # an agent's text too
         written[report] = path
     written["plots"] = [plot["path"] for plot in plots if plot["path"]]
     return written

@@ -181,6 +181,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--agent-model", default="", help="agent model (default: the backend's, or BITWISE_AGENT_MODEL)")
     parser.add_argument("--max-turns", type=int, default=150, help="per agent")
     parser.add_argument("--max-cost-usd", type=float, default=25.0, help="per agent")
+    parser.add_argument("--max-wall-s", type=float, default=4 * 3600.0,
+                        help="wall-clock budget per agent, model calls and retries included")
     parser.add_argument("--out", help="run directory; an existing one is resumed (default runs/<model>-<time>)")
     parser.add_argument("--allow-new-commit", action="store_true",
                         help="resume a run whose HEAD moved since it started (the commits are recorded)")
@@ -219,7 +221,8 @@ def run(args) -> int:
     print(_summary(state))
     if args.agent != "none":
         result = agents_stage.consistent_result(out)
-        clean = result and result["after"].startswith("revalidated: all gates pass") and "TAMPERING" not in result["after"]
+        clean = (state.status("agents") == "done" and result and  # an agent that crashed or errored: not clean
+                 result["after"].startswith("revalidated: all gates pass") and "TAMPERING" not in result["after"])
         return EXIT_OK if clean else EXIT_DIFFERENT
     if _failed_gates(state):
         return EXIT_DIFFERENT
