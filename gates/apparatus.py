@@ -5,6 +5,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from gates.baseline import GIT_TRUE_OBJECTS
+
 # The tree under judgement: this checkout, or the agent worktree the harness names when it
 # runs the gates from its pristine copy (harness/pristine.py).
 ROOT = Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parent.parent)
@@ -21,10 +23,10 @@ def modified_judging_files(base: str = "HEAD", root: Path = ROOT) -> list:
     """Files under gates/ or harness/ that differ from `base` (committed or not), or a
     one-element list explaining why git could not tell (which counts as modified)."""
     try:
-        changed = subprocess.run(["git", "diff", "--name-only", base, "--", *JUDGING_PATHS],
+        changed = subprocess.run(["git", *GIT_TRUE_OBJECTS, "diff", "--name-only", base, "--", *JUDGING_PATHS],
                                  cwd=root, capture_output=True, text=True, check=True).stdout.split()
-        untracked = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--", *JUDGING_PATHS],
-                                   cwd=root, capture_output=True, text=True, check=True).stdout.split()
+        untracked = subprocess.run(["git", *GIT_TRUE_OBJECTS, "ls-files", "--others", "--exclude-standard", "--",
+                                    *JUDGING_PATHS], cwd=root, capture_output=True, text=True, check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError) as error:
         return [f"(git could not compare with {base}: {error})"]
     return sorted(set(changed) | set(untracked))

@@ -54,9 +54,14 @@ def tree_content_hash(tree) -> str:
     return answer["content_hash"]
 
 
+# `git replace` can make a commit's objects read as others (refs/replace/ is shared by every
+# worktree): the judge reads the objects themselves.
+GIT_TRUE_OBJECTS = ("--no-replace-objects",)
+
+
 def export_commit(commit: str, folder, root: Path = ROOT, paths=("kernels",)) -> Path:
     """`paths` of `commit` written into `folder` (git archive: that commit's files alone)."""
-    archive = subprocess.run(["git", "archive", "--format=tar", commit, *paths], cwd=root,
+    archive = subprocess.run(["git", *GIT_TRUE_OBJECTS, "archive", "--format=tar", commit, *paths], cwd=root,
                              capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
@@ -86,7 +91,7 @@ def read_frozen(root: Path = ROOT, target: str = "cpu"):
 
 
 def _git(root: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    return subprocess.run(["git", *GIT_TRUE_OBJECTS, *args], cwd=root, capture_output=True, text=True)
 
 
 def verify_frozen(root: Path = ROOT, target: str = "cpu") -> tuple:

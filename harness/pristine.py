@@ -1,11 +1,14 @@
 """Gate runs against an agent's worktree from the harness's own pristine copy of the judge.
 
 The run's base commit's gates/ and harness/ are exported (git archive) into RUN/apparatus
-once; each gate then runs as `python -m pytest` with cwd = that copy (first on sys.path), the
-agent's worktree after it on PYTHONPATH (so `kernels` is the agent's and nothing else is),
-pytest's plugin autoload off, conftest files ignored (--noconftest) and the gates' own plugin
-loaded explicitly. The environment tells the gates which tree they judge (BITWISE_TREE), the
-base commit (BITWISE_BASE) and where the harness's tamper scan is (BITWISE_TAMPER, C00).
+once; each gate then runs as `python -m pytest` with cwd = that copy (first on sys.path) and
+the agent's `kernels` after it on PYTHONPATH, through a folder that holds only that link (so
+`kernels` is the agent's and nothing else is); pytest's plugin autoload off, conftest files
+ignored (--noconftest), no bytecode written into the judged tree, the gates' own plugin
+loaded explicitly. The verdict on an agent's work judges a fresh checkout of its last commit
+(harness/stages/agents.py). The environment tells the gates which tree they judge
+(BITWISE_TREE), the base commit (BITWISE_BASE) and where the harness's tamper scan is
+(BITWISE_TAMPER, C00).
 """
 import os
 from dataclasses import dataclass
@@ -38,11 +41,24 @@ class Isolation:
         return ["--noconftest", "-p", "gates.conftest", "-c", str(self.apparatus / "pytest.ini"),
                 "--rootdir", str(self.apparatus)]
 
+    def import_root(self) -> Path:
+        """A folder the judge makes beside the apparatus holding one entry, `kernels`, a link to
+        the tree's: on sys.path instead of the tree, so a `pytest/`, `sitecustomize/` or
+        `torch.py` at the tree's root cannot shadow what the judge imports."""
+        root = self.apparatus.parent / "judged-imports" / self.tree.name
+        link = root / "kernels"
+        root.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink() or link.readlink() != self.tree / "kernels":
+            link.unlink(missing_ok=True)
+            link.symlink_to(self.tree / "kernels", target_is_directory=True)
+        return root
+
     def env(self) -> dict:
         """The judge's environment: allow-listed (harness/secrets.py: no credential reaches a
         process that imports the judged tree), with the tree and the apparatus named."""
-        return allowed_environment(PYTHONPATH=os.pathsep.join([str(self.apparatus), str(self.tree)]),
-                                   PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", BITWISE_TREE=str(self.tree),
+        return allowed_environment(PYTHONPATH=os.pathsep.join([str(self.apparatus), str(self.import_root())]),
+                                   PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PYTHONDONTWRITEBYTECODE="1",
+                                   BITWISE_TREE=str(self.tree),
                                    BITWISE_APPARATUS=str(self.apparatus), BITWISE_BASE=self.base,
                                    BITWISE_TAMPER=str(self.tamper_report))
 

@@ -17,9 +17,11 @@ WORKTREES_DIR = ".worktrees"
 _WORKTREE_LOCK = threading.Lock()
 
 
-# Every harness-side git command runs with hooks off: a hook planted in a worktree by an
-# agent must not run with the harness's rights (or rewrite what the harness commits).
-NO_HOOKS = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/dev/null"}
+# Every harness-side git command runs with hooks off (a hook planted in a worktree by an
+# agent must not run with the harness's rights, or rewrite what the harness commits) and
+# reads objects as they are (`git replace` must not make a commit read as another).
+HARNESS_GIT_ENV = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/dev/null",
+                   "GIT_NO_REPLACE_OBJECTS": "1"}
 
 
 def judged_tree() -> Path:
@@ -34,7 +36,7 @@ def open_repo(path=".") -> git.Repo:
         repo = git.Repo(Path(path).resolve(), search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as error:
         raise ValueError(f"{path}: not inside a git repository") from error
-    repo.git.update_environment(**NO_HOOKS)
+    repo.git.update_environment(**HARNESS_GIT_ENV)
     return repo
 
 
@@ -167,3 +169,8 @@ def changed_paths(tree, base: str) -> list:
 def files_at(tree, commit: str) -> set:
     """Every file path in `commit`."""
     return set(open_repo(tree).git.ls_tree("-r", "--name-only", commit).split("\n"))
+
+
+def replace_refs(tree) -> list:
+    """The `git replace` refs of the repository holding `tree` (shared by all its worktrees)."""
+    return open_repo(tree).git.for_each_ref("--format=%(refname)", "refs/replace/").split()

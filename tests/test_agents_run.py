@@ -128,9 +128,11 @@ def test_two_agents_fix_resume_and_tamper(tmp_path):
     assert "[gates] done already (resumed)" in output and "[agent:baseline] done already (resumed)" in output
     consistent_result = json.loads((run_dir / "agents" / "consistent" / "result.json").read_text())
     assert consistent_result["status"] == "finished"
-    assert consistent_result["after"] == "revalidated: all gates pass or n/a", consistent_result
     commits = json.loads((run_dir / "agents" / "consistent" / "commits.json").read_text())
     assert [c["subject"] for c in commits] == ["Decode SiLU*up rounds once (gates: C00 pass, C07 pass)"]
+    # judged: a fresh checkout of that commit
+    assert consistent_result["after"] == f"revalidated: all gates pass or n/a (commit {commits[0]['sha'][:12]})", \
+        consistent_result
     assert len(list((run_dir / "agents" / "consistent").glob("transcript-*.jsonl"))) == 2
     baseline_result = json.loads((run_dir / "agents" / "baseline" / "result.json").read_text())
     assert baseline_result["after"].startswith("not frozen; TAMPERING"), baseline_result

@@ -69,3 +69,4 @@ def test_a_crashed_or_errored_agent_leaves_the_stage_incomplete_and_is_rerun(tmp
     state = _state(tmp_path)
     assert agents_stage.run_agents(state, args, backend=None) == ("done", "baseline: done; consistent: done")
     assert calls == ["baseline", "consistent", "consistent", "consistent"]
+

@@ -99,3 +99,4 @@ def test_a_report_is_written_redacted(monkeypatch, tmp_path):
     for name in ("report.md", "report.html"):
         text = written[name].read_text()
         assert "endpoint refused key [redacted]" in text and SECRETS["BITWISE_AUTH_TOKEN"] not in text, name
+

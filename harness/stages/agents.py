@@ -24,9 +24,9 @@ from harness.pristine import Isolation, export_apparatus
 from harness.secrets import redact
 from harness.stages import freeze as freeze_stage
 from harness.stages import gates as gates_stage
-from harness.tamper import write_report
-from harness.workspace import (WORKTREES_DIR, branch_worktree, commits_since, dirty_paths, open_repo,
-                               repo_root)
+from harness.tamper import startup_files, write_report
+from harness.workspace import (WORKTREES_DIR, branch_worktree, commits_since, current_commit, dirty_paths,
+                               open_repo, repo_root, worktree_at)
 
 ROLES = ("baseline", "consistent")
 
@@ -39,6 +39,14 @@ def _frozen_outside(state) -> dict | None:
     return json.loads(path.read_text())["record"]
 
 
+def _startup_outside(state) -> dict:
+    """The interpreter's start-up files as they were when the run started (harness/tamper.py)."""
+    path = state.out / "startup_files.json"
+    if not path.exists():
+        path.write_text(json.dumps(startup_files(), indent=2))
+    return json.loads(path.read_text())
+
+
 def _brief(role: str, args, state, worktree: Path, base: str) -> str:
     brief = agent_roles.BRIEFS[role].format(model=args.model, contract=args.contract, rules=agent_roles.RULES,
                                             situation=agent_roles.situation(state.out))
@@ -49,10 +57,10 @@ def _brief(role: str, args, state, worktree: Path, base: str) -> str:
     return brief
 
 
-def _after_baseline(role_dir: Path, worktree: Path, base: str, run_name: str, frozen_outside) -> str:
+def _after_baseline(role_dir: Path, worktree: Path, base: str, run_name: str, frozen_outside, startup) -> str:
     """Freeze the baseline agent's last commit on its branch (unless the tamper scan found
     something) and write the review note."""
-    violations = write_report(role_dir / "tamper" / "after.json", worktree, base, frozen_outside)
+    violations = write_report(role_dir / "tamper" / "after.json", worktree, base, frozen_outside, startup)
     if violations:
         return f"not frozen; TAMPERING: {violations}"
     commits = commits_since(worktree, base)
@@ -69,12 +77,28 @@ def _after_baseline(role_dir: Path, worktree: Path, base: str, run_name: str, fr
     return f"frozen as {frozen['tag']} for human review"
 
 
-def _revalidate(role_dir: Path, isolation: Isolation, args, frozen_outside) -> str:
-    violations = write_report(isolation.tamper_report, isolation.tree, isolation.base, frozen_outside)
+def _judged_checkout(repo, worktree: Path, name: str) -> Path:
+    """A fresh detached worktree of the agent's last commit: the verdict is about the commit
+    alone, not uncommitted edits or files git ignores (a forged __pycache__). A __pycache__
+    that came with the commit is removed (the tamper scan names it)."""
+    judged = worktree_at(repo, current_commit(open_repo(worktree)),
+                         repo_root(repo) / WORKTREES_DIR / f"{name}-judged")
+    for cache in sorted(judged.rglob("__pycache__"), reverse=True):
+        shutil.rmtree(cache, ignore_errors=True)
+    return judged
+
+
+def _revalidate(role_dir: Path, worktree: Path, isolation: Isolation, args, frozen_outside, startup) -> str:
+    """Every gate from the pristine copy against a clean checkout of the agent's last commit;
+    the tamper scan reads the agent's own worktree (uncommitted files included)."""
+    violations = write_report(isolation.tamper_report, worktree, isolation.base, frozen_outside, startup)
+    uncommitted = dirty_paths(open_repo(worktree))
     statuses = gates_stage.run_gates(gates_stage.select(args.gates), model=args.model, contract=args.contract,
                                      out=role_dir / "revalidate", isolation=isolation)
     failed = [name for name, status in statuses.items() if status == "fail"]
     return (f"revalidated: {'all gates pass or n/a' if not failed else 'failed ' + ', '.join(failed)}"
+            f" (commit {current_commit(open_repo(isolation.tree))[:12]})"
+            + (f"; uncommitted changes not judged: {uncommitted[:5]}" if uncommitted else "")
             + (f"; TAMPERING: {violations}" if violations else ""))
 
 
@@ -101,8 +125,11 @@ def _run_role(role, backend, args, state, base, apparatus, frozen_outside) -> st
                      extra_tools=agent_roles.harness_tools(role_dir, work_dir, isolation_for, args.model,
                                                            args.contract, frozen_outside))
     result = backend.run(task)
-    after = (_after_baseline(role_dir, worktree, base, run_name, frozen_outside) if role == "baseline" else
-             _revalidate(role_dir, isolation_for(role_dir / "tamper" / "revalidate.json"), args, frozen_outside))
+    startup = _startup_outside(state)
+    after = (_after_baseline(role_dir, worktree, base, run_name, frozen_outside, startup) if role == "baseline" else
+             _revalidate(role_dir, worktree, Isolation(_judged_checkout(repo, worktree, f"{run_name}-{role}"),
+                                                       apparatus, base, role_dir / "tamper" / "revalidate.json"),
+                         args, frozen_outside, startup))
     (role_dir / "commits.json").write_text(redact(json.dumps(commits_since(worktree, base), indent=2)))
     (role_dir / "result.json").write_text(redact(json.dumps({
         "role": role, "status": result.status, "turns": result.turns, "input_tokens": result.input_tokens,
@@ -132,6 +159,7 @@ def run_agents(state, args, backend):
     that are done are not re-run)."""
     base = state.data["commit"]
     frozen_outside = _frozen_outside(state)
+    _startup_outside(state)  # recorded before either agent runs a command
     apparatus = export_apparatus(base, state.out / "apparatus")
     threads = [threading.Thread(target=state.run_stage, name=role, args=(
         f"agent:{role}", lambda role=role: _role_stage(role, backend, args, state, base, apparatus,

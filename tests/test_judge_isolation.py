@@ -1,0 +1,107 @@
+"""What a verdict on an agent's work is about, and what the judge imports: a fresh checkout
+of the agent's last commit (no uncommitted edits, no forged or committed bytecode), git's
+objects as they are (`git replace` is named and ignored), and only the tree's `kernels` on
+the judge's path (a planted `pytest/` cannot shadow the judge's)."""
+import subprocess
+import sys
+
+from harness.pristine import Isolation
+from harness.stages import agents as agents_stage
+from harness.workspace import branch_worktree, open_repo
+from tests.test_agents_stage import _repo
+
+
+def _commit(repo, message, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", *args, "-m", message],
+                   cwd=repo, check=True, capture_output=True)
+
+
+def test_the_verdict_judges_a_fresh_checkout_of_the_last_commit(tmp_path):
+    """Uncommitted edits and a forged (git-ignored) __pycache__ in the agent's worktree are not
+    in the judged tree; bytecode that came with a commit is removed there and named by the scan."""
+    from harness.tamper import scan
+    root = _repo(tmp_path)
+    (root / ".gitignore").write_text("__pycache__/\n")
+    (root / "kernels").mkdir()
+    (root / "kernels" / "op.py").write_text("SCALE = 1.0\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    _commit(root, "base")
+    repo = open_repo(root)
+    base = repo.head.commit.hexsha
+    worktree = branch_worktree(repo, "bitwise/r/consistent", tmp_path / "trees" / "r-consistent", base)
+    (worktree / "kernels" / "op.py").write_text("SCALE = 2.0  # committed fix\n")
+    _commit(worktree, "fix", "-a")
+    (worktree / "kernels" / "op.py").write_text("SCALE = 3.0  # uncommitted\n")
+    (worktree / "kernels" / "__pycache__").mkdir()
+    (worktree / "kernels" / "__pycache__" / "op.cpython-312.pyc").write_bytes(b"forged")
+    judged = agents_stage._judged_checkout(repo, worktree, "r-consistent")
+    assert (judged / "kernels" / "op.py").read_text() == "SCALE = 2.0  # committed fix\n"
+    assert not (judged / "kernels" / "__pycache__").exists()
+    assert scan(worktree, base, None) == []  # ignored bytecode is not the agent's change
+    subprocess.run(["git", "add", "-f", "kernels/__pycache__/op.cpython-312.pyc"], cwd=worktree, check=True)
+    _commit(worktree, "cache")
+    judged = agents_stage._judged_checkout(repo, worktree, "r-consistent")
+    assert not (judged / "kernels" / "__pycache__").exists()
+    assert any("compiled bytecode" in v and "op.cpython-312.pyc" in v for v in scan(worktree, base, None))
+
+
+def test_git_replace_is_a_tamper_violation_and_the_judge_reads_true_objects(tmp_path):
+    """`git replace` of the base's op.py blob makes plain git show the cheat; the judge's
+    export and the scan do not take it."""
+    from gates.baseline import export_commit
+    from harness.tamper import scan
+    root = _repo(tmp_path)
+    (root / "kernels").mkdir()
+    (root / "kernels" / "op.py").write_text("SCALE = 1.0\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    _commit(root, "base")
+    base = open_repo(root).head.commit.hexsha
+    assert scan(root, base, None) == []
+    blob = subprocess.run(["git", "rev-parse", f"{base}:kernels/op.py"], cwd=root, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    forged = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=root, input="SCALE = 9.0\n",
+                            capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["git", "replace", blob, forged], cwd=root, check=True)
+    shown = subprocess.run(["git", "show", f"{base}:kernels/op.py"], cwd=root, capture_output=True, text=True)
+    assert shown.stdout == "SCALE = 9.0\n"  # the control: the replacement is in effect for plain git
+    exported = export_commit(base, tmp_path / "export", root)
+    assert (exported / "kernels" / "op.py").read_text() == "SCALE = 1.0\n"
+    assert any("git replace" in v for v in scan(root, base, None))
+
+
+def test_the_judged_tree_cannot_shadow_the_judges_imports(tmp_path):
+    """A `pytest/` and a `sitecustomize/` package at the judged tree's root: a judge process
+    imports pytest from the environment and the tree's kernels, and nothing of the rest. The
+    control: the tree itself on PYTHONPATH (as before) lets the planted pytest win."""
+    tree, apparatus = tmp_path / "tree", tmp_path / "run" / "apparatus"
+    for package in ("kernels", "pytest", "sitecustomize"):
+        (tree / package).mkdir(parents=True)
+        (tree / package / "__init__.py").write_text(f"PLANTED = {package!r}\n")
+    apparatus.mkdir(parents=True)
+    isolation = Isolation(tree, apparatus, "HEAD", tmp_path / "tamper.json")
+    probe = ("import kernels, pytest, sys; print(kernels.PLANTED, hasattr(pytest, 'PLANTED'), "
+             "'sitecustomize' in sys.modules and hasattr(sys.modules['sitecustomize'], 'PLANTED'))")
+    judged = subprocess.run([sys.executable, "-c", probe], cwd=apparatus, env=isolation.env(), capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert judged == ["kernels", "False", "False"], judged
+    shadowed = subprocess.run([sys.executable, "-c", probe], cwd=apparatus, capture_output=True, text=True,
+                              env={**isolation.env(), "PYTHONPATH": f"{apparatus}:{tree}"}, check=True).stdout.split()
+    assert shadowed == ["kernels", "True", "True"], shadowed
+
+
+def test_a_new_start_up_file_in_the_interpreters_site_folder_is_a_violation(tmp_path, monkeypatch):
+    """A .pth a shell command writes into site-packages (outside every worktree) runs in every
+    judge process: the scan at the verdicts compares with the files recorded at the start."""
+    from harness import tamper
+    site_dir, tree = tmp_path / "site-packages", _repo(tmp_path)
+    site_dir.mkdir()
+    (site_dir / "distutils-precedence.pth").write_text("import os\n")
+    monkeypatch.setattr(tamper.site, "getsitepackages", lambda: [str(site_dir)])
+    monkeypatch.setattr(tamper.site, "getusersitepackages", lambda: str(tmp_path / "no-user-site"))
+    at_start = tamper.startup_files()
+    base = open_repo(tree).head.commit.hexsha
+    assert tamper.scan(tree, base, None, at_start) == []
+    (site_dir / "zz-judge-hook.pth").write_text("import kernels_hook\n")
+    (site_dir / "distutils-precedence.pth").write_text("import os; os.environ['X'] = '1'\n")
+    violations = tamper.scan(tree, base, None, at_start)
+    assert [v.rsplit("/", 1)[-1] for v in violations] == ["distutils-precedence.pth", "zz-judge-hook.pth"], violations
