@@ -4,13 +4,16 @@ The run's base commit's gates/ and harness/ are exported (git archive) into RUN/
 once; each gate then runs as `python -m pytest` with cwd = that copy (first on sys.path) and
 the agent's `kernels` after it on PYTHONPATH, through a folder that holds only that link (so
 `kernels` is the agent's and nothing else is); pytest's plugin autoload off, conftest files
-ignored (--noconftest), no bytecode written into the judged tree, the gates' own plugin
-loaded explicitly. The verdict on an agent's work judges a fresh checkout of its last commit
+ignored (--noconftest), no bytecode written, the gates' own plugin loaded explicitly. Before
+each gate run the copy is compared with a new export of the base commit, and an edited copy
+is refused. The verdict on an agent's work judges a fresh checkout of its last commit
 (harness/stages/agents.py). The environment tells the gates which tree they judge
 (BITWISE_TREE), the base commit (BITWISE_BASE) and where the harness's tamper scan is
 (BITWISE_TAMPER, C00).
 """
+import hashlib
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +44,16 @@ class Isolation:
         return ["--noconftest", "-p", "gates.conftest", "-c", str(self.apparatus / "pytest.ini"),
                 "--rootdir", str(self.apparatus)]
 
+    def require_pristine(self) -> None:
+        """ValueError unless the apparatus holds exactly the base commit's gates/ and harness/
+        (an agent's shell can reach the run directory: a copy edited after the export would
+        judge in the agent's favour). Checked before every gate run, against a new export."""
+        with tempfile.TemporaryDirectory(prefix="apparatus-") as fresh:
+            expected = folder_digest(_export(self.base, Path(fresh)))
+        if folder_digest(self.apparatus) != expected:
+            raise ValueError(f"TAMPERING: the judge's copy {self.apparatus} differs from gates/ and harness/ at "
+                             f"{self.base[:12]}: refusing to judge with it")
+
     def import_root(self) -> Path:
         """A folder the judge makes beside the apparatus holding one entry, `kernels`, a link to
         the tree's: on sys.path instead of the tree, so a `pytest/`, `sitecustomize/` or
@@ -66,7 +79,25 @@ class Isolation:
 def export_apparatus(base: str, folder: Path) -> Path:
     """gates/ and harness/ at `base`, once per run (kept: the copy the run is judged by)."""
     if not (folder / "gates" / "conftest.py").exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        export_commit(base, folder, repo_root(open_repo(Path(__file__))), paths=("gates", "harness"))
-        (folder / "pytest.ini").write_text("[pytest]\n")
+        _export(base, folder)
     return folder
+
+
+def _export(base: str, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    export_commit(base, folder, repo_root(open_repo(Path(__file__))), paths=("gates", "harness"))
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    return folder
+
+
+def folder_digest(folder: Path) -> str:
+    """sha256 over every entry below `folder`: relative path, then the file's bytes or a link's
+    target, so an added, removed, edited or relinked file changes it."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).rglob("*")):
+        if path.is_dir() and not path.is_symlink():
+            continue
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        digest.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()

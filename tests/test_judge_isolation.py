@@ -105,3 +105,30 @@ def test_a_new_start_up_file_in_the_interpreters_site_folder_is_a_violation(tmp_
     (site_dir / "distutils-precedence.pth").write_text("import os; os.environ['X'] = '1'\n")
     violations = tamper.scan(tree, base, None, at_start)
     assert [v.rsplit("/", 1)[-1] for v in violations] == ["distutils-precedence.pth", "zz-judge-hook.pth"], violations
+
+
+
+def test_an_edited_judge_copy_is_refused(tmp_path):
+    """The apparatus as exported passes; one edit of a gate, a planted bytecode file or a new
+    conftest in it makes the next gate run refuse to judge; a fresh export passes again."""
+    import shutil
+    import pytest
+    from harness.pristine import export_apparatus
+    base = open_repo(".").head.commit.hexsha
+
+    def planted(edit):
+        apparatus = tmp_path / "run" / "apparatus"
+        shutil.rmtree(apparatus, ignore_errors=True)
+        isolation = Isolation(tmp_path / "tree", export_apparatus(base, apparatus), base, tmp_path / "tamper.json")
+        isolation.require_pristine()
+        edit(apparatus)
+        return isolation
+    gate = "gates/test_c07_end_to_end.py"
+    edits = (lambda a: (a / gate).write_text((a / gate).read_text().replace("def test_", "def _skipped_", 1)),
+             lambda a: (a / "gates" / "__pycache__").mkdir() or
+             (a / "gates" / "__pycache__" / "compare.cpython-312.pyc").write_bytes(b"forged"),
+             lambda a: (a / "conftest.py").write_text("collect_ignore_glob = ['*']\n"))
+    for edit in edits:
+        with pytest.raises(ValueError, match="TAMPERING: the judge's copy"):
+            planted(edit).require_pristine()
+    planted(lambda a: None).require_pristine()

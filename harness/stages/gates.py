@@ -75,6 +75,8 @@ def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation
     for name, path in selected.items():
         print(f"[{name}] {describe(path)[0]} ...", flush=True)
         started = time.perf_counter()
+        if isolation is not None:
+            isolation.require_pristine()
         where = ["--rootdir", str(GATES_DIR.parent)] if isolation is None else isolation.pytest_args()
         subprocess.run([sys.executable, "-m", "pytest", str(path if isolation is None else isolation.gate_path(path)),
                         "-q", "-p", "no:cacheprovider", *where, "--model", model, "--contract", contract,
