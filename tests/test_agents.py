@@ -159,6 +159,16 @@ def test_a_hanging_endpoint_stops_at_the_wall_clock_budget(worktree):
     assert _records(result.transcript_path)[-1]["status"] == "limit:time"
 
 
+def test_a_command_is_cut_to_the_wall_clock_budget_left(worktree):
+    script = [[tool_use("run_command", command="sleep 20", timeout_s=600)], [text("never sent")]]
+    started = time.monotonic()
+    with FakeMessagesServer(script) as server:
+        result = _backend(server).run(_task(worktree, AgentLimits(max_wall_s=1.5, command_timeout_s=900)))
+    assert result.status == "limit:time" and time.monotonic() - started < 6 and len(server.requests) == 1
+    killed = [r for r in _records(result.transcript_path) if r["kind"] == "tool_result"][0]["content"]
+    assert killed.startswith("error: timed out after 1"), killed
+
+
 def test_the_wall_clock_budget_stops_a_slow_loop_between_turns(worktree):
     script = [_late(0.3, [tool_use("list_dir")])] * 20
     with FakeMessagesServer(script) as server:

@@ -124,11 +124,12 @@ class AnthropicBackend:
 
     def run(self, task: AgentTask) -> AgentResult:
         model = task.model or self.model
-        tools = {**worktree_tools(task.worktree, task.limits.command_timeout_s), **task.extra_tools}
+        progress = _Progress(price=price_of(model, self.price_usd_per_mtok))
+        tools = {**worktree_tools(task.worktree, task.limits.command_timeout_s,
+                                  lambda: progress.seconds_left(task.limits)), **task.extra_tools}
         log = partial(append_transcript, task.transcript_path)
         log("start", backend="anthropic", role=task.role, model=model, base_url=str(self.client.base_url),
             worktree=str(task.worktree), limits=asdict(task.limits))
-        progress = _Progress(price=price_of(model, self.price_usd_per_mtok))
         try:
             status = self._loop(task, self._params(task, model, tools), tools, progress, log)
         except Exception as err:  # API error after retries, or a bug: end this agent, keep the other

@@ -74,8 +74,10 @@ def edit_file(root: Path, path: str, old_string: str, new_string: str) -> str:
     return f"edited {path}"
 
 
-def run_command(root: Path, max_timeout_s: float, command: str, timeout_s: float | None = None) -> str:
-    timeout_s = min(float(timeout_s or max_timeout_s), max_timeout_s)
+def run_command(root: Path, max_timeout_s, command: str, timeout_s: float | None = None) -> str:
+    """max_timeout_s: the cap in seconds, or a callable giving it now (the agent's budget left)."""
+    cap = max_timeout_s() if callable(max_timeout_s) else max_timeout_s
+    timeout_s = min(float(timeout_s or cap), cap)
     env = allowed_environment()  # no credential of the harness reaches an agent's shell
     # Own session, so a timeout kills the whole process group: children of the shell would
     # otherwise keep the pipe open and communicate() would wait for them.
@@ -107,9 +109,12 @@ def _schema(required: dict, optional: dict | None = None) -> dict:
     return {"type": "object", "properties": {k: {"type": t} for k, t in props.items()}, "required": list(required)}
 
 
-def worktree_tools(worktree: Path, command_timeout_s: float) -> dict[str, Tool]:
-    """The five tools, bound to `worktree`, keyed by name."""
+def worktree_tools(worktree: Path, command_timeout_s: float, seconds_left=None) -> dict[str, Tool]:
+    """The five tools, bound to `worktree`, keyed by name. With `seconds_left` (a callable: the
+    agent's wall-clock budget left), a command's timeout is also cut to that (at least 1 s)."""
     root = Path(worktree).resolve()
+    cap = command_timeout_s if seconds_left is None else (
+        lambda: min(command_timeout_s, max(1.0, seconds_left())))
     specs = [
         (read_file, "Read a text file (path relative to the worktree); start_line/end_line "
                     "(1-based, inclusive) select a range.",
@@ -122,7 +127,7 @@ def worktree_tools(worktree: Path, command_timeout_s: float) -> dict[str, Tool]:
          _schema({"path": "string", "old_string": "string", "new_string": "string"}), ()),
         (run_command, f"Run a shell command in the worktree; returns the exit code and the output's "
                       f"tail. timeout_s is capped at {command_timeout_s:g} s.",
-         _schema({"command": "string"}, {"timeout_s": "number"}), (command_timeout_s,)),
+         _schema({"command": "string"}, {"timeout_s": "number"}), (cap,)),
     ]
     return {fn.__name__: Tool(fn.__name__, description, schema, _guarded(fn, root, *bound))
             for fn, description, schema, bound in specs}
