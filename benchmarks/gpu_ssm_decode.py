@@ -4,9 +4,9 @@
 
 On random row pools, state pools and buffered counts (every count 0..Q-1 drawn, so every
 number of s-blocks occurs, Q-1 included), at the config's Mamba widths: the output of
-ssm_decode_triton.decode_rows under each launch (P-block, loop unroll, warps, vector) against the block
-kernel (_chunk_outputs_kernel, one 32-row block per sequence: the arithmetic the row kernel
-restates), bit for bit (int32 views); then the time of each launch and of the whole batched
+ssm_decode_triton.decode_rows under each launch (P-block, loop unroll, warps, vector) against
+the block kernel (_chunk_outputs_kernel, one 32-row block per sequence: the arithmetic the row
+kernel restates), bit for bit (int32 views); then the time of each launch and of the whole batched
 decode (cumsum, row, state fold), triton.testing.do_bench, raw samples saved. A launch whose
 bits differ is reported and never chosen; exit 1 if the pinned launch (DECODE_ROW_LAUNCH)
 differs. The state pool read is the roofline: batch x H x P x N fp32 per layer.

@@ -5,12 +5,13 @@ once; each gate then runs as `python -m pytest` with cwd = that copy (first on s
 the agent's `kernels` after it on PYTHONPATH, through a folder that holds only that link (so
 `kernels` is the agent's and nothing else is); pytest's plugin autoload off, conftest files
 ignored (--noconftest), no bytecode written, the gates' own plugin loaded explicitly. Before
-each gate run the copy is compared with a new export of the base commit, and an edited copy
-is refused. The verdict on an agent's work judges a fresh checkout of its last commit
+each gate run the copy is compared with a new export of the base commit (made once per base),
+and an edited copy is refused. The verdict on an agent's work judges a fresh checkout of its last commit
 (harness/stages/agents.py). The environment tells the gates which tree they judge
 (BITWISE_TREE), the base commit (BITWISE_BASE) and where the harness's tamper scan is
 (BITWISE_TAMPER, C00).
 """
+import functools
 import hashlib
 import os
 import tempfile
@@ -47,10 +48,9 @@ class Isolation:
     def require_pristine(self) -> None:
         """ValueError unless the apparatus holds exactly the base commit's gates/ and harness/
         (an agent's shell can reach the run directory: a copy edited after the export would
-        judge in the agent's favour). Checked before every gate run, against a new export."""
-        with tempfile.TemporaryDirectory(prefix="apparatus-") as fresh:
-            expected = folder_digest(_export(self.base, Path(fresh)))
-        if folder_digest(self.apparatus) != expected:
+        judge in the agent's favour). Checked before every gate run, against a new export of
+        the base made once."""
+        if folder_digest(self.apparatus) != _base_digest(self.base):
             raise ValueError(f"TAMPERING: the judge's copy {self.apparatus} differs from gates/ and harness/ at "
                              f"{self.base[:12]}: refusing to judge with it")
 
@@ -88,6 +88,13 @@ def _export(base: str, folder: Path) -> Path:
     export_commit(base, folder, repo_root(open_repo(Path(__file__))), paths=("gates", "harness"))
     (folder / "pytest.ini").write_text("[pytest]\n")
     return folder
+
+
+@functools.lru_cache(maxsize=None)
+def _base_digest(base: str) -> str:
+    """folder_digest of a new export of `base` (a commit's objects do not change: once each)."""
+    with tempfile.TemporaryDirectory(prefix="apparatus-") as fresh:
+        return folder_digest(_export(base, Path(fresh)))
 
 
 def folder_digest(folder: Path) -> str:

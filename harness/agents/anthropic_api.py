@@ -4,8 +4,9 @@ model ends its turn without one or a limit is hit. Base URL: setting or ANTHROPI
 Anthropic-compatible endpoint); model: task, setting, BITWISE_AGENT_MODEL, DEFAULT_MODEL.
 Overload/5xx/429/timeouts: the client's retries, then our bounded backoff, all inside the
 agent's wall-clock budget (max_wall_s; each call at most request_timeout_s). Transcript: each
-request (new messages only), raw response, tool call and result, as it happens. An unpriced model costs as
-the dearest priced one, so its budget stops early (set price_usd_per_mtok, e.g. (0, 0)).
+request (new messages only), raw response, tool call and result, as it happens. An unpriced
+model costs as the dearest priced one, so its budget stops early (set price_usd_per_mtok,
+e.g. (0, 0)).
 """
 import os
 import time

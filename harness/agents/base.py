@@ -2,8 +2,9 @@
 (AgentResult), the tools it may add (Tool), and `make_backend(name, **settings)`.
 
 Status strings are shared by every backend: "finished", "limit:turns", "limit:tokens",
-"limit:cost", "limit:time" (the agent's wall-clock budget), "error". Transcripts are JSONL, one record per event, appended and flushed as
-the event happens (`append_transcript`), so a killed run still leaves its record.
+"limit:cost", "limit:time" (the agent's wall-clock budget), "error". Transcripts are JSONL,
+one record per event, appended and flushed as the event happens (`append_transcript`), so a
+killed run still leaves its record.
 Backends are imported lazily by name: a missing SDK only matters to the backend that needs it.
 """
 import json

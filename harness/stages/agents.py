@@ -31,20 +31,22 @@ from harness.workspace import (WORKTREES_DIR, branch_worktree, commits_since, cu
 ROLES = ("baseline", "consistent")
 
 
-def _frozen_outside(state) -> dict | None:
-    """The frozen baseline record as it was when the run started, kept in the run directory."""
-    path = state.out / "frozen_baseline.json"
+def _kept_from_the_start(path: Path, compute):
+    """compute() as it was when the run started: written to `path` in the run directory the
+    first time, read back from it after (a resumed run keeps the first run's)."""
     if not path.exists():
-        path.write_text(json.dumps({"record": read_frozen()}, indent=2))
+        path.write_text(json.dumps({"record": compute()}, indent=2))
     return json.loads(path.read_text())["record"]
+
+
+def _frozen_outside(state) -> dict | None:
+    """The frozen baseline record as it was when the run started."""
+    return _kept_from_the_start(state.out / "frozen_baseline.json", read_frozen)
 
 
 def _startup_outside(state) -> dict:
     """The interpreter's start-up files as they were when the run started (harness/tamper.py)."""
-    path = state.out / "startup_files.json"
-    if not path.exists():
-        path.write_text(json.dumps(startup_files(), indent=2))
-    return json.loads(path.read_text())
+    return _kept_from_the_start(state.out / "startup_files.json", startup_files)
 
 
 def _brief(role: str, args, state, worktree: Path, base: str) -> str:

@@ -104,7 +104,9 @@ def decode_rows(rows, cs, state_pool, D, y, meta, *, block: int, launch: dict = 
     ssm_scan_triton's kernels read it; state_pool [S, H, P, N] the chunks' starts."""
     x, B, C, dt = rows
     num_heads, num_groups, head_dim, state_size = x.shape[1], B.shape[1], x.shape[2], B.shape[2]
-    chunk_size, vector = cs.shape[-1], min(launch["vector"], 4)
+    chunk_size, vector = cs.shape[-1], launch["vector"]
+    if vector not in (2, 4):  # _chain_over_columns splits 2 or 4 columns
+        raise ValueError(f"ssm decode launch: vector {vector} must be 2 or 4")
     num_sequences, p_block = meta.shape[0], min(launch["p_block"], head_dim)
     scores = torch.empty((num_sequences, num_groups, chunk_size), dtype=torch.float32, device=x.device)
     _decode_scores_kernel[(num_groups, num_sequences)](
