@@ -64,15 +64,19 @@ def table(samples: list) -> dict:
 
 def default_rows(samples: list) -> list:
     """For shapes the sweep did not time: per swept M, the variant with the best geometric mean
-    of cuBLAS time / ours over every swept shape, among variants timed, and bit-exact, on all."""
-    shapes = {(s["N"], s["K"]) for s in samples if "run" in s}
+    of cuBLAS time / ours over every shape swept at that M, among variants timed, and bit-exact,
+    on all of them (sweeps of different shapes at different M each count where they ran)."""
+    shapes = {}  # M -> the shapes timed there
+    for sample in samples:
+        if "run" in sample:
+            shapes.setdefault(sample["M"], set()).add((sample["N"], sample["K"]))
     speedups = {}  # (M, choice) -> {shape: cuBLAS / ours}
     for sample in filter(_tableable, samples):
         ratio = sample["cublas_ms"] / sample["ms"] if sample["bits_equal_rows_of_largest_M"] else None
         speedups.setdefault((sample["M"], _choice(sample["run"])), {})[(sample["N"], sample["K"])] = ratio
     best = {}
     for (m, choice), per_shape in speedups.items():
-        if set(per_shape) != shapes or None in per_shape.values():
+        if set(per_shape) != shapes[m] or None in per_shape.values():
             continue
         score = math.exp(sum(math.log(r) for r in per_shape.values()) / len(per_shape))
         if m not in best or score > best[m][0]:

@@ -51,13 +51,21 @@ VARIANTS = {
               ("tma", (128, 256, 8, 3), 64), ("tma", (128, 128, 8, 4), 64), ("persistent", (128, 128, 4, 4), 64),
               ("persistent", (128, 256, 8, 3), 64), ("tma", (256, 128, 8, 3), 64), ("tma", (128, 64, 4, 4), 128),
               ("persistent", (128, 128, 8, 4), 64)),
+    # M 65-1024 on weights of 2-12k rows: a 128 x 128 tile leaves most SMs idle (M 256 on
+    # N 2048 is 32 programs), so narrower tiles and 128-row tiles with deep K steps
+    "wide": (("tma", (128, 64, 4, 4), 128), ("tma", (128, 64, 8, 4), 128), ("tma", (128, 32, 4, 4), 128),
+             ("tma", (128, 32, 4, 5), 128), ("tma", (64, 128, 4, 4), 64), ("tma", (64, 128, 4, 4), 128),
+             ("tma", (64, 64, 4, 4), 64), ("tma", (64, 64, 4, 6), 128), ("persistent", (128, 64, 4, 4), 128),
+             ("persistent", (64, 128, 4, 4), 64), ("persistent", (64, 64, 4, 5), 128),
+             ("pointer", (128, 64, 8, 4), 64)),
 }
 SPLITS = (1,)
 WEIGHT_COPIES_BYTES = 256 << 20  # rotate weights over at least this much memory (L2 is 50 MiB)
 
 
-def size_class(m: int) -> str:
-    return "small" if m <= 16 else "mid" if m <= 128 else "large"
+def size_classes(m: int) -> tuple:
+    return ("small",) if m <= 16 else ("mid",) if m <= 64 else ("mid", "wide") if m <= 128 else \
+        ("wide", "large") if m <= 1024 else ("large",)
 
 
 def rotating(fn, weights):
@@ -84,7 +92,7 @@ def candidates(m: int, splits: int, launch_table: bool) -> list:
     if launch_table:
         return [("table", {}, linear_cuda.forward)]
     runs = [dict(kernel=kernel, config=c, block_k=bk, num_splits=splits, parallel_splits=False)
-            for kernel, c, bk in VARIANTS[size_class(m)] if splits == 1 or kernel == "pointer"]
+            for size in size_classes(m) for kernel, c, bk in VARIANTS[size] if splits == 1 or kernel == "pointer"]
     if splits > 1 and m <= 256:  # slices in parallel programs: more programs for small M
         runs += [dict(run, parallel_splits=True) for run in runs]
     return [((run["kernel"][:3],) + run["config"] + (f"k{run['block_k']}",) + (("par",) if run["parallel_splits"] else ()),

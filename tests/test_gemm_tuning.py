@@ -52,6 +52,18 @@ def test_the_default_rows_take_the_best_geometric_mean_over_every_shape(tmp_path
     assert gemm_tuning.load(path)[gemm_tuning.DEFAULT][0] == (8, "tma", (16, 32, 4, 4), 64)
 
 
+def test_a_shape_swept_only_at_some_m_counts_only_there():
+    """A focused sweep that adds a shape at M 64 leaves the defaults at M 8, where it was not
+    timed, to the shapes that were; at M 64 a default must have run on the new shape too."""
+    added = (3712, 2688)
+    samples = [
+        _sample(8, "pointer", [16, 16, 4, 4], 0.010),
+        _sample(64, "tma", [64, 32, 4, 4], 0.010), _sample(64, "tma", [64, 32, 4, 4], 0.010, shape=added),
+        _sample(64, "pointer", [64, 64, 4, 4], 0.001),  # fastest, but not timed on the added shape
+    ]
+    assert gemm_tune.default_rows(samples) == [[8, "pointer", [16, 16, 4, 4], 64], [None, "tma", [64, 32, 4, 4], 64]]
+
+
 def test_a_later_sweep_replaces_an_earlier_one_at_the_shapes_and_m_it_timed():
     """A focused re-sweep wins where it timed (all its variants there, the earlier run's
     timings dropped even where faster), the earlier sweep keeps everything else."""
