@@ -7,7 +7,7 @@ follow M, the K order may not), plus the relative error against a float64 refere
   python benchmarks/gpu_gemm.py --out DIR --launch-table  (what the models run: the done-when figure)
 
 Per shape and split count (a fixed number of K slices, the same for every M), each M is timed
-under a few tile configs of its size class; the best one is reported against cuBLAS timed the
+under the tile configs of its size classes; the best one is reported against cuBLAS timed the
 same way: triton.testing.do_bench_cudagraph medians, the calls replayed from a CUDA graph as
 the engine's decode runs them, so the figure is GPU time and not Python launch overhead
 (eager do_bench put a ~70 us host floor under small-M calls: recorded in
@@ -91,8 +91,9 @@ def candidates(m: int, splits: int, launch_table: bool) -> list:
     the size class's variants (and, with several K slices, the parallel-slice ones)."""
     if launch_table:
         return [("table", {}, linear_cuda.forward)]
+    variants = dict.fromkeys(v for size in size_classes(m) for v in VARIANTS[size])  # classes overlap: each once
     runs = [dict(kernel=kernel, config=c, block_k=bk, num_splits=splits, parallel_splits=False)
-            for size in size_classes(m) for kernel, c, bk in VARIANTS[size] if splits == 1 or kernel == "pointer"]
+            for kernel, c, bk in variants if splits == 1 or kernel == "pointer"]
     if splits > 1 and m <= 256:  # slices in parallel programs: more programs for small M
         runs += [dict(run, parallel_splits=True) for run in runs]
     return [((run["kernel"][:3],) + run["config"] + (f"k{run['block_k']}",) + (("par",) if run["parallel_splits"] else ()),
