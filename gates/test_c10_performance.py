@@ -10,7 +10,8 @@ baseline/frozen-cuda.json on CUDA), exported from git (`git archive`: that commi
 and gates/, nothing of the working tree) and run in its own process, while the candidate runs
 the current tree in its own process; both time the generation of the same freshly seeded
 workload on the same seeded weights (saved once, mapped by every process) by an engine warmed
-by one run of it (building the engine, copying weights and capturing graphs untimed),
+by one run of it (building the engine, copying weights and capturing graphs untimed), a
+sample timing the plan's `repeats` runs back to back (5 on CUDA, where one run is ~0.5 s),
 interleaved (baseline, candidate, ...; 3 pairs first, BITWISE_C10_PAIRS changes the count and
 the inputs record it), every raw sample in the result; and every timed candidate sample's
 outputs (tokens and log-prob bits) equal an untimed run of the same workload on a fresh
@@ -89,11 +90,11 @@ def completions_digest(completions) -> str:
 
 # Run with cwd = a source tree: it imports that tree's kernels and gates.workload, builds one
 # engine, runs the workload on it once to warm it (Triton compiles, decode graphs captured,
-# weights copied), then times the workload's generation on the same engine (arrivals counted
-# from that run's first step again, as on a fresh engine) and prints tokens/s, the digest of
-# its outputs and where kernels came from. Building the engine and capturing graphs are not
-# generation: timed (up to session 7), they were a cost both sides paid in every sample,
-# which pulls the ratio toward 1.
+# weights copied), then times the workload's generation `repeats` times on the same engine
+# (arrivals counted from each run's first step again, as on a fresh engine) and prints the
+# totals, each run's tokens/s and output digest, and where kernels came from. Building the
+# engine and capturing graphs are not generation, so they stay untimed; several runs per
+# process make one sample span seconds, not the half second one GPU run of the workload takes.
 _TIMING_PROGRAM = """
 import json, sys, time, kernels, torch
 from gates.faults import register_all
@@ -114,13 +115,18 @@ weights, workload = mapped_weights(asked), Workload(**asked["workload"])
 engine = make_engine(config, contract, weights, workload, **options)
 engine.generate(make_requests(workload, config.vocab_size))
 sync()
-engine.step_count = 0  # both trees' engines count arrival steps from here
-started, cpu_started = time.perf_counter(), time.process_time()
-completions = engine.generate(make_requests(workload, config.vocab_size))
-sync()
-elapsed, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
-print(json.dumps({"tokens": sum(len(c.tokens) for c in completions), "wall_s": elapsed, "cpu_s": cpu_s,
-                  "kernels": kernels.__file__, "digest": completions_digest(completions)}))
+runs = []
+for _ in range(asked.get("repeats", 1)):
+    engine.step_count = 0  # both trees' engines count arrival steps from here
+    started, cpu_started = time.perf_counter(), time.process_time()
+    completions = engine.generate(make_requests(workload, config.vocab_size))
+    sync()
+    runs.append({"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu_started,
+                 "tokens": sum(len(c.tokens) for c in completions), "digest": completions_digest(completions)})
+print(json.dumps({"tokens": sum(r["tokens"] for r in runs), "wall_s": sum(r["wall_s"] for r in runs),
+                  "cpu_s": sum(r["cpu_s"] for r in runs), "kernels": kernels.__file__,
+                  "digests": [r["digest"] for r in runs],
+                  "runs_tokens_per_s": [r["tokens"] / r["wall_s"] for r in runs]}))
 """.replace("{shared_source}", "".join(inspect.getsource(f) for f in (rollout_options, mapped_weights,
                                                                         completions_digest)))
 
@@ -164,7 +170,7 @@ def plan(model: str, target: str, seed: int) -> dict:
                 "workload": {"num_sequences": 16, "new_tokens": 24, "arrival_spread": 4, "seed": seed}}
     config = config_name(model, GPU_SIZES.get(model, "full"))
     return {"config": config, "device": target,
-            "workload": {"num_sequences": 64, "new_tokens": 64, "arrival_spread": 8, "seed": seed},
+            "workload": {"num_sequences": 64, "new_tokens": 64, "arrival_spread": 8, "seed": seed}, "repeats": 5,
             "shape": {"tokens_per_step": 4096, "max_running": 64, "block_size": 16},
             "engine": {"cuda_graphs": graphs_unsupported(load_model_config(config), None) is None}}
 
@@ -214,7 +220,7 @@ def test_throughput_against_the_frozen_baseline(gate):
     if frozen is None:
         gate.check("the frozen baseline exists", False, problem=no_baseline(target))
         gate.verdict()
-    samples, wall, digests, process_s = ({"baseline": [], "candidate": []} for _ in range(4))
+    samples, wall, runs, digests, process_s = ({"baseline": [], "candidate": []} for _ in range(5))
     with tempfile.TemporaryDirectory(prefix="c10-frozen-") as folder:
         baseline_tree = export_commit(frozen["commit"], folder, ROOT, paths=("kernels", "gates"))
         if gate.checkpoint:  # its architecture, seeded weights: speed does not follow the values
@@ -238,7 +244,8 @@ def test_throughput_against_the_frozen_baseline(gate):
                 answer = timed_rollout(tree, side_asked)
                 samples[side].append(answer["tokens_per_s"])
                 wall[side].append(answer["wall_tokens_per_s"])
-                digests[side].append(answer["digest"])
+                runs[side].append(answer["runs_tokens_per_s"])
+                digests[side].extend(answer["digests"])
                 process_s[side].append(round(answer["process_s"], 1))
             pair_ratios = [c / b for b, c in zip(samples["baseline"], samples["candidate"])]
             if len(pair_ratios) >= PAIRS:
@@ -252,6 +259,7 @@ def test_throughput_against_the_frozen_baseline(gate):
     figures = dict(ratio=verdict.ratio, noise=[verdict.low, verdict.high], noise_coverage=verdict.coverage,
                    pair_ratios=pair_ratios,
                    floor=FLOOR, goal=0.95, samples_tokens_per_s=samples, wall_tokens_per_s=wall,
+                   runs_tokens_per_s=runs,
                    timed_by="process CPU time, one intra-op thread" if target == "cpu" else "CUDA-synced wall time",
                    process_seconds=process_s, device=target, config=asked["config"],
                    baseline={"tag": frozen["tag"], "commit": frozen["commit"], "contract": "fast"},
