@@ -560,6 +560,29 @@ def check_fused_rope_and_silu_rows_do_not_follow_the_batch(fused, dtype, fresh_s
         assert first_bit_difference(fast, whole) is not None, f"fast silu == consistent seed={fresh_seed}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_kv_write_is_the_two_scatters(dtype, fresh_seed):
+    """The one-launch K/V write lands every row where `pool[slots] = rows` puts it, v read
+    through the fused qkv's row stride; slots nobody wrote keep their NaN; a layout it does
+    not take (a head stride that is not D) is refused with nothing written."""
+    kernel = _import_kernel("kv_write_triton")
+    gen = torch.Generator().manual_seed(fresh_seed)
+    rows, heads, dim = 37, 2, 48  # 37 rows: tiles of 32 rows (4096 // 128) leave one partial
+    qkv = torch.randn(rows, 5 * heads * dim, generator=gen).to(dtype)
+    k = torch.randn(rows, heads, dim, generator=gen).to(dtype)
+    v = qkv[:, 3 * heads * dim:4 * heads * dim].view(rows, heads, dim)
+    slots = torch.randperm(100, generator=gen)[:rows]
+    pools = [torch.full((100, heads, dim), float("nan"), dtype=dtype) for _ in range(2)]
+    expected = [p.clone() for p in pools]
+    expected[0][slots], expected[1][slots] = k, v
+    assert kernel.scatter(pools[0], pools[1], slots, k, v)
+    assert_bitwise_equal(pools[0], expected[0], f"keys seed={fresh_seed}")
+    assert_bitwise_equal(pools[1], expected[1], f"values seed={fresh_seed}")
+    untouched = [p.clone() for p in pools]
+    assert not kernel.scatter(pools[0], pools[1], slots, k.transpose(1, 2).contiguous().transpose(1, 2), v)
+    assert_bitwise_equal(pools[0], untouched[0], "a refused layout wrote nothing")
+
+
 def check_gumbel_argmax_is_the_formula_and_ignores_the_batch(fresh_seed):
     """The consistent sampler's fused draw: each row's token scores the maximum of the torch
     formula x - log(-log u) over race_uniforms (within an ulp: the logs are numpy's here),

@@ -167,10 +167,15 @@ class PagedLayerKV(KVStore):
         self._pool(self.cache.values)[slots] = kv_encode(v, self.cache.kv_format)
 
     def write_segments(self, segments, k, v) -> None:
-        """All segments' rows in one scatter per pool."""
+        """All segments' rows in one scatter per pool (on CUDA one launch for both)."""
         slots = self.cache.step_tables(segments).write_slots
-        self._pool(self.cache.keys)[slots] = kv_encode(k, self.cache.kv_format)
-        self._pool(self.cache.values)[slots] = kv_encode(v, self.cache.kv_format)
+        keys, values = self._pool(self.cache.keys), self._pool(self.cache.values)
+        if k.device.type == "cuda" and self.cache.kv_format == "auto":
+            from kernels.ops import kv_write_triton
+            if kv_write_triton.scatter(keys, values, slots, k, v):
+                return
+        keys[slots] = kv_encode(k, self.cache.kv_format)
+        values[slots] = kv_encode(v, self.cache.kv_format)
 
     def paged(self, segments) -> PagedBatch:
         return PagedBatch(self._pool(self.cache.keys), self._pool(self.cache.values),

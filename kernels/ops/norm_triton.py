@@ -1,10 +1,11 @@
 """RMSNorm (+ residual add) on CUDA as one Triton kernel per call, both contracts (the CUDA
 backend of kernels/ops/norm.py): h = x + residual, y = h * 1/sqrt(mean(h^2) + eps) * w.
 
-One program per row. The sum of squares runs over the row in blocks of BLOCK lanes (lane i
-adds elements i, i + BLOCK, ... in order) and the lanes are then summed by tl.sum's fixed
-tree: an order fixed by the row length alone (BLOCK and the launch follow D, never the row
-count), so a row's bits do not depend on its batch, its slot or the phase. Variants:
+A program owns ROWS rows (ROWS and BLOCK follow D alone: 16 rows of a 128-wide head, one
+row of a hidden state). Each row's sum of squares runs over it in blocks of BLOCK lanes (lane
+i adds elements i, i + BLOCK, ... in order) and the lanes are summed by tl.sum's tree along
+the row: an order fixed by the row length, never the row count, so a row's bits do not
+depend on its batch, its slot in the tile or the phase. Variants:
 consistent: the residual sum is rounded to the activation dtype before the norm reads it,
   and the output is rounded once from fp32 (norm.consistent's arithmetic, not its bits:
   CPU and CUDA are separate machines; engine and trainer share this kernel);
@@ -20,37 +21,39 @@ import triton.language as tl
 from kernels.ops.autograd_use import records_graph
 
 MAX_BLOCK = 4096
+TILE_ELEMENTS = 2048  # a program holds max(1, TILE_ELEMENTS // BLOCK) rows: 16 rows of a 128-wide head
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, inner, stride_xa, stride_xb, stride_ra, stride_rb,
-                     width, eps, HAS_RESIDUAL: tl.constexpr, NORM_READS_ROUNDED: tl.constexpr,
-                     BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + (row // inner) * stride_xa + (row % inner) * stride_xb
-    r_row = res_ptr + (row // inner) * stride_ra + (row % inner) * stride_rb
-    offs = tl.arange(0, BLOCK)
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, num_rows, inner, stride_xa, stride_xb, stride_ra,
+                     stride_rb, width, eps, HAS_RESIDUAL: tl.constexpr, NORM_READS_ROUNDED: tl.constexpr,
+                     BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    is_row = (rows < num_rows)[:, None]
+    x_rows = x_ptr + ((rows // inner) * stride_xa + (rows % inner) * stride_xb)[:, None]
+    r_rows = res_ptr + ((rows // inner) * stride_ra + (rows % inner) * stride_rb)[:, None]
+    offs = tl.arange(0, BLOCK)[None, :]
+    acc = tl.zeros((ROWS, BLOCK), dtype=tl.float32)
     for lo in range(0, width, BLOCK):
-        mask = lo + offs < width
-        h = tl.load(x_row + lo + offs, mask=mask, other=0.0).to(tl.float32)
+        mask = is_row & (lo + offs < width)
+        h = tl.load(x_rows + lo + offs, mask=mask, other=0.0).to(tl.float32)
         if HAS_RESIDUAL:
-            h = h + tl.load(r_row + lo + offs, mask=mask, other=0.0).to(tl.float32)
+            h = h + tl.load(r_rows + lo + offs, mask=mask, other=0.0).to(tl.float32)
             rounded = h.to(h_ptr.dtype.element_ty)
-            tl.store(h_ptr + row * width + lo + offs, rounded, mask=mask)  # the residual stream
+            tl.store(h_ptr + rows[:, None] * width + lo + offs, rounded, mask=mask)  # the residual stream
             if NORM_READS_ROUNDED:
                 h = rounded.to(tl.float32)
         acc += h * h
-    rstd = 1.0 / tl.sqrt_rn(tl.sum(acc, axis=0) / width + eps)
+    rstd = 1.0 / tl.sqrt_rn(tl.sum(acc, axis=1) / width + eps)[:, None]
     for lo in range(0, width, BLOCK):  # h again from the inputs (no read of this program's own stores)
-        mask = lo + offs < width
-        h = tl.load(x_row + lo + offs, mask=mask, other=0.0).to(tl.float32)
+        mask = is_row & (lo + offs < width)
+        h = tl.load(x_rows + lo + offs, mask=mask, other=0.0).to(tl.float32)
         if HAS_RESIDUAL:
-            h = h + tl.load(r_row + lo + offs, mask=mask, other=0.0).to(tl.float32)
+            h = h + tl.load(r_rows + lo + offs, mask=mask, other=0.0).to(tl.float32)
             if NORM_READS_ROUNDED:
                 h = h.to(h_ptr.dtype.element_ty).to(tl.float32)
-        w = tl.load(w_ptr + lo + offs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(out_ptr + row * width + lo + offs, (h * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
+        w = tl.load(w_ptr + lo + offs, mask=lo + offs < width, other=0.0).to(tl.float32)
+        tl.store(out_ptr + rows[:, None] * width + lo + offs, (h * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def _rows(t):
@@ -75,12 +78,13 @@ def launch(x, w, eps: float, residual=None, norm_reads_rounded: bool = True):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     h = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else None
     count = rows.shape[0] * rows.shape[1]
+    block = min(MAX_BLOCK, triton.next_power_of_2(width))
+    rows_per_program = max(1, TILE_ELEMENTS // block)  # follows the width alone
     if count:
-        _rms_norm_kernel[(count,)](
-            rows, res, w, out, h if h is not None else out, rows.shape[1], rows.stride(0), rows.stride(1),
+        _rms_norm_kernel[(triton.cdiv(count, rows_per_program),)](
+            rows, res, w, out, h if h is not None else out, count, rows.shape[1], rows.stride(0), rows.stride(1),
             res.stride(0), res.stride(1), width, eps, HAS_RESIDUAL=residual is not None,
-            NORM_READS_ROUNDED=norm_reads_rounded, BLOCK=min(MAX_BLOCK, triton.next_power_of_2(width)),
-            num_warps=4)
+            NORM_READS_ROUNDED=norm_reads_rounded, BLOCK=block, ROWS=rows_per_program, num_warps=4)
     return out, h
 
 

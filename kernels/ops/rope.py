@@ -31,7 +31,7 @@ def _fp32_table(theta: float, head_dim: int, max_position: int):
 
 def fast(q, k, positions, *, theta, max_position):
     """Angles and cos/sin computed per call in fp32, rotation in the activation dtype (on
-    CUDA without autograd, one Triton launch each for q and k: kernels/ops/rope_triton.py)."""
+    CUDA without autograd, one Triton launch for q and k: kernels/ops/rope_triton.py)."""
     if q.device.type == "cuda" and not torch.is_grad_enabled():
         from kernels.ops import rope_triton
         return rope_triton.fast(q, k, positions, float(theta))
@@ -61,7 +61,7 @@ def consistent(q, k, positions, *, theta, max_position):
         raise ValueError(f"position {int(positions.max())} >= max_position {max_position}")
     cos_table, sin_table = _device_table(float(theta), q.shape[-1], int(max_position), q.device)
     positions = positions.to(q.device)
-    if q.device.type == "cuda":  # one Triton launch each for q and k, both runtimes
+    if q.device.type == "cuda":  # one Triton launch for q and k, both runtimes
         from kernels.ops import rope_triton
         return rope_triton.consistent(q, k, positions, cos_table, sin_table)
     cos = cos_table[positions][:, None, :]

@@ -1,0 +1,64 @@
+"""The paged KV write on CUDA: K and V rows scattered into their pools' slots in one Triton
+launch, where two `pool[slots] = rows` scatters took two (one per pool, every layer).
+
+A copy moves no bit, so both contracts and every case share it; only the launch count and
+a prefill's programs change. A program copies ROWS rows of K or of V (programs past K's take
+V's). Rows are [Hkv * D] wide with heads contiguous (k from RoPE, v a column slice of the
+fused qkv projection: any row stride). FP8 pools keep the torch path (the encode is a cast).
+Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+"""
+import torch
+import triton
+import triton.language as tl
+
+TILE_ELEMENTS = 4096  # a program copies max(1, TILE_ELEMENTS // row width) rows
+
+
+@triton.jit
+def _copy_rows(src_ptr, pool_ptr, slots_ptr, block, num_rows, stride_src, stride_slot, width,
+               BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    rows = block * ROWS + tl.arange(0, ROWS).to(tl.int64)
+    is_row = rows < num_rows
+    slots = tl.load(slots_ptr + rows, mask=is_row, other=0)
+    offs = tl.arange(0, BLOCK)[None, :]
+    mask = is_row[:, None] & (offs < width)
+    values = tl.load(src_ptr + (rows * stride_src)[:, None] + offs, mask=mask)
+    tl.store(pool_ptr + (slots * stride_slot)[:, None] + offs, values, mask=mask)
+
+
+@triton.jit
+def _kv_write_kernel(k_ptr, v_ptr, k_pool_ptr, v_pool_ptr, slots_ptr, num_rows, stride_k, stride_v,
+                     stride_k_slot, stride_v_slot, width, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    program = tl.program_id(0)
+    k_programs = tl.cdiv(num_rows, ROWS)
+    if program < k_programs:
+        _copy_rows(k_ptr, k_pool_ptr, slots_ptr, program, num_rows, stride_k, stride_k_slot, width, BLOCK, ROWS)
+    else:
+        _copy_rows(v_ptr, v_pool_ptr, slots_ptr, program - k_programs, num_rows, stride_v, stride_v_slot, width,
+                   BLOCK, ROWS)
+
+
+def _flat_rows(t):
+    """t [M, Hkv, D] as rows of Hkv * D contiguous elements, or None when its heads are not."""
+    if t.dim() != 3 or t.stride(2) != 1 or t.stride(1) != t.shape[2]:
+        return None
+    return t
+
+
+def scatter(key_pool, value_pool, slots, k, v) -> bool:
+    """key_pool[slots] = k; value_pool[slots] = v in one launch (pools [S, Hkv, D] with
+    contiguous slots, k and v [M, Hkv, D] of the pools' dtype); False, with nothing written,
+    when the layout is not one this kernel takes (the caller scatters in torch)."""
+    k, v = _flat_rows(k), _flat_rows(v)
+    if (k is None or v is None or k.dtype != key_pool.dtype or v.dtype != value_pool.dtype
+            or not key_pool.is_contiguous() or not value_pool.is_contiguous() or k.shape != v.shape
+            or k.shape[1:] != key_pool.shape[1:] or slots.shape != (k.shape[0],)):
+        return False
+    num_rows, width = k.shape[0], k.shape[1] * k.shape[2]
+    block = triton.next_power_of_2(width)
+    rows_per_program = max(1, TILE_ELEMENTS // block)
+    if num_rows:
+        _kv_write_kernel[(2 * triton.cdiv(num_rows, rows_per_program),)](
+            k, v, key_pool, value_pool, slots, num_rows, k.stride(0), v.stride(0), key_pool.stride(0),
+            value_pool.stride(0), width, BLOCK=block, ROWS=rows_per_program, num_warps=4)
+    return True
