@@ -6,12 +6,14 @@ source tree's rollout and trainer step, and the harness-side handle that drives 
 The worker puts TREE_ROOT first on sys.path, so it imports *that* tree's kernels and
 gates.workload (the baseline worktree's or the current tree's), never the harness's. Its
 stdout carries only replies; anything else written to fd 1 goes to stderr. The region breakdown
-wraps RegionDispatch.__call__ in torch.profiler.record_function inside this process only
-and charges each profiled op's self CPU time to the innermost region range around it.
+wraps RegionDispatch.__call__ in a CPU clock inside this process only (DoorClock): each door's
+own time, less the doors it calls, goes to its region. A profiler's per-op cost would charge a
+path of many small ops (the fast MoE combine) several times what it costs untraced.
 """
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,8 +21,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-RANGE_PREFIX = "region/"
 OUTSIDE = "(outside regions)"
+REGION_RUNS = 3
 
 
 class WorkerSide:
@@ -40,6 +42,21 @@ class WorkerSide:
         self.weights = seeded_weights(self.config)
         self.workload = Workload(**setup["workload"])
         self.requests = make_requests(self.workload, self.config.vocab_size)
+        self.engine = None
+
+    def _warm_engine(self):
+        """One engine kept warm, as C10 times it: built and run once untimed on first use."""
+        from gates.workload import make_engine, make_requests
+        if self.engine is None:
+            self.engine = make_engine(self.config, self.contract, self.weights, self.workload)
+            self.engine.generate(make_requests(self.workload, self.config.vocab_size))
+        return self.engine
+
+    def _generate(self, engine):
+        """The workload's completions, arrival steps counted from 0 again (a fresh engine's)."""
+        from gates.workload import make_requests
+        engine.step_count = 0
+        return engine.generate(make_requests(self.workload, self.config.vocab_size))
 
     def hello(self) -> dict:
         """Who this is: what it imported, its identities and the workload it will run."""
@@ -57,18 +74,19 @@ class WorkerSide:
                 "environment": deployment_fingerprint()}
 
     def sample(self) -> dict:
-        """One rollout (timed), then one GRPO-style step on its completions: score + update
-        (timed) with a fresh trainer from the same weights, so every sample does the same work.
-        Timed as C10 times the CPU: this process's CPU time, one intra-op thread (the harness
-        starts it so: gates/cpu_timing.py), which descheduling does not move; wall time beside it."""
-        from gates.workload import rollout
+        """One rollout on the warm engine (timed), then one GRPO-style step on its completions:
+        score + update (timed) with a fresh trainer from the same weights, so every sample does
+        the same work. Timed as C10 times the CPU: generation alone, in this process's CPU time
+        with one intra-op thread (the harness starts it so: gates/cpu_timing.py), which
+        descheduling does not move; wall time beside it."""
         from kernels.trainer.grpo import group_advantages
         from kernels.trainer.logprobs import scored_sequences
         from kernels.trainer.rl_loop import even_token_reward
         from kernels.trainer.trainer import Trainer
 
+        engine = self._warm_engine()  # building and warming it are not generation
         started, cpu_started = time.perf_counter(), time.process_time()
-        completions, _ = rollout(self.config, self.contract, self.weights, self.workload)
+        completions = self._generate(engine)
         rollout_wall_s, rollout_s = time.perf_counter() - started, time.process_time() - cpu_started
         num_tokens = sum(len(c.tokens) for c in completions)
         trainer = Trainer(self.config, self.contract, weights=self.weights)
@@ -84,51 +102,48 @@ class WorkerSide:
                 "wall_rollout_tokens_per_s": num_tokens / rollout_wall_s, "train_step_s": train_step_s,
                 "train_step_wall_s": train_wall_s}
 
-    def regions(self) -> dict:
-        """{region: self CPU ms} over one profiled rollout (not timed: the profiler costs)."""
-        import torch
-        from gates.workload import rollout
+    def regions(self, runs: int = REGION_RUNS) -> dict:
+        """{region: own CPU ms}: the median over `runs` rollouts on the warm engine, doors
+        timed (DoorClock); one run on a shared machine moves a region by a third."""
         from kernels.models.dispatch import RegionDispatch
 
-        door = RegionDispatch.__call__
+        door, engine, measured = RegionDispatch.__call__, self._warm_engine(), []
+        for _ in range(runs):
+            clock = DoorClock()
+            RegionDispatch.__call__ = clock.wrap(door)
+            try:
+                started = time.process_time_ns()
+                self._generate(engine)
+                measured.append(clock.ms_by_region(time.process_time_ns() - started))
+            finally:
+                RegionDispatch.__call__ = door
+        names = sorted(set().union(*measured))
+        return {name: statistics.median(run.get(name, 0.0) for run in measured) for name in names}
 
-        def traced(dispatch, region, case, layer, *args, **kwargs):
-            with torch.profiler.record_function(RANGE_PREFIX + region):
+
+class DoorClock:
+    """Each region door's own time (its span less the doors it called), summed per region."""
+
+    def __init__(self, clock=time.process_time_ns):
+        self.clock, self.totals_ns, self.inner_ns = clock, defaultdict(int), []
+
+    def wrap(self, door):
+        def timed(dispatch, region, case, layer, *args, **kwargs):
+            self.inner_ns.append(0)
+            started = self.clock()
+            try:
                 return door(dispatch, region, case, layer, *args, **kwargs)
+            finally:
+                elapsed = self.clock() - started
+                self.totals_ns[region] += elapsed - self.inner_ns.pop()
+                if self.inner_ns:
+                    self.inner_ns[-1] += elapsed
+        return timed
 
-        RegionDispatch.__call__ = traced
-        try:
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-                rollout(self.config, self.contract, self.weights, self.workload)
-        finally:
-            RegionDispatch.__call__ = door
-        # The raw kineto events: prof.events() builds a FunctionEvent tree, ~50 s for the
-        # ~600k ops of one nemotron-cut rollout, where this takes about a second.
-        spans = [(e.start_thread_id(), e.start_ns(), e.end_ns(), e.name())
-                 for e in prof.profiler.kineto_results.events()]
-        return self_cpu_ms_by_region(spans)
-
-
-def self_cpu_ms_by_region(spans) -> dict:
-    """{region: ms}: each span's self time (its duration less its direct children's) charged
-    to the innermost region range around it, on the threads that ran regions; ops outside
-    every door count as OUTSIDE. spans: (thread, start_ns, end_ns, name)."""
-    threads = {thread for thread, _, _, name in spans if name.startswith(RANGE_PREFIX)}
-    totals_ns = defaultdict(int)
-    stack, current_thread = [], None  # stack: (end_ns, owner) of the spans enclosing this one
-    ordered = sorted((s for s in spans if s[0] in threads), key=lambda s: (s[0], s[1], -s[2]))
-    for thread, start, end, name in ordered:  # enclosing spans first
-        if thread != current_thread:
-            stack, current_thread = [], thread
-        while stack and stack[-1][0] <= start:
-            stack.pop()
-        parent = stack[-1][1] if stack else OUTSIDE
-        owner = name[len(RANGE_PREFIX):] if name.startswith(RANGE_PREFIX) else parent
-        totals_ns[owner] += end - start
-        if stack:
-            totals_ns[parent] -= end - start
-        stack.append((end, owner))
-    return {region: ns / 1e6 for region, ns in sorted(totals_ns.items())}
+    def ms_by_region(self, total_ns: int) -> dict:
+        """{region: ms}, with what ran outside every door as OUTSIDE (of a run of total_ns)."""
+        totals = dict(self.totals_ns, **{OUTSIDE: total_ns - sum(self.totals_ns.values())})
+        return {region: ns / 1e6 for region, ns in sorted(totals.items())}
 
 
 def serve(root: str, setup: dict) -> None:

@@ -19,7 +19,7 @@ from gates.baseline import NO_BASELINE, export_commit, no_baseline, read_frozen,
 from gates.conftest import GateRecord
 from harness import workspace
 from harness.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from harness.profile_worker import OUTSIDE, RANGE_PREFIX, self_cpu_ms_by_region
+from harness.profile_worker import OUTSIDE, DoorClock
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST_SOURCE = "kernels/ops/norm.py"
@@ -238,8 +238,15 @@ def test_worktree_is_reused_and_must_stay_clean(clone):
         workspace.worktree_at(repo, first, path)
 
 
-def test_region_time_is_each_op_s_self_time_charged_to_its_innermost_region():
-    spans = [(1, 0, 100, RANGE_PREFIX + "mlp"), (1, 10, 40, "aten::mm"),
-             (1, 50, 80, RANGE_PREFIX + "mlp_act"), (1, 55, 65, "aten::silu"),
-             (1, 120, 130, "aten::copy_"), (2, 0, 1000, "profiler thread")]
-    assert self_cpu_ms_by_region(spans) == {"mlp": 70 / 1e6, "mlp_act": 30 / 1e6, OUTSIDE: 10 / 1e6}
+def test_region_time_is_each_door_s_own_time_less_the_doors_it_calls():
+    ticks = iter([0, 10, 50, 80, 100, 120])  # mlp 0..80 holds mlp_act 10..50; mlp_act again 100..120
+    clock = DoorClock(clock=lambda: next(ticks))
+
+    def door(dispatch, region, case, layer, inner=None):
+        return inner() if inner else None
+
+    timed = clock.wrap(door)
+    timed(None, "mlp", "trainer_fwd", 0, inner=lambda: timed(None, "mlp_act", "trainer_fwd", 0))
+    assert dict(clock.totals_ns) == {"mlp": 40, "mlp_act": 40}
+    timed(None, "mlp_act", "trainer_fwd", 0)
+    assert clock.ms_by_region(150) == {"mlp": 40 / 1e6, "mlp_act": 60 / 1e6, OUTSIDE: 50 / 1e6}
