@@ -32,6 +32,12 @@ from kernels.ops.padding import pad_to_multiple
 def _chunk(x, B, C, dt, state0, A, D):
     """One chunk of Q rows: (y [Q, H, P] fp32, state after the chunk [H, P, N]); with a
     leading sequence dim on every argument, each sequence's chunk in the same ops."""
+    y, fold = _chunk_outputs(x, B, C, dt, state0, A, D)
+    return y, _end_state(*fold, state0)
+
+
+def _chunk_outputs(x, B, C, dt, state0, A, D):
+    """(y [Q, H, P] fp32, what _end_state folds the chunk from): _chunk without its state."""
     num_heads, num_groups = x.shape[-2], B.shape[-2]
     Bh = B.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2)  # [H, Q, N]
     Ch = C.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2)  # [H, Q, N]
@@ -41,9 +47,13 @@ def _chunk(x, B, C, dt, state0, A, D):
     decay = torch.where(causal, torch.exp(cs[..., :, None] - cs[..., None, :]), 0.0)  # [H, Qt, Qs]
     weights = (Ch @ Bh.transpose(-1, -2)) * decay * dth[..., None, :]
     y = weights @ xh + (Ch @ state0.transpose(-1, -2)) * torch.exp(cs)[..., None] + D[:, None, None] * xh
+    return y.transpose(-3, -2), (cs, xh, dth, Bh)
+
+
+def _end_state(cs, xh, dth, Bh, state0):
+    """The state after the chunk [H, P, N] (a leading sequence dim passes through)."""
     to_end = torch.exp(cs[..., -1:] - cs) * dth  # [H, Q]
-    state = torch.exp(cs[..., -1])[..., None, None] * state0 + (xh * to_end[..., None]).transpose(-1, -2) @ Bh
-    return y.transpose(-3, -2), state
+    return torch.exp(cs[..., -1])[..., None, None] * state0 + (xh * to_end[..., None]).transpose(-1, -2) @ Bh
 
 
 def position_independent_softplus(x):
@@ -133,16 +143,19 @@ def _consistent_decode_batch_cpu(x, B, C, dt_raw, segments, store, dt_bias, A_lo
     kept, and the states of the chunks that complete folded. Pool rows past the new one are
     an earlier chunk's: they reach the new row only through terms the causal mask zeroes, and
     are replaced by consistent_segment's zero padding anyway (a stale inf times 0 is a NaN).
-    Each sequence's GEMMs are entries of one batched call whose count follows the batch: the
-    bits equal a lone sequence's because MKL's batched GEMM reduces every entry alike, a
-    measured fact (tests/test_ssm.py, gates C02 and C03), not a law."""
+    Only the sequences whose chunk completes fold their state (the fold was three quarters of
+    the re-play's time). Each sequence's GEMMs are entries of one batched call whose count
+    follows the batch: the bits equal a lone sequence's because MKL's batched GEMM reduces
+    every entry alike, a measured fact (tests/test_ssm.py, gates C02 and C03), not a law."""
     slots, buffered = _write_new_rows(x, B, C, dt_raw, segments, store, dt_bias, dt_min)
     pools = store.row_pools()
     live = torch.arange(chunk_size, device=x.device)[None, :] <= buffered[:, None]  # [S, Q]
     rows = [torch.where(live.view(live.shape + (1,) * (pool.dim() - 2)), pool[slots], 0.0) for pool in pools]
-    y, end = _chunk(*rows, store.ssm[slots], -torch.exp(A_log.float()), D.float())
-    completes = buffered + 1 == chunk_size
-    store.ssm[slots[completes]] = end[completes]
+    state0 = store.ssm[slots]
+    y, fold = _chunk_outputs(*rows, state0, -torch.exp(A_log.float()), D.float())
+    completes = (buffered + 1 == chunk_size).nonzero()[:, 0]
+    if completes.numel():  # only a completed chunk's state is kept: fold just those sequences
+        store.ssm[slots[completes]] = _end_state(*(part[completes] for part in fold), state0[completes])
     store.advance(segments, buffered=True)
     return y[torch.arange(len(segments), device=x.device), buffered]
 
