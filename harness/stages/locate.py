@@ -2,14 +2,17 @@
 name the causally first divergent op: layer, region, case pair, first token and row, and the
 magnitude (ULPs and agreeing mantissa bits of the first differing element).
 
-Two passes: the first traces digests of every door on both sides (locate/engine.jsonl,
-trainer.jsonl, a manifest each) and compares them (harness/trace_compare.py); the second
-re-runs both sides and captures the divergent door's inputs and outputs
-(locate/capture/), from which the magnitude is measured and `harness shrink` builds a repro.
+Tracing: digests of every door on both sides (locate/engine.jsonl, trainer.jsonl, a manifest
+each), compared by harness/trace_compare.py, first over a narrow workload (seconds); if that
+finds no door, diff's own workload runs untraced and, only where it differs, traced
+(locate/wide/): locate is never less sensitive than `harness diff`. A second pass re-runs the
+finding workload and captures the divergent door's inputs and outputs (locate/capture/),
+from which the magnitude is measured and `harness shrink` builds a repro.
 Both runtimes are deterministic (gate C01), so the second pass sees the first's bits.
 Exit codes: 0 clean, 2 divergence, 3 inconclusive (log-probs differ but no traced door
 does), 1 bad input.
 """
+import dataclasses
 import json
 from pathlib import Path
 
@@ -31,15 +34,19 @@ from kernels.trainer.trainer import Trainer
 
 WORKLOAD = dict(num_sequences=6, new_tokens=8, min_prompt_len=6, max_prompt_len=24, arrival_spread=4)
 SHAPE = EngineShape(tokens_per_step=16, max_running=6)
+WIDE_SHAPE = EngineShape()  # diff's engine, with diff's default Workload(): the wide pass
+WIDE_MICRO_BATCH = 8  # diff's trainer micro-batch
 EXIT_BY_STATUS = {"clean": EXIT_OK, "divergent": EXIT_DIFFERENT, "inconclusive": EXIT_INCONCLUSIVE}
 
 
-def _run_sides(config, contract, weights, workload, out_dir, facts, captures=None):
-    """Engine generate + trainer score, each traced into out_dir; DoorCaptures attach if given."""
-    engine = make_engine(config, contract, weights, workload, SHAPE)
-    trainer = Trainer(config, contract, weights=weights, micro_batch_size=workload.num_sequences)
-    tracers = {"engine": Tracer(out_dir, "engine").attach(engine),
-               "trainer": Tracer(out_dir, "trainer", sequence_ids="running").attach(trainer)}
+def _run_sides(config, contract, weights, setting, out_dir, facts, captures=None):
+    """Engine generate + trainer score, each traced into out_dir (untraced when out_dir is
+    None); DoorCaptures attach if given. setting: (workload, engine shape, micro-batch)."""
+    workload, shape, micro_batch = setting
+    engine = make_engine(config, contract, weights, workload, shape)
+    trainer = Trainer(config, contract, weights=weights, micro_batch_size=micro_batch)
+    tracers = {} if out_dir is None else {"engine": Tracer(out_dir, "engine").attach(engine),
+                                          "trainer": Tracer(out_dir, "trainer", sequence_ids="running").attach(trainer)}
     for side, runtime in (("engine", engine), ("trainer", trainer)):
         if captures and side in captures:
             captures[side].attach(runtime, tracers[side])
@@ -48,6 +55,11 @@ def _run_sides(config, contract, weights, workload, out_dir, facts, captures=Non
     for tracer in tracers.values():
         tracer.close(**facts)
     return completions, trainer_logprobs
+
+
+def _figures(sides) -> dict:
+    completions, trainer_logprobs = sides
+    return mismatch_stats([c.logprob_tensor for c in completions], trainer_logprobs)
 
 
 def _leading_agreeing_bits(left_bits: int, right_bits: int, width: int) -> int:
@@ -72,12 +84,12 @@ def _magnitude(captured: dict) -> dict:
     return {"detail": "the captured rows agree (the second pass did not reproduce the first)"}
 
 
-def _capture_pass(config, contract, weights, workload, out_dir, facts, found) -> dict:
+def _capture_pass(config, contract, weights, setting, out_dir, trace_dir, facts, found) -> dict:
     door = (found["layer"], found["region"], found["ordinal"])
     token = found["token"] and (found["token"]["sequence"], found["token"]["position"])
     forwards = {side: found["rows"][side]["forward"] if token else 0 for side in ("engine", "trainer")}
     captures = {side: DoorCapture(door, forward, token) for side, forward in forwards.items()}
-    _run_sides(config, contract, weights, workload, out_dir / "second_pass", facts, captures)
+    _run_sides(config, contract, weights, setting, trace_dir / "second_pass", facts, captures)
     captured = {side: c.captured for side, c in captures.items()}
     if any(c is None for c in captured.values()):
         return {"detail": f"second pass did not meet the door on {[s for s, c in captured.items() if c is None]}"}
@@ -86,29 +98,42 @@ def _capture_pass(config, contract, weights, workload, out_dir, facts, found) ->
 
 
 def locate(model: str, contract_name: str, out_dir: Path, *, size="cut", config_path=None, seed=0) -> dict:
-    """Trace both sides, find the first divergent door, measure it; writes locate.json."""
+    """Trace both sides, find the first divergent door, measure it; writes locate.json.
+    A narrow traced pass first (seconds); when it finds no door, diff's own workload untraced,
+    and only if that differs a traced pass of it (out_dir/wide): as sensitive as diff, never
+    `clean` where diff would see a difference."""
     register_all()  # a contract may name a planted fault (gates/faults.py)
     config = load_model_config(config_path or config_name(model, size))
     if config.family != model:
         raise ValueError(f"config {config_path} is a {config.family} config, not {model}")
     contract = load_contract(contract_name)
-    workload = Workload(**WORKLOAD, seed=seed)
     weights = seeded_weights(config)
     out_dir = Path(out_dir)
+    narrow = (Workload(**WORKLOAD, seed=seed), SHAPE, WORKLOAD["num_sequences"])
+    wide = (Workload(seed=seed), WIDE_SHAPE, WIDE_MICRO_BATCH)
     facts = {"model": model, "config": str(config_path or config_name(model, size)),
              "contract": str(contract_name), "contract_name": contract.name,
              "commit": current_commit(open_repo(judged_tree())), "seed": seed,
              "workload": WORKLOAD, "environment": deployment_fingerprint()}
-    completions, trainer_logprobs = _run_sides(config, contract, weights, workload, out_dir, facts)
+    setting, trace_dir = narrow, out_dir
+    figures = _figures(_run_sides(config, contract, weights, narrow, out_dir, facts))
     found, compared = first_divergence(out_dir / "engine.jsonl", out_dir / "trainer.jsonl")
-    figures = mismatch_stats([c.logprob_tensor for c in completions], trainer_logprobs)
-    result = {**facts, "doors_compared": compared, "logprob_figures": figures}
+    passes = {"narrow": figures}
+    if found is None:
+        passes["wide (diff's workload), untraced"] = figures = _figures(
+            _run_sides(config, contract, weights, wide, None, facts))
+        if figures["frac_tokens_differing"]:
+            setting, trace_dir = wide, out_dir / "wide"
+            facts = {**facts, "workload": dataclasses.asdict(wide[0])}
+            passes["wide, traced"] = figures = _figures(_run_sides(config, contract, weights, wide, trace_dir, facts))
+            found, compared = first_divergence(trace_dir / "engine.jsonl", trace_dir / "trainer.jsonl")
+    result = {**facts, "doors_compared": compared, "logprob_figures": figures, "passes": passes}
     if found is None:
         status = "inconclusive" if figures["frac_tokens_differing"] else "clean"
         result.update(status=status, layer=None, region=None, cases=None, token=None)
     else:
         result.update(status="divergent", **found)
-        result["magnitude"] = _capture_pass(config, contract, weights, workload, out_dir, facts, found)
+        result["magnitude"] = _capture_pass(config, contract, weights, setting, out_dir, trace_dir, facts, found)
     (out_dir / "locate.json").write_text(json.dumps(result, indent=2, sort_keys=True))
     return result
 
