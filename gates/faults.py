@@ -51,6 +51,15 @@ class _SiluMulNoGateGradient(torch.autograd.Function):
         return torch.zeros_like(gate), (grad.float() * silu).to(up.dtype)  # d/dgate dropped
 
 
+def silu_mul_inference_two_roundings(gate, up):
+    """SiLU(gate)*up rounded once, but twice in inference mode (the engine's): a fused kernel
+    that only the no-autograd path takes, as activation.fast picks one on CUDA. A gate that
+    calls the engine's ops outside the mode the engine runs them in cannot see it."""
+    if torch.is_inference_mode_enabled():
+        return F.silu(gate) * up
+    return activation.consistent(gate, up)
+
+
 def silu_mul_wrong_gradient(gate, up):
     """Consistent forward bits, but the backward drops the gate's term (a wrong gradient)."""
     return _SiluMulNoGateGradient.apply(gate, up)
@@ -119,6 +128,7 @@ PLANTED = {
     ("moe_combine", "planted_bf16_reverse_order"): combine_bf16_reverse_order,
     ("topk", "planted_highest_id_wins"): topk_highest_id_wins,
     ("activation", "planted_wrong_gradient"): silu_mul_wrong_gradient,
+    ("activation", "planted_inference_two_roundings"): silu_mul_inference_two_roundings,
     ("attention", "planted_graph_baked_block_kv"): attention_graph_baked_block_kv,
     ("attention", "planted_bf16_split_kv"): attention_bf16_split_kv,
 }

@@ -7,10 +7,12 @@ the unique key, lowest id first), the MoE combine with k >= 3 (fp32 sum in slot 
 rounding), the sampler on tied logits (a request's tokens ignore the batch; greedy ties go to
 the lowest id), the FP8/NVFP4 weight, FP8 activation and FP8 KV round trips on signed zeros,
 E4M3 midpoints and values above 448 (FP8 equal to the float64 reference's rounding), and
-SiLU(gate)*up on random inputs. A region the model does not use is an n/a condition (qwen3:
+SiLU(gate)*up on random inputs; each case's ops run in its runtime's autograd mode (the
+engine's inference mode, the trainer's no-grad scoring and grad update). A region the model does not use is an n/a condition (qwen3:
 topk, moe_combine, weight/act quant; nemotron: mlp_act). Negative control: the fast contract
 fails it (torch.topk ties, batch-seeded sampler draws), as do the planted faults
-topk.planted_highest_id_wins and moe_combine.planted_reverse_order.
+topk.planted_highest_id_wins, moe_combine.planted_reverse_order and
+activation.planted_inference_two_roundings (two roundings in inference mode only).
 """
 import torch
 
@@ -57,20 +59,31 @@ def _as_tuple(output):
     return tuple(output) if isinstance(output, (tuple, list)) else (output,)
 
 
+def runtime_mode(case: str):
+    """The autograd mode the runtime calls a case's ops in: the engine in inference mode
+    (kernels/engine/engine.py), the trainer's scoring forward without grad, its update with
+    grad. An op may pick its kernel by the mode (as activation.fast does on CUDA)."""
+    if case.startswith("engine"):
+        return torch.inference_mode()
+    return torch.enable_grad() if case == "trainer_bwd" else torch.no_grad()
+
+
 def _per_case(contract, region, call, *tensors):
     """{case: outputs}: engine cases over row pieces, trainer cases over the whole batch
-    (trainer_bwd with inputs that require grad); run on the gates' device, outputs on the CPU."""
+    (trainer_bwd with inputs that require grad), each in its runtime's autograd mode; run on
+    the gates' device, outputs on the CPU."""
     tensors = tuple(device.place(t) for t in tensors)
     outputs = {}
     for case in CASES:
         op = contract.op(region, case)
-        if case.startswith("engine"):
-            outputs[case] = _in_pieces(lambda *ts: call(op, *ts), *tensors)
-        else:
-            inputs = [t.detach().clone().requires_grad_(case == "trainer_bwd" and t.is_floating_point())
-                      for t in tensors]
-            outputs[case] = tuple(t.detach() for t in _as_tuple(call(op, *inputs)))
-    return {case: tuple(t.cpu() for t in out) for case, out in outputs.items()}
+        with runtime_mode(case):
+            if case.startswith("engine"):
+                outputs[case] = _in_pieces(lambda *ts: call(op, *ts), *tensors)
+            else:
+                inputs = [t.detach().clone().requires_grad_(case == "trainer_bwd" and t.is_floating_point())
+                          for t in tensors]
+                outputs[case] = tuple(t.detach() for t in _as_tuple(call(op, *inputs)))
+    return {case: tuple(t.detach().cpu() for t in out) for case, out in outputs.items()}
 
 
 def _difference(actual, expected) -> str:
@@ -193,7 +206,9 @@ def test_sampler_ignores_the_batch(gate):
     contract = load_contract(gate.contract)
 
     def sample(case, rows):
-        return contract.op("sampler", case)(device.place(logits[rows]), [params[i] for i in rows], [draws[i] for i in rows]).cpu()
+        with runtime_mode(case):
+            return contract.op("sampler", case)(device.place(logits[rows]), [params[i] for i in rows],
+                                                [draws[i] for i in rows]).cpu()
     alone = torch.cat([sample("engine_decode", [i]) for i in range(num_requests)])
     order = torch.randperm(num_requests, generator=gen).tolist()
     batches = {"engine_prefill, all rows": [list(range(num_requests))],

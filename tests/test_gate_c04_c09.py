@@ -138,6 +138,17 @@ def test_c04_catches_a_rounding_done_twice(tmp_path):
     assert differing == {"engine_decode"}
 
 
+def test_c04_runs_each_case_in_its_runtime_s_autograd_mode(tmp_path):
+    """Two roundings only in inference mode: the engine cases differ, the trainer's do not."""
+    code, results = _gates(tmp_path, "qwen3", "C4", _planted(tmp_path, "mlp_act",
+                                                             "activation.planted_inference_two_roundings"))
+    assert code == EXIT_DIFFERENT
+    failed = {c["name"]: c for c in results["C04"]["conditions"] if c["status"] == "fail"}
+    assert set(failed) == {SILU_CASES}
+    differing = {case for case, text in failed[SILU_CASES].items() if case in CASES and text != "identical"}
+    assert differing == {"engine_prefill", "engine_decode", "engine_graph"}
+
+
 def test_c09_catches_a_resume_that_loses_rng_state(tmp_path, monkeypatch):
     monkeypatch.setattr(c09, "NUM_STEPS", 4)  # the fault shows at the first resumed step
     monkeypatch.setattr(GRPORun, "resume", resume_losing_rng_state)
