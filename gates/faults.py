@@ -78,6 +78,22 @@ def linear_atomic_split_k(x, w, *, num_splits: int):
     return total
 
 
+def linear_thread_split_k(x, w, *, row_multiple: int, out_dtype=None):
+    """The consistent linear with K cut into one slice per intra-op thread, each slice's
+    output rounded to x's dtype and the slices added in order (per-thread partials, as a
+    kernel that parallelises the reduction over its pool): one thread gives the consistent
+    bits, two give others. A gate that never varies the thread count cannot see it."""
+    num_splits = torch.get_num_threads()
+    if num_splits == 1 or out_dtype == torch.float32:
+        return linear.consistent(x, w, row_multiple=row_multiple, out_dtype=out_dtype)
+    bounds = torch.linspace(0, x.shape[-1], num_splits + 1).round().long().tolist()
+    total = None
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        part = linear.consistent(x[..., lo:hi].contiguous(), w[:, lo:hi].contiguous(), row_multiple=row_multiple)
+        total = part if total is None else total + part
+    return total
+
+
 def attention_graph_baked_block_kv(q, k, v, segments, kv, *, scale, block_kv: int, row_multiple: int):
     """The consistent walk, but its key block doubled once the step's longest context (read
     on the host from the segments) passes block_kv: eager steps choose from the real batch,
@@ -124,6 +140,7 @@ def linear_slow_repeat(x, w, *, row_multiple: int, out_dtype=None, repeats: int 
 PLANTED = {
     ("linear", "planted_slow_repeat"): linear_slow_repeat,
     ("linear", "planted_atomic_split_k"): linear_atomic_split_k,
+    ("linear", "planted_thread_split_k"): linear_thread_split_k,
     ("moe_combine", "planted_reverse_order"): combine_reverse_order,
     ("moe_combine", "planted_bf16_reverse_order"): combine_bf16_reverse_order,
     ("topk", "planted_highest_id_wins"): topk_highest_id_wins,

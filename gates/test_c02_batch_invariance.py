@@ -5,9 +5,11 @@ output (all region calls, lm_head, logprob and sampler included, captured throug
 RegionDispatch observer) computed in batches of other random sequences, at a random place,
 with 2 to 128 rows in all (64 one-token decodes at most; primes, powers of two and the
 largest affordable; the probe alone is the 1-row end), equal bit for bit the same rows
-computed with the probe alone.
+computed with the probe alone; on the CPU the probe alone runs on 1 intra-op thread and the
+batches on at least 2 (an engine's and a trainer's pools may differ).
 Negative control: the fast contract fails it, and so does the consistent contract with every
-linear region mapped to linear.fast_split_k (split-K below 64 rows only).
+linear region mapped to linear.fast_split_k (split-K below 64 rows only) or to
+linear.planted_thread_split_k (a reduction split per intra-op thread).
 
 What a batch is, per case (each batch runs wholly in its case; mixed steps are C03's):
 engine_prefill, prompt chunks (the probes: a 1-token prompt, a 7-token chunk starting at 12,
@@ -18,6 +20,7 @@ of an SSM chunk and inside the second KV block) among decodes of other sequences
 whole sequences packed from position 0 (forward bits only). Histories are prefilled once into a TransientCache
 and every batch runs on a copy of it, so a probe meets identical state alone and in a batch.
 """
+import contextlib
 import copy
 import random
 
@@ -170,13 +173,32 @@ def _bit_figures(found) -> dict:
             "alone_bits": found.left_bits, "batch_bits": found.right_bits, "ulps": found.ulps}
 
 
+@contextlib.contextmanager
+def intra_op_threads(count: int):
+    """torch's intra-op thread count for the block (CPU ops may follow it), then restored."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def thread_counts() -> tuple:
+    """(the probes alone, the batches): an engine and a trainer may run different pools, so on
+    the CPU a probe alone runs on 1 intra-op thread and the batches on at least 2."""
+    return (1, max(2, torch.get_num_threads())) if device.target() == "cpu" else (None, None)
+
+
 def _check_case(gate, model, contract, case, seed):
     rng = random.Random(seed)
     world = World(model, contract, case, rng)
     kind = world.kind
+    alone_threads, batch_threads = thread_counts()
     alone = {}
     for index in range(len(world.probes)):
-        batch, calls = world.run([world.probe_piece(index)])
+        with intra_op_threads(alone_threads or torch.get_num_threads()):
+            batch, calls = world.run([world.probe_piece(index)])
         alone[index] = _rows_of(batch, calls, 0)
     sizes = [n for n in BATCH_SIZES if 1 < n <= MAX_ROWS[kind]]
     tally = Tally()
@@ -191,7 +213,8 @@ def _check_case(gate, model, contract, case, seed):
                 used += length
         pieces = world.companions(num_rows - used, rng) + [world.probe_piece(i) for i in chosen]
         rng.shuffle(pieces)
-        batch, calls = world.run(pieces)
+        with intra_op_threads(batch_threads or torch.get_num_threads()):
+            batch, calls = world.run(pieces)
         for index in chosen:
             batches_per_probe[index] += 1
             position = next(k for k, s in enumerate(batch.segments) if s.seq_id == world.probes[index][0])
@@ -200,7 +223,8 @@ def _check_case(gate, model, contract, case, seed):
             tally.compare(alone[index], _rows_of(batch, calls, position), where)
     gate.check(f"{case}: probe rows equal alone and in batches of {sizes[0]}..{sizes[-1]} rows",
                tally.num_differing == 0 and min(batches_per_probe) > 0,
-               batch_rows=sizes, batches_per_probe=batches_per_probe, **tally.figures())
+               batch_rows=sizes, batches_per_probe=batches_per_probe,
+               intra_op_threads={"alone": alone_threads, "batches": batch_threads}, **tally.figures())
     return sizes
 
 

@@ -94,6 +94,17 @@ def test_c02_catches_split_k_below_64_rows(tmp_path):
         assert condition["first_difference"]["region"] in LINEAR_REGIONS, condition["first_difference"]
 
 
+def test_c02_catches_a_reduction_split_per_thread(tmp_path):
+    """Per-thread K slices rounded to bf16: the probe alone (1 thread) and the batches (2+)
+    differ, in every case; with one thread everywhere the same fault would pass."""
+    planted = {"impl": "linear.planted_thread_split_k", "constants": {"row_multiple": 8}}
+    contract = _planted(tmp_path, {(region, case): planted for region in LINEAR_REGIONS for case in CASES})
+    code, results = _gates(tmp_path, "qwen3", "C2", contract)
+    assert code == EXIT_DIFFERENT and len(_failed(results["C02"])) == len(CASES)
+    threads = {c["intra_op_threads"]["alone"] for c in results["C02"]["conditions"] if "intra_op_threads" in c}
+    assert threads == {1}
+
+
 @pytest.mark.parametrize("model, region, binding, engine_fails", [
     # split-KV's merge changes the bf16 output of only a few percent of decode tokens: the
     # token-by-token phase (every position decoded) always shows it, the engine's 15 decode

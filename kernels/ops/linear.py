@@ -86,6 +86,7 @@ def consistent(x, w, *, row_multiple: int, out_dtype=None):
         w32, num_rows = w.float(), x.shape[0]
         padded = x.new_zeros((-(-num_rows // row_multiple) * row_multiple, x.shape[1]), dtype=torch.float32)
         padded[:num_rows].copy_(x)  # the conversion and the zero padding in one copy (a small MoE group's cost)
-        out = torch.cat([F.linear(tile, w32) for tile in padded.split(row_multiple)])[:num_rows]
+        tiles = [F.linear(tile, w32) for tile in padded.split(row_multiple)]
+        out = (tiles[0] if len(tiles) == 1 else torch.cat(tiles))[:num_rows]
         return out if out_dtype == torch.float32 else out.to(out_dtype or x.dtype)
     return in_row_tiles(lambda tile: _blas(tile, w, out_dtype), x.contiguous(), dim=0, tile_rows=row_multiple)
