@@ -1,17 +1,18 @@
 """Gate C04: discrete choices & rounding.
 
 Passes when every engine case (rows fed in decode-sized pieces) and every trainer case (the
-whole batch) give identical choices and bits on crafted hazards that each check proves present,
-and the choices follow the contract's rules: Top-K on exact ties across the k-th place (ids by
-the unique key, lowest id first), the MoE combine with k >= 3 (fp32 sum in slot order, one
-rounding), the sampler on tied logits (a request's tokens ignore the batch; greedy ties go to
-the lowest id), the FP8/NVFP4 weight, FP8 activation and FP8 KV round trips on signed zeros,
-E4M3 midpoints and values above 448 (FP8 equal to the float64 reference's rounding), and
-SiLU(gate)*up on random inputs; each case's ops run in its runtime's autograd mode (the
-engine's inference mode, the trainer's no-grad scoring and grad update). A region the model does not use is an n/a condition (qwen3:
-topk, moe_combine, weight/act quant; nemotron: mlp_act). Negative control: the fast contract
-fails it (torch.topk ties, batch-seeded sampler draws), as do the planted faults
-topk.planted_highest_id_wins, moe_combine.planted_reverse_order and
+whole batch), each in its runtime's autograd mode (the engine's inference mode, the trainer's
+no-grad scoring and grad update), give identical choices and bits on crafted hazards that
+each check proves present, and the choices follow the contract's rules: Top-K on exact ties
+across the k-th place (ids by the unique key, lowest id first), the MoE combine with k >= 3
+(fp32 sum in slot order, one rounding), the sampler on tied logits (a request's tokens ignore
+the batch; greedy ties go to the lowest id), the FP8/NVFP4 weight, FP8 activation and FP8 KV
+round trips on signed zeros, E4M3 midpoints, values above 448 and block extremes that differ
+from block to block (FP8 equal to the float64 reference's rounding), and SiLU(gate)*up on
+random inputs. A region the model does not use is an n/a condition (qwen3: topk,
+moe_combine, weight/act quant; nemotron: mlp_act). Negative control: the fast contract fails
+it (torch.topk ties, batch-seeded sampler draws, a per-tensor activation scale), as do the
+planted faults topk.planted_highest_id_wins, moe_combine.planted_reverse_order and
 activation.planted_inference_two_roundings (two roundings in inference mode only).
 """
 import torch
@@ -231,15 +232,25 @@ def test_sampler_ignores_the_batch(gate):
 
 def _fp8_crafted(gen, shape, scale, dtype):
     """E4M3 grid values and midpoints (times `scale`), random signs, +-0.0; every 128-wide
-    block of every row holds +-448*scale, so FP8 scales of any granularity come out at `scale`
-    and x / scale returns the midpoints exactly."""
+    block of every row holds its extreme, +-448*scale, then each row and each 128-column block
+    is multiplied by its own power of two (distinct per column block): every granularity's
+    scales differ from block to block and from the per-tensor one (a scale of the wrong
+    granularity must show), while x / scale keeps the midpoints exact."""
     grid = ref_quant.e4m3_grid()
     pool = torch.cat([grid, (grid[:-1] + grid[1:]) / 2]) * scale
     x = pool[torch.randint(0, len(pool), shape, generator=gen)]
     x = torch.where(torch.rand(shape, generator=gen) < 0.5, -x, x)
     x[torch.rand(shape, generator=gen) < 0.02] = -0.0
     x[:, ::128] = 448.0 * scale * torch.sign(torch.randn(shape[0], 1, generator=gen))
-    return x.to(dtype)
+    num_blocks = -(-shape[1] // 128)
+    row_factor = 2.0 ** torch.randint(-2, 2, (shape[0], 1), generator=gen)
+    block_factor = 2.0 ** (torch.randperm(max(4, num_blocks), generator=gen)[:num_blocks] - 1)
+    return (x * row_factor * block_factor.repeat_interleave(128)[:shape[1]]).to(dtype)
+
+
+def _distinct_scales(x, granularity) -> int:
+    """How many different FP8 scales the reference gives x's groups (1 for a per-tensor scale)."""
+    return int(ref_quant.fp8_quantize(x, granularity).scales.unique().numel())
 
 
 def test_weight_and_activation_quant(gate):
@@ -255,6 +266,7 @@ def test_weight_and_activation_quant(gate):
         quotients = ref_quant.fp8_quantize(x, granularity).quotients
         midpoints = ref_quant.is_midpoint(quotients, ref_quant.e4m3_grid())
         evidence.add(f"E4M3 midpoints ({granularity})", int(midpoints.sum()))
+        evidence.add(f"{granularity} scales other than the first", _distinct_scales(x, granularity) - 1)
     _require(gate, "quant", evidence)
     contract = load_contract(gate.contract)
     for region, fmt, granularity in (("weight_quant", "fp8", "block_128x128"), ("weight_quant", "nvfp4", None),

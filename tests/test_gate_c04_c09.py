@@ -149,6 +149,16 @@ def test_c04_runs_each_case_in_its_runtime_s_autograd_mode(tmp_path):
     assert differing == {"engine_prefill", "engine_decode", "engine_graph"}
 
 
+def test_c04_catches_a_scale_of_the_wrong_granularity(tmp_path):
+    """act_quant with one per-tensor scale (the fast variant) bound in the consistent contract:
+    the crafted blocks' extremes differ, so both its conditions fail (they passed when every
+    block held the same extreme)."""
+    code, results = _gates(tmp_path, "nemotron", "C4", _planted(tmp_path, "act_quant", "act_quant.fast"))
+    assert code == EXIT_DIFFERENT
+    assert _failed(results["C04"]) == {"act_quant fp8: every case gives the same bits",
+                                       "act_quant fp8: equals the float64 reference's rounding"}
+
+
 def test_c09_catches_a_resume_that_loses_rng_state(tmp_path, monkeypatch):
     monkeypatch.setattr(c09, "NUM_STEPS", 4)  # the fault shows at the first resumed step
     monkeypatch.setattr(GRPORun, "resume", resume_losing_rng_state)
