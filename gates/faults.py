@@ -9,7 +9,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from kernels.ops import activation, attention, linear, moe
+from kernels.ops import activation, attention, linear, moe, sampler
 from kernels.ops.registry import register_variant
 from kernels.trainer.rl_loop import GRPORun
 
@@ -94,6 +94,14 @@ def linear_thread_split_k(x, w, *, row_multiple: int, out_dtype=None):
     return total
 
 
+def sampler_keeps_every_tie(logits, params_list, draw_indices):
+    """The consistent sampler's per-row draws, but top-k keeps every token tied with the k-th
+    (the threshold rule engines use): deterministic and batch invariant, so only a rule check
+    on crafted ties at the k-th place can see it."""
+    x, greedy, keys = sampler._rows(logits, params_list, draw_indices)
+    return sampler.consistent_draw(sampler._fast_truncated(x, params_list), greedy, keys)
+
+
 def attention_graph_baked_block_kv(q, k, v, segments, kv, *, scale, block_kv: int, row_multiple: int):
     """The consistent walk, but its key block doubled once the step's longest context (read
     on the host from the segments) passes block_kv: eager steps choose from the real batch,
@@ -144,6 +152,7 @@ PLANTED = {
     ("moe_combine", "planted_reverse_order"): combine_reverse_order,
     ("moe_combine", "planted_bf16_reverse_order"): combine_bf16_reverse_order,
     ("topk", "planted_highest_id_wins"): topk_highest_id_wins,
+    ("sampler", "planted_keeps_every_tie"): sampler_keeps_every_tie,
     ("activation", "planted_wrong_gradient"): silu_mul_wrong_gradient,
     ("activation", "planted_inference_two_roundings"): silu_mul_inference_two_roundings,
     ("attention", "planted_graph_baked_block_kv"): attention_graph_baked_block_kv,

@@ -6,14 +6,16 @@ no-grad scoring and grad update), give identical choices and bits on crafted haz
 each check proves present, and the choices follow the contract's rules: Top-K on exact ties
 across the k-th place (ids by the unique key, lowest id first), the MoE combine with k >= 3
 (fp32 sum in slot order, one rounding), the sampler on tied logits (a request's tokens ignore
-the batch; greedy ties go to the lowest id), the FP8/NVFP4 weight, FP8 activation and FP8 KV
+the batch; greedy ties go to the lowest id; top-k keeps the lowest ids of a tie at the k-th
+place), the FP8/NVFP4 weight, FP8 activation and FP8 KV
 round trips on signed zeros, E4M3 midpoints, values above 448 and block extremes that differ
 from block to block (FP8 equal to the float64 reference's rounding), and SiLU(gate)*up on
 random inputs. A region the model does not use is an n/a condition (qwen3: topk,
 moe_combine, weight/act quant; nemotron: mlp_act). Negative control: the fast contract fails
 it (torch.topk ties, batch-seeded sampler draws, a per-tensor activation scale), as do the
-planted faults topk.planted_highest_id_wins, moe_combine.planted_reverse_order and
-activation.planted_inference_two_roundings (two roundings in inference mode only).
+planted faults topk.planted_highest_id_wins, moe_combine.planted_reverse_order,
+sampler.planted_keeps_every_tie and activation.planted_inference_two_roundings (two
+roundings in inference mode only).
 """
 import torch
 
@@ -227,6 +229,42 @@ def test_sampler_ignores_the_batch(gate):
     lowest = [int((logits[i] == logits[i].max()).nonzero()[0]) for i in greedy]
     gate.check("sampler: greedy ties go to the lowest token id", alone[greedy].tolist() == lowest,
                chosen=alone[greedy].tolist(), lowest_ids=lowest)
+    gate.verdict()
+
+
+TIE_GROUP, TIE_TOP_K, TIE_DRAWS = 4, 3, 32  # 4 tokens tied at the top, top-k 3: the highest id must go
+
+
+def test_sampler_top_k_ties(gate):
+    """Rows whose TIE_GROUP best logits are exactly equal, sampled with top_k = TIE_GROUP - 1
+    TIE_DRAWS times each in every case: the unique key keeps the lower ids, so the group's
+    highest id is never drawn (each kept token has a third of the mass: a rule that keeps it
+    instead, or keeps every tie, draws it with near certainty over 32 draws)."""
+    config = _config(gate)
+    seed, num_rows, vocab = fresh_seed(), 8, config.vocab_size
+    gate.inputs = {"seed": seed, "rows": num_rows, "tie_group": TIE_GROUP, "top_k": TIE_TOP_K, "draws": TIE_DRAWS}
+    gen = generator(seed)
+    logits = torch.randn(num_rows, vocab, generator=gen) - 8.0
+    groups = torch.stack([torch.randperm(vocab, generator=gen)[:TIE_GROUP] for _ in range(num_rows)])
+    logits.scatter_(1, groups, 4.0)
+    logits = logits.to(config.torch_dtype)
+    forbidden = groups.max(dim=1).values
+    evidence = HazardEvidence()
+    evidence.add("rows tied across the k-th place", count_topk_boundary_ties(logits.float(), TIE_TOP_K))
+    _require(gate, "sampler top-k", evidence)
+    contract = load_contract(gate.contract)
+    rows = torch.arange(num_rows).repeat_interleave(TIE_DRAWS)
+    params = [SamplingParams(1.0, top_k=TIE_TOP_K, seed=int(torch.randint(2**62, (1,), generator=gen)))
+              for _ in range(num_rows)]
+    drawn_forbidden = {}
+    for case in CASES:
+        with runtime_mode(case):
+            tokens = contract.op("sampler", case)(device.place(logits[rows]), [params[int(r)] for r in rows],
+                                                  [d for _ in range(num_rows) for d in range(TIE_DRAWS)]).cpu()
+        drawn_forbidden[case] = int((tokens == forbidden[rows]).sum())
+    gate.check("sampler: top-k keeps the lowest ids of a tie across the k-th place (unique key)",
+               not any(drawn_forbidden.values()), draws_of_the_dropped_tie=drawn_forbidden,
+               draws_per_case=num_rows * TIE_DRAWS)
     gate.verdict()
 
 

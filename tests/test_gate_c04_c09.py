@@ -28,6 +28,7 @@ from kernels.trainer.rl_loop import GRPORun
 TIE_RULE = "topk ids and slot order follow the unique key (lowest id wins ties)"
 COMBINE_ORDER = "moe_combine sums the slots in slot order (fp32, one rounding)"
 SAMPLER_BATCH = "sampler: each request draws the same tokens alone and in any batch and case"
+TOP_K_TIES = "sampler: top-k keeps the lowest ids of a tie across the k-th place (unique key)"
 SILU_CASES = "mlp_act SiLU(gate)*up: every case gives the same bits"
 RESUMED_STEP = "the first step after resume equals the uninterrupted step 2 bitwise"
 RESUMED_WEIGHTS = "model and fp32 master weights after the resumed step equal the uninterrupted run's"
@@ -90,6 +91,7 @@ def test_fast_contract_fails_c04_and_c09(tmp_path):
 @pytest.mark.parametrize("region, impl, condition", [
     ("topk", "topk.planted_highest_id_wins", TIE_RULE),
     ("moe_combine", "moe_combine.planted_reverse_order", COMBINE_ORDER),
+    ("sampler", "sampler.planted_keeps_every_tie", TOP_K_TIES),
 ])
 def test_c04_catches_planted_discrete_faults(tmp_path, region, impl, condition):
     code, results = _gates(tmp_path, "nemotron", "C4", _planted(tmp_path, region, impl))
