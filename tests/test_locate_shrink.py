@@ -111,10 +111,12 @@ def test_shrink_repro_fails_then_passes_once_the_plant_is_removed(tmp_path, plan
     assert fixed.returncode == 0, fixed.stdout[-2000:]
 
 
-def test_locate_is_as_wide_as_diff_before_it_says_clean(tmp_path, capsys):
+def test_locate_is_as_wide_as_diff_before_it_says_clean(tmp_path, capsys, monkeypatch):
     """A decode fault that shows only past one key block of context (the walk's block doubled
     once the step's longest context passes 32): the narrow pass's contexts stop at 32 and see
-    nothing; diff's workload crosses it, so locate must go on and name the door."""
+    nothing; the wide pass crosses it, so locate must go on and name the door. The wide pass
+    is cut to 12 sequences x 40 tokens here (contexts up to 120) to keep CI short."""
+    monkeypatch.setattr(locate_stage, "WIDE_WORKLOAD", {"num_sequences": 12, "new_tokens": 40})
     binding = {"impl": "attention.planted_graph_baked_block_kv", "constants": {"block_kv": 32, "row_multiple": 8}}
     contract = _contract_file(tmp_path / "planted.yaml", "attention", ("engine_decode",), binding)
     code, result = _locate_json(capsys, ["--model", "qwen3", "--contract", str(contract), "--out", str(tmp_path / "loc")])
@@ -125,6 +127,7 @@ def test_locate_is_as_wide_as_diff_before_it_says_clean(tmp_path, capsys):
 
 def test_inconclusive_when_no_traced_door_differs(tmp_path, monkeypatch):
     monkeypatch.setattr(locate_stage, "first_divergence", lambda *paths: (None, 0))
+    monkeypatch.setattr(locate_stage, "WIDE_WORKLOAD", {"num_sequences": 8, "new_tokens": 16})
     result = locate_stage.locate("qwen3", "fast", tmp_path / "loc")
     assert result["status"] == "inconclusive" and locate_stage.EXIT_BY_STATUS["inconclusive"] == EXIT_INCONCLUSIVE
 

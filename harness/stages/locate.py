@@ -34,7 +34,8 @@ from kernels.trainer.trainer import Trainer
 
 WORKLOAD = dict(num_sequences=6, new_tokens=8, min_prompt_len=6, max_prompt_len=24, arrival_spread=4)
 SHAPE = EngineShape(tokens_per_step=16, max_running=6)
-WIDE_SHAPE = EngineShape()  # diff's engine, with diff's default Workload(): the wide pass
+WIDE_WORKLOAD = {}  # diff's: Workload()'s defaults (64 sequences x 64 new tokens, prompts 8-80)
+WIDE_SHAPE = EngineShape()  # diff's engine
 WIDE_MICRO_BATCH = 8  # diff's trainer micro-batch
 EXIT_BY_STATUS = {"clean": EXIT_OK, "divergent": EXIT_DIFFERENT, "inconclusive": EXIT_INCONCLUSIVE}
 
@@ -110,7 +111,7 @@ def locate(model: str, contract_name: str, out_dir: Path, *, size="cut", config_
     weights = seeded_weights(config)
     out_dir = Path(out_dir)
     narrow = (Workload(**WORKLOAD, seed=seed), SHAPE, WORKLOAD["num_sequences"])
-    wide = (Workload(seed=seed), WIDE_SHAPE, WIDE_MICRO_BATCH)
+    wide = (Workload(**WIDE_WORKLOAD, seed=seed), WIDE_SHAPE, WIDE_MICRO_BATCH)
     facts = {"model": model, "config": str(config_path or config_name(model, size)),
              "contract": str(contract_name), "contract_name": contract.name,
              "commit": current_commit(open_repo(judged_tree())), "seed": seed,
