@@ -295,3 +295,22 @@ def test_none_backend_and_unknown_names(worktree):
 def test_limits_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         AgentLimits(**{field: value})
+
+
+def test_a_command_leaves_no_process_behind_and_reaches_no_network(worktree):
+    """A setsid daemon (it left the process group, so a group kill misses it) dies with the
+    command's PID namespace; a loopback server the test holds open is unreachable from it."""
+    import socket
+    from harness.agents import sandbox
+    assert sandbox.unavailable() is None, f"agents' commands must run sandboxed here: {sandbox.unavailable()}"
+    tools = worktree_tools(worktree, command_timeout_s=30)
+    marker = worktree / "daemon-was-alive"
+    out = tools["run_command"].handler({"command": f"(setsid sh -c 'sleep 1; touch {marker}' &); echo started"})
+    assert out == "exit code: 0\nstarted\n"
+    time.sleep(2.5)
+    assert not marker.exists(), "a daemon started by an agent's command outlived it"
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        probe = f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\""
+        out = tools["run_command"].handler({"command": probe})
+    assert not out.startswith("exit code: 0") and "Network is unreachable" in out, out
