@@ -21,6 +21,8 @@ import torch
 
 from gates import device
 from gates.compare import first_bit_difference
+from gates.case_calls import as_tuple, per_case, runtime_mode
+from gates.crafted import distinct_fp8_scales, fp8_crafted, sampler_inputs, tied_scores, tied_top_logits
 from gates.hazards import HazardEvidence, count_negative_zeros, count_topk_boundary_ties
 from gates.inputs import fresh_seed, generator
 from gates.reference import moe as ref_moe
@@ -33,7 +35,6 @@ from kernels.models.batch import Segment
 from kernels.models.state import ContiguousKV
 from kernels.ops.sampler import SamplingParams
 
-PIECES = (1, 3, 7, 2)  # engine rows per call, cycled: the batches decode and chunked prefill see
 NUM_ROWS = 64
 
 
@@ -48,50 +49,9 @@ def _require_region(gate, config, region, why):
         gate.n_a(reason)
 
 
-def _in_pieces(function, *tensors):
-    """function over consecutive row pieces of the tensors; outputs concatenated per position."""
-    outputs, row, index = [], 0, 0
-    while row < tensors[0].shape[0]:
-        size = PIECES[index % len(PIECES)]
-        outputs.append(_as_tuple(function(*(t[row:row + size] for t in tensors))))
-        row, index = row + size, index + 1
-    return tuple(torch.cat(parts) for parts in zip(*outputs))
-
-
-def _as_tuple(output):
-    return tuple(output) if isinstance(output, (tuple, list)) else (output,)
-
-
-def runtime_mode(case: str):
-    """The autograd mode the runtime calls a case's ops in: the engine in inference mode
-    (kernels/engine/engine.py), the trainer's scoring forward without grad, its update with
-    grad. An op may pick its kernel by the mode (as activation.fast does on CUDA)."""
-    if case.startswith("engine"):
-        return torch.inference_mode()
-    return torch.enable_grad() if case == "trainer_bwd" else torch.no_grad()
-
-
-def _per_case(contract, region, call, *tensors):
-    """{case: outputs}: engine cases over row pieces, trainer cases over the whole batch
-    (trainer_bwd with inputs that require grad), each in its runtime's autograd mode; run on
-    the gates' device, outputs on the CPU."""
-    tensors = tuple(device.place(t) for t in tensors)
-    outputs = {}
-    for case in CASES:
-        op = contract.op(region, case)
-        with runtime_mode(case):
-            if case.startswith("engine"):
-                outputs[case] = _in_pieces(lambda *ts: call(op, *ts), *tensors)
-            else:
-                inputs = [t.detach().clone().requires_grad_(case == "trainer_bwd" and t.is_floating_point())
-                          for t in tensors]
-                outputs[case] = tuple(t.detach() for t in _as_tuple(call(op, *inputs)))
-    return {case: tuple(t.detach().cpu() for t in out) for case, out in outputs.items()}
-
-
 def _difference(actual, expected) -> str:
     """'identical', or the first differing element of each tensor pair that differs."""
-    diffs = [first_bit_difference(a, e) for a, e in zip(_as_tuple(actual), _as_tuple(expected))]
+    diffs = [first_bit_difference(a, e) for a, e in zip(as_tuple(actual), as_tuple(expected))]
     return "; ".join(str(d) for d in diffs if d is not None) or "identical"
 
 
@@ -109,27 +69,12 @@ def _require(gate, what, evidence):
     evidence.require(*evidence.counts)
 
 
-def tied_scores(gen, num_rows, num_experts, top_k):
-    """Router scores and bias whose exact fp32 sum ties a group of 2-4 experts across the k-th
-    place in every row (multiples of 1/256, so score + bias is exact)."""
-    bias = torch.randint(-16, 17, (num_experts,), generator=gen).float() / 64
-    keys = torch.empty(num_rows, num_experts)
-    for row in range(num_rows):
-        key = (torch.randperm(num_experts, generator=gen).float() * 3 + 100) / 256
-        ranked = key.sort(descending=True).indices
-        size = int(torch.randint(2, 5, (1,), generator=gen))
-        first = int(torch.randint(max(0, top_k - size + 1), top_k, (1,), generator=gen))
-        key[ranked[first:first + size]] = float(key[ranked[first]])
-        keys[row] = key
-    return keys - bias, bias
-
-
 def check_topk(gate, contract, scores, bias, top_k, scaling):
     """Ties present, cases agree, ids follow the unique key (key desc, lowest id first)."""
     evidence = HazardEvidence()
     evidence.add("exact ties across the k-th place", count_topk_boundary_ties(scores + bias, top_k))
     _require(gate, "topk", evidence)
-    outputs = _per_case(contract, "topk", lambda op, s: op(s, device.place(bias), top_k=top_k, scaling=scaling), scores)
+    outputs = per_case(contract, "topk", lambda op, s: op(s, device.place(bias), top_k=top_k, scaling=scaling), scores)
     _check_equal(gate, "topk ids, slot order and weights: every case gives the same bits", outputs)
     expected = ref_moe.select(scores, bias, top_k)
     wrong = {case: int((out[0] != expected).any(dim=-1).sum()) for case, out in outputs.items()}
@@ -177,19 +122,10 @@ def test_moe_combine_order(gate):
     evidence.add("elements whose bits follow the order", int((expected != reversed_order).sum()))
     _require(gate, "moe_combine", evidence)
     contract = load_contract(gate.contract)
-    outputs = _per_case(contract, "moe_combine", lambda op, s, i, w, sh: op(s, i, w, sh), slots, ids, weights, shared)
+    outputs = per_case(contract, "moe_combine", lambda op, s, i, w, sh: op(s, i, w, sh), slots, ids, weights, shared)
     _check_equal(gate, "moe_combine: every case gives the same bits", outputs)
     _check_equal(gate, "moe_combine sums the slots in slot order (fp32, one rounding)", outputs, expected)
     gate.verdict()
-
-
-def _sampler_inputs(gen, vocab_size, dtype, num_requests):
-    """Logits on 6 levels (exact ties everywhere, the maximum included); mixed settings, own seeds."""
-    logits = (torch.randint(0, 6, (num_requests, vocab_size), generator=gen).float() / 4).to(dtype)
-    kinds = (SamplingParams(0.0), SamplingParams(1.0), SamplingParams(0.7, top_k=50), SamplingParams(1.0, top_p=0.9))
-    params = [SamplingParams(k.temperature, k.top_k, k.top_p, seed=int(torch.randint(2**62, (1,), generator=gen)))
-              for k in (kinds[i % len(kinds)] for i in range(num_requests))]
-    return logits, params, [int(i) for i in torch.randint(0, 64, (num_requests,), generator=gen)]
 
 
 def test_sampler_ignores_the_batch(gate):
@@ -197,7 +133,7 @@ def test_sampler_ignores_the_batch(gate):
     seed, num_requests = fresh_seed(), 24
     gate.inputs = {"seed": seed, "logits": [num_requests, config.vocab_size]}
     gen = generator(seed)
-    logits, params, draws = _sampler_inputs(gen, config.vocab_size, config.torch_dtype, num_requests)
+    logits, params, draws = sampler_inputs(gen, config.vocab_size, config.torch_dtype, num_requests)
     greedy = [i for i, p in enumerate(params) if p.temperature == 0]
     top_k_rows = [i for i, p in enumerate(params) if p.top_k]
     evidence = HazardEvidence()
@@ -244,10 +180,7 @@ def test_sampler_top_k_ties(gate):
     seed, num_rows, vocab = fresh_seed(), 8, config.vocab_size
     gate.inputs = {"seed": seed, "rows": num_rows, "tie_group": TIE_GROUP, "top_k": TIE_TOP_K, "draws": TIE_DRAWS}
     gen = generator(seed)
-    logits = torch.randn(num_rows, vocab, generator=gen) - 8.0
-    groups = torch.stack([torch.randperm(vocab, generator=gen)[:TIE_GROUP] for _ in range(num_rows)])
-    logits.scatter_(1, groups, 4.0)
-    logits = logits.to(config.torch_dtype)
+    logits, groups = tied_top_logits(gen, num_rows, vocab, TIE_GROUP, config.torch_dtype)
     forbidden = groups.max(dim=1).values
     evidence = HazardEvidence()
     evidence.add("rows tied across the k-th place", count_topk_boundary_ties(logits.float(), TIE_TOP_K))
@@ -268,35 +201,12 @@ def test_sampler_top_k_ties(gate):
     gate.verdict()
 
 
-def _fp8_crafted(gen, shape, scale, dtype):
-    """E4M3 grid values and midpoints (times `scale`), random signs, +-0.0; every 128-wide
-    block of every row holds its extreme, +-448*scale, then each row and each 128-column block
-    is multiplied by its own power of two (distinct per column block): every granularity's
-    scales differ from block to block and from the per-tensor one (a scale of the wrong
-    granularity must show), while x / scale keeps the midpoints exact."""
-    grid = ref_quant.e4m3_grid()
-    pool = torch.cat([grid, (grid[:-1] + grid[1:]) / 2]) * scale
-    x = pool[torch.randint(0, len(pool), shape, generator=gen)]
-    x = torch.where(torch.rand(shape, generator=gen) < 0.5, -x, x)
-    x[torch.rand(shape, generator=gen) < 0.02] = -0.0
-    x[:, ::128] = 448.0 * scale * torch.sign(torch.randn(shape[0], 1, generator=gen))
-    num_blocks = -(-shape[1] // 128)
-    row_factor = 2.0 ** torch.randint(-2, 2, (shape[0], 1), generator=gen)
-    block_factor = 2.0 ** (torch.randperm(max(4, num_blocks), generator=gen)[:num_blocks] - 1)
-    return (x * row_factor * block_factor.repeat_interleave(128)[:shape[1]]).to(dtype)
-
-
-def _distinct_scales(x, granularity) -> int:
-    """How many different FP8 scales the reference gives x's groups (1 for a per-tensor scale)."""
-    return int(ref_quant.fp8_quantize(x, granularity).scales.unique().numel())
-
-
 def test_weight_and_activation_quant(gate):
     config = _config(gate)
     _require_region(gate, config, "weight_quant", "no quantized weights or activations in this family")
     seed, dtype = fresh_seed(), config.torch_dtype
     gate.inputs = {"seed": seed, "x": [256, 256], "fp8_scale": 2.0}
-    x = _fp8_crafted(generator(seed), (256, 256), 2.0, dtype)
+    x = fp8_crafted(generator(seed), (256, 256), 2.0, dtype)
     evidence = HazardEvidence()
     evidence.add("-0.0 inputs", count_negative_zeros(x))
     evidence.add("|x| > 448", int((x.float().abs() > 448).sum()))
@@ -304,13 +214,13 @@ def test_weight_and_activation_quant(gate):
         quotients = ref_quant.fp8_quantize(x, granularity).quotients
         midpoints = ref_quant.is_midpoint(quotients, ref_quant.e4m3_grid())
         evidence.add(f"E4M3 midpoints ({granularity})", int(midpoints.sum()))
-        evidence.add(f"{granularity} scales other than the first", _distinct_scales(x, granularity) - 1)
+        evidence.add(f"{granularity} scales other than the first", distinct_fp8_scales(x, granularity) - 1)
     _require(gate, "quant", evidence)
     contract = load_contract(gate.contract)
     for region, fmt, granularity in (("weight_quant", "fp8", "block_128x128"), ("weight_quant", "nvfp4", None),
                                      ("act_quant", "fp8", "block_1x128")):
         rows = x if region == "act_quant" else x.unsqueeze(0)  # a weight is one tensor, not rows
-        outputs = _per_case(contract, region, lambda op, t: op(t, fmt=fmt), rows)
+        outputs = per_case(contract, region, lambda op, t: op(t, fmt=fmt), rows)
         outputs = {case: tuple(t.detach().reshape(x.shape) for t in out) for case, out in outputs.items()}
         _check_equal(gate, f"{region} {fmt}: every case gives the same bits", outputs)
         if granularity:
@@ -325,7 +235,7 @@ def test_fp8_kv_store(gate):
     heads, head_dim = config.num_kv_heads, config.head_dim
     gate.inputs = {"seed": seed, "kv": [length, heads, head_dim], "kv_cache_dtype": "fp8"}
     gen = generator(seed)
-    k, v = (_fp8_crafted(gen, (length, heads * head_dim), 1.0, torch.float32) for _ in range(2))
+    k, v = (fp8_crafted(gen, (length, heads * head_dim), 1.0, torch.float32) for _ in range(2))
     k[::7, 5] = 1000.0 * torch.sign(torch.randn(len(k[::7]), generator=gen))  # beyond 448: saturates
     k, v = (t.reshape(length, heads, head_dim).to(dtype) for t in (k, v))
     grid, evidence = ref_quant.e4m3_grid(), HazardEvidence()
@@ -359,6 +269,6 @@ def test_silu_mul_rounding(gate):
     gate.inputs = {"seed": seed, "gate_up": [NUM_ROWS, config.intermediate_size]}
     gate_in, up = (4 * torch.randn(2, NUM_ROWS, config.intermediate_size, generator=generator(seed))).to(
         config.torch_dtype)
-    outputs = _per_case(load_contract(gate.contract), "mlp_act", lambda op, g, u: op(g, u), gate_in, up)
+    outputs = per_case(load_contract(gate.contract), "mlp_act", lambda op, g, u: op(g, u), gate_in, up)
     _check_equal(gate, "mlp_act SiLU(gate)*up: every case gives the same bits", outputs)
     gate.verdict()

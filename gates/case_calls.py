@@ -1,0 +1,52 @@
+"""Calling one region's op as each case's runtime calls it: the engine cases over decode-sized
+row pieces in inference mode (kernels/engine/engine.py), the trainer's scoring forward on the
+whole batch without grad, its update with grad and inputs that require it. An op may pick its
+kernel by the mode or the row count, so a gate that called it otherwise would judge another op.
+"""
+import torch
+
+from gates import device
+from kernels.contract.regions import CASES
+
+PIECES = (1, 3, 7, 2)  # engine rows per call, cycled: the batches decode and chunked prefill see
+
+
+def _in_pieces(function, *tensors):
+    """function over consecutive row pieces of the tensors; outputs concatenated per position."""
+    outputs, row, index = [], 0, 0
+    while row < tensors[0].shape[0]:
+        size = PIECES[index % len(PIECES)]
+        outputs.append(as_tuple(function(*(t[row:row + size] for t in tensors))))
+        row, index = row + size, index + 1
+    return tuple(torch.cat(parts) for parts in zip(*outputs))
+
+
+def as_tuple(output):
+    return tuple(output) if isinstance(output, (tuple, list)) else (output,)
+
+
+def runtime_mode(case: str):
+    """The autograd mode the runtime calls a case's ops in: the engine in inference mode
+    (kernels/engine/engine.py), the trainer's scoring forward without grad, its update with
+    grad. An op may pick its kernel by the mode (as activation.fast does on CUDA)."""
+    if case.startswith("engine"):
+        return torch.inference_mode()
+    return torch.enable_grad() if case == "trainer_bwd" else torch.no_grad()
+
+
+def per_case(contract, region, call, *tensors):
+    """{case: outputs}: engine cases over row pieces, trainer cases over the whole batch
+    (trainer_bwd with inputs that require grad), each in its runtime's autograd mode; run on
+    the gates' device, outputs on the CPU."""
+    tensors = tuple(device.place(t) for t in tensors)
+    outputs = {}
+    for case in CASES:
+        op = contract.op(region, case)
+        with runtime_mode(case):
+            if case.startswith("engine"):
+                outputs[case] = _in_pieces(lambda *ts: call(op, *ts), *tensors)
+            else:
+                inputs = [t.detach().clone().requires_grad_(case == "trainer_bwd" and t.is_floating_point())
+                          for t in tensors]
+                outputs[case] = tuple(t.detach() for t in as_tuple(call(op, *inputs)))
+    return {case: tuple(t.detach().cpu() for t in out) for case, out in outputs.items()}
