@@ -94,6 +94,17 @@ def test_c02_catches_split_k_below_64_rows(tmp_path):
         assert condition["first_difference"]["region"] in LINEAR_REGIONS, condition["first_difference"]
 
 
+def test_c03_fails_as_vacuous_when_no_probe_crosses_the_key_blocks(tmp_path, monkeypatch):
+    """With the longest probe cut below two of the contract's key blocks, C03 fails on its
+    coverage condition even though every phase agrees."""
+    monkeypatch.setenv("BITWISE_C03_KEY_BLOCKS", "0")
+    code, results = _gates(tmp_path, "qwen3", "C3")
+    assert code == EXIT_DIFFERENT
+    failed = _failed(results["C03"])
+    assert set(failed) == {"[cut] the probes cross 2+ key blocks (else vacuous)"}, set(failed)
+    assert failed["[cut] the probes cross 2+ key blocks (else vacuous)"]["key_blocks_crossed"] < 2
+
+
 def test_c02_catches_a_reduction_split_per_thread(tmp_path):
     """Per-thread K slices rounded to bf16: the probe alone (1 thread) and the batches (2+)
     differ, in every case; with one thread everywhere the same fault would pass."""
