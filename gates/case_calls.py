@@ -2,7 +2,10 @@
 row pieces in inference mode (kernels/engine/engine.py), the trainer's scoring forward on the
 whole batch without grad, its update with grad and inputs that require it. An op may pick its
 kernel by the mode or the row count, so a gate that called it otherwise would judge another op.
+On the CPU the two runtimes may also run different intra-op thread pools (thread_counts).
 """
+import contextlib
+
 import torch
 
 from gates import device
@@ -50,3 +53,20 @@ def per_case(contract, region, call, *tensors):
                           for t in tensors]
                 outputs[case] = tuple(t.detach() for t in as_tuple(call(op, *inputs)))
     return {case: tuple(t.detach().cpu() for t in out) for case, out in outputs.items()}
+
+
+@contextlib.contextmanager
+def intra_op_threads(count: int):
+    """torch's intra-op thread count for the block (CPU ops may follow it), then restored."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def thread_counts() -> tuple:
+    """(one side, the other): an engine and a trainer may run different pools, so on the CPU
+    one side runs on 1 intra-op thread and the other on at least 2; (None, None) elsewhere."""
+    return (1, max(2, torch.get_num_threads())) if device.target() == "cpu" else (None, None)

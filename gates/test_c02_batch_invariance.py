@@ -20,13 +20,13 @@ of an SSM chunk and inside the second KV block) among decodes of other sequences
 whole sequences packed from position 0 (forward bits only). Histories are prefilled once into a TransientCache
 and every batch runs on a copy of it, so a probe meets identical state alone and in a batch.
 """
-import contextlib
 import copy
 import random
 
 import torch
 
 from gates import device
+from gates.case_calls import intra_op_threads, thread_counts
 from gates.compare import first_bit_difference
 from gates.inputs import BATCH_SIZES, fresh_seed
 from gates.subject import subject_config, subject_label, subject_model
@@ -171,23 +171,6 @@ def _bit_figures(found) -> dict:
         return {}
     return {"element": list(found.index), "alone_value": found.left, "batch_value": found.right,
             "alone_bits": found.left_bits, "batch_bits": found.right_bits, "ulps": found.ulps}
-
-
-@contextlib.contextmanager
-def intra_op_threads(count: int):
-    """torch's intra-op thread count for the block (CPU ops may follow it), then restored."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
-
-
-def thread_counts() -> tuple:
-    """(the probes alone, the batches): an engine and a trainer may run different pools, so on
-    the CPU a probe alone runs on 1 intra-op thread and the batches on at least 2."""
-    return (1, max(2, torch.get_num_threads())) if device.target() == "cpu" else (None, None)
 
 
 def _check_case(gate, model, contract, case, seed):

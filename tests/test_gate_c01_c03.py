@@ -114,6 +114,8 @@ def test_c02_catches_a_reduction_split_per_thread(tmp_path):
     assert code == EXIT_DIFFERENT and len(_failed(results["C02"])) == len(CASES)
     threads = {c["intra_op_threads"]["alone"] for c in results["C02"]["conditions"] if "intra_op_threads" in c}
     assert threads == {1}
+    code, results = _gates(tmp_path, "qwen3", "C7", contract)  # engine on 1 thread, trainer on 2+
+    assert code == EXIT_DIFFERENT and "max_abs_dp == 0" in _failed(results["C07"])
 
 
 @pytest.mark.parametrize("model, region, binding, engine_fails", [
