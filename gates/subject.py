@@ -14,7 +14,7 @@ import yaml
 from gates.workload import seeded_weights
 from kernels.models.checkpoint import load_checkpoint
 from kernels.models.config import load_model_config
-from kernels.models.registry import build_model, config_name
+from kernels.models.registry import MODEL_CONFIGS, build_model, config_name
 
 
 @functools.lru_cache(maxsize=2)
@@ -64,3 +64,14 @@ def subject_config_path(gate, size: str, directory) -> str:
     path.write_text(yaml.safe_dump(mapping, sort_keys=True))
     return str(path)
 
+
+SIZES = ("cut", "cut-quant")  # what a gate that runs every shipped size of a family runs
+
+
+def parametrize_sizes(metafunc):
+    """A gate module's pytest_generate_tests: one run per SIZES entry the family ships (the
+    cut, and the quantized cut where there is one), or "checkpoint" with --checkpoint."""
+    if "size" in metafunc.fixturenames:
+        shipped = MODEL_CONFIGS.get(metafunc.config.getoption("--model"), {"cut": None})
+        checkpoint = metafunc.config.getoption("--checkpoint")
+        metafunc.parametrize("size", ["checkpoint"] if checkpoint else [size for size in SIZES if size in shipped])

@@ -1,6 +1,6 @@
 """Gate C02: batch invariance.
 
-Passes when, in every case of the model's cut, each probe sequence's rows of every region
+Passes when, in every case of the model's cut (and of its quantized cut where one ships), each probe sequence's rows of every region
 output (all region calls, lm_head, logprob and sampler included, captured through a
 RegionDispatch observer) computed in batches of other random sequences, at a random place,
 with 2 to 128 rows in all (64 one-token decodes at most; primes, powers of two and the
@@ -29,7 +29,7 @@ from gates import device
 from gates.case_calls import intra_op_threads, thread_counts
 from gates.compare import first_bit_difference
 from gates.inputs import BATCH_SIZES, fresh_seed
-from gates.subject import subject_config, subject_label, subject_model
+from gates.subject import parametrize_sizes, subject_config, subject_label, subject_model
 from kernels.contract import load_contract
 from kernels.models.batch import TokenBatch
 from kernels.models.dispatch import RegionDispatch
@@ -173,7 +173,7 @@ def _bit_figures(found) -> dict:
             "alone_bits": found.left_bits, "batch_bits": found.right_bits, "ulps": found.ulps}
 
 
-def _check_case(gate, model, contract, case, seed):
+def _check_case(gate, model, contract, case, seed, size):
     rng = random.Random(seed)
     world = World(model, contract, case, rng)
     kind = world.kind
@@ -204,23 +204,26 @@ def _check_case(gate, model, contract, case, seed):
             where = {"case": case, "batch_rows": num_rows, "num_segments": len(pieces),
                      "probe": list(PROBES[kind][index]), "probe_first_row": batch.segments[position].row}
             tally.compare(alone[index], _rows_of(batch, calls, position), where)
-    gate.check(f"{case}: probe rows equal alone and in batches of {sizes[0]}..{sizes[-1]} rows",
+    gate.check(f"[{size}] {case}: probe rows equal alone and in batches of {sizes[0]}..{sizes[-1]} rows",
                tally.num_differing == 0 and min(batches_per_probe) > 0,
                batch_rows=sizes, batches_per_probe=batches_per_probe,
                intra_op_threads={"alone": alone_threads, "batches": batch_threads}, **tally.figures())
     return sizes
 
 
-def test_rows_do_not_depend_on_the_batch(gate):
-    config = subject_config(gate)
+pytest_generate_tests = parametrize_sizes  # cut, and cut-quant (FP8 KV, quantized weights) where shipped
+
+
+def test_rows_do_not_depend_on_the_batch(gate, size):
+    config = subject_config(gate, size)
     contract = load_contract(gate.contract)
     model_seed = fresh_seed() % 1000
     model = subject_model(gate, config, model_seed).requires_grad_(False).to(device.target())
-    gate.inputs = {"config": subject_label(gate), "model_seed": model_seed,
+    gate.inputs = {"config": subject_label(gate, size), "model_seed": model_seed,
                    "probes": {kind: [list(p) for p in probes] for kind, probes in PROBES.items()},
                    "seeds": {}, "batch_rows": {}}
     for case in KIND:
         seed = fresh_seed()
         gate.inputs["seeds"][case] = seed
-        gate.inputs["batch_rows"][case] = _check_case(gate, model, contract, case, seed)
+        gate.inputs["batch_rows"][case] = _check_case(gate, model, contract, case, seed, size)
     gate.verdict()

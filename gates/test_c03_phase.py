@@ -27,17 +27,15 @@ import torch
 from gates import device
 from gates.compare import first_bit_difference
 from gates.inputs import fresh_seed
-from gates.subject import subject_config, subject_label, subject_model
+from gates.subject import parametrize_sizes, subject_config, subject_label, subject_model
 from gates.workload import Workload, make_requests
 from kernels.contract import load_contract
 from kernels.contract.regions import CASES
 from kernels.engine.engine import Engine
 from kernels.models.batch import Segment, TokenBatch
 from kernels.models.dispatch import RegionDispatch
-from kernels.models.registry import MODEL_CONFIGS
 from kernels.models.state import TransientCache
 
-SIZES = ("cut", "cut-quant")
 REGIONS = ("attention", "ssm_scan")  # per-sequence regions whose rows are compared per token
 NUM_SEQUENCES, MIN_LENGTH = 2, 17
 # the longest sequence runs past this many of the attention's key blocks (tests set 0: vacuous)
@@ -47,12 +45,7 @@ DEFAULT_KEY_BLOCK = 32  # the fast paged kernels' key block (kernels/ops/attenti
 ENGINE_TOKENS_PER_STEP, ENGINE_BLOCK_SIZE = 12, 16
 
 
-def pytest_generate_tests(metafunc):
-    """One run per size of the model that exists: cut, and cut-quant where shipped."""
-    if "size" in metafunc.fixturenames:
-        shipped = MODEL_CONFIGS.get(metafunc.config.getoption("--model"), {"cut": None})
-        checkpoint = metafunc.config.getoption("--checkpoint")
-        metafunc.parametrize("size", ["checkpoint"] if checkpoint else [size for size in SIZES if size in shipped])
+pytest_generate_tests = parametrize_sizes  # cut, and cut-quant where shipped
 
 
 class Recorder:

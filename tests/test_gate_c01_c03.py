@@ -54,8 +54,10 @@ def test_consistent_contract_passes(tmp_path, model):
     c01 = results["C01"]
     assert c01["inputs"][0]["num_outputs_compared"] > 500 and len(c01["conditions"]) == 3 * len(CASES)
     c02 = {c["name"].split(":")[0]: c for c in results["C02"]["conditions"]}
-    assert set(c02) == set(CASES) and c02["engine_decode"]["batch_rows"][-1] == 64
-    assert c02["trainer_fwd"]["batch_rows"] == [2, 3, 5, 7, 8, 13, 16, 31, 64, 127, 128]
+    sizes = ["[cut]"] + (["[cut-quant]"] if model == "nemotron" else [])  # the quantized cut ships for nemotron
+    assert set(c02) == {f"{size} {case}" for size in sizes for case in CASES}
+    assert c02["[cut] engine_decode"]["batch_rows"][-1] == 64
+    assert c02["[cut] trainer_fwd"]["batch_rows"] == [2, 3, 5, 7, 8, 13, 16, 31, 64, 127, 128]
     c03 = [c["name"] for c in results["C03"]["conditions"]]
     assert any("chunks of 16" in name for name in c03) and any("decode" in name for name in c03)
     if model == "nemotron":
@@ -103,6 +105,16 @@ def test_c03_fails_as_vacuous_when_no_probe_crosses_the_key_blocks(tmp_path, mon
     failed = _failed(results["C03"])
     assert set(failed) == {"[cut] the probes cross 2+ key blocks (else vacuous)"}, set(failed)
     assert failed["[cut] the probes cross 2+ key blocks (else vacuous)"]["key_blocks_crossed"] < 2
+
+
+def test_c02_catches_a_per_batch_activation_scale_on_the_quantized_cut(tmp_path):
+    """act_quant with one FP8 scale per batch (the fast variant) in every case: the quantized
+    cut's rows follow their batch; the plain cut quantizes nothing and passes."""
+    contract = _planted(tmp_path, {("act_quant", case): {"impl": "act_quant.fast"} for case in CASES})
+    code, results = _gates(tmp_path, "nemotron", "C2", contract)
+    assert code == EXIT_DIFFERENT
+    failed = _failed(results["C02"])
+    assert failed and all(name.startswith("[cut-quant]") for name in failed), set(failed)
 
 
 def test_c02_catches_a_reduction_split_per_thread(tmp_path):
