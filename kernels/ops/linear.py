@@ -58,11 +58,19 @@ def require_cpu(x, what: str) -> None:
                                   f"yet (Triton kernels); cuBLAS/SDPA are batch-variant there")
 
 
-def in_row_tiles(gemm, a, *, dim: int, tile_rows: int):
+def in_row_tiles(gemm, a, *, dim: int, tile_rows: int, dtype=None):
     """gemm over `a` cut along `dim` into zero-padded tiles of tile_rows rows: every call has
-    one shape, so the BLAS reduces each row the same way for any number of rows."""
+    one shape, so the BLAS reduces each row the same way for any number of rows. With `dtype`,
+    `a` is converted by the same copy that pads it (a small MoE group's GEMM costs no more)."""
     num_rows = a.shape[dim]
-    tiles = pad_to_multiple(a, dim, tile_rows).split(tile_rows, dim)
+    if dtype is None:
+        padded = pad_to_multiple(a, dim, tile_rows)
+    else:
+        shape = list(a.shape)
+        shape[dim] = -(-num_rows // tile_rows) * tile_rows
+        padded = a.new_zeros(shape, dtype=dtype)
+        padded.narrow(dim, 0, num_rows).copy_(a)
+    tiles = padded.split(tile_rows, dim)
     if len(tiles) == 1:
         return gemm(tiles[0]).narrow(dim, 0, num_rows)
     return torch.cat([gemm(tile) for tile in tiles], dim).narrow(dim, 0, num_rows)
@@ -83,10 +91,7 @@ def consistent(x, w, *, row_multiple: int, out_dtype=None):
         return linear_cuda.consistent(x, w, out_dtype)
     require_cpu(x, "linear.consistent")
     if x.dtype in (torch.bfloat16, torch.float16):  # _blas's fp32 route, each operand converted once
-        w32, num_rows = w.float(), x.shape[0]
-        padded = x.new_zeros((-(-num_rows // row_multiple) * row_multiple, x.shape[1]), dtype=torch.float32)
-        padded[:num_rows].copy_(x)  # the conversion and the zero padding in one copy (a small MoE group's cost)
-        tiles = [F.linear(tile, w32) for tile in padded.split(row_multiple)]
-        out = (tiles[0] if len(tiles) == 1 else torch.cat(tiles))[:num_rows]
+        w32 = w.float()
+        out = in_row_tiles(lambda tile: F.linear(tile, w32), x, dim=0, tile_rows=row_multiple, dtype=torch.float32)
         return out if out_dtype == torch.float32 else out.to(out_dtype or x.dtype)
     return in_row_tiles(lambda tile: _blas(tile, w, out_dtype), x.contiguous(), dim=0, tile_rows=row_multiple)
