@@ -56,10 +56,11 @@ def per_case(contract, region, call, *tensors):
 
 
 @contextlib.contextmanager
-def intra_op_threads(count: int):
-    """torch's intra-op thread count for the block (CPU ops may follow it), then restored."""
+def intra_op_threads(count: int | None):
+    """torch's intra-op thread count for the block (CPU ops may follow it), then restored;
+    None leaves the pool as it is (thread_counts off the CPU)."""
     saved = torch.get_num_threads()
-    torch.set_num_threads(count)
+    torch.set_num_threads(count or saved)
     try:
         yield
     finally:

@@ -180,7 +180,7 @@ def _check_case(gate, model, contract, case, seed, size):
     alone_threads, batch_threads = thread_counts()
     alone = {}
     for index in range(len(world.probes)):
-        with intra_op_threads(alone_threads or torch.get_num_threads()):
+        with intra_op_threads(alone_threads):
             batch, calls = world.run([world.probe_piece(index)])
         alone[index] = _rows_of(batch, calls, 0)
     sizes = [n for n in BATCH_SIZES if 1 < n <= MAX_ROWS[kind]]
@@ -196,7 +196,7 @@ def _check_case(gate, model, contract, case, seed, size):
                 used += length
         pieces = world.companions(num_rows - used, rng) + [world.probe_piece(i) for i in chosen]
         rng.shuffle(pieces)
-        with intra_op_threads(batch_threads or torch.get_num_threads()):
+        with intra_op_threads(batch_threads):
             batch, calls = world.run(pieces)
         for index in chosen:
             batches_per_probe[index] += 1

@@ -9,8 +9,6 @@ linear.planted_thread_split_k (a reduction split per thread).
 """
 import random
 
-import torch
-
 from gates.case_calls import intra_op_threads, thread_counts
 from gates.mismatch import mismatch_stats
 from gates.subject import subject_config, subject_label, subject_weights
@@ -30,9 +28,9 @@ def test_engine_equals_trainer(gate):
     workload = Workload(num_sequences=NUM_SEQUENCES, new_tokens=NEW_TOKENS, arrival_spread=16, seed=seed)
     engine_threads, trainer_threads = thread_counts()
     gate.inputs["intra_op_threads"] = {"engine": engine_threads, "trainer": trainer_threads}
-    with intra_op_threads(engine_threads or torch.get_num_threads()):
+    with intra_op_threads(engine_threads):
         completions, engine = rollout(config, contract, weights, workload, EngineShape(tokens_per_step=40))
-    with intra_op_threads(trainer_threads or torch.get_num_threads()):
+    with intra_op_threads(trainer_threads):
         trainer_logprobs = score(config, contract, weights, completions)
     stats = mismatch_stats([c.logprob_tensor for c in completions], trainer_logprobs)
     mixed = engine.step_phases[("decode", "prefill")]
