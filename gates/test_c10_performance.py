@@ -24,7 +24,8 @@ What is timed follows the target (`plan`): on the CPU the model's cut with the g
 engine, a smoke figure; on CUDA the model at full width (qwen3-1.7b, nemotron-wide-cut), 64
 sequences with room to batch them all, CUDA graphs for decode where both trees' engines
 replay them for the model (else both run decode eagerly, and the inputs say why), as
-gpu_rollout.py runs it.
+gpu_rollout.py runs it; both sides held to the same host cores, each run recording the core
+it ran on and the GPU's clocks (gates/timing_state.py).
 Negative controls: a planted slow path (every linear computed four times, the same bits)
 fails it with two busy processes beside it (tests/test_c10_under_load.py, where the
 consistent path must not fail under the same load); so do a floor out of reach
@@ -50,6 +51,7 @@ from gates.faults import register_all
 from gates.inputs import fresh_seed
 from gates.ratio_verdict import decide
 from gates.subject import subject_config_path
+from gates.timing_state import hold_to_cores, machine_state, timing_cores
 from gates.workload import Workload, rollout, seeded_weights
 from kernels.contract import load_contract
 from kernels.engine.graphs import graphs_unsupported
@@ -96,7 +98,7 @@ def completions_digest(completions) -> str:
 # engine and capturing graphs are not generation, so they stay untimed; several runs per
 # process make one sample span seconds, not the half second one GPU run of the workload takes.
 _TIMING_PROGRAM = """
-import json, sys, time, kernels, torch
+import json, os, subprocess, sys, time, kernels, torch
 from gates.faults import register_all
 from gates.workload import Workload, make_engine, make_requests
 from kernels.contract import load_contract
@@ -105,6 +107,7 @@ from hashlib import sha256
 {shared_source}
 asked = json.loads(sys.argv[1])
 register_all()  # the contract under test may name a planted fault
+hold_to_cores(asked.get("cores"))
 options, sync = rollout_options(asked), (lambda: None)
 if asked.get("device", "cpu") != "cpu":  # the CPU baseline's tree predates gates.device.select
     from gates import device
@@ -115,20 +118,25 @@ weights, workload = mapped_weights(asked), Workload(**asked["workload"])
 engine = make_engine(config, contract, weights, workload, **options)
 engine.generate(make_requests(workload, config.vocab_size))
 sync()
-runs = []
+runs, recorded = [], asked.get("device", "cpu") != "cpu"
+before = machine_state() if recorded else None
 for _ in range(asked.get("repeats", 1)):
     engine.step_count = 0  # both trees' engines count arrival steps from here
     started, cpu_started = time.perf_counter(), time.process_time()
     completions = engine.generate(make_requests(workload, config.vocab_size))
     sync()
     runs.append({"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu_started,
-                 "tokens": sum(len(c.tokens) for c in completions), "digest": completions_digest(completions)})
+                 "tokens": sum(len(c.tokens) for c in completions), "digest": completions_digest(completions),
+                 "after": machine_state() if recorded else None})
 print(json.dumps({"tokens": sum(r["tokens"] for r in runs), "wall_s": sum(r["wall_s"] for r in runs),
                   "cpu_s": sum(r["cpu_s"] for r in runs), "kernels": kernels.__file__,
                   "digests": [r["digest"] for r in runs],
-                  "runs_tokens_per_s": [r["tokens"] / r["wall_s"] for r in runs]}))
+                  "runs_tokens_per_s": [r["tokens"] / r["wall_s"] for r in runs],
+                  "machine": {"cores": sorted(os.sched_getaffinity(0)), "before": before,
+                              "after_each_run": [r["after"] for r in runs]}}))
 """.replace("{shared_source}", "".join(inspect.getsource(f) for f in (rollout_options, mapped_weights,
-                                                                        completions_digest)))
+                                                                        completions_digest, hold_to_cores,
+                                                                        machine_state)))
 
 
 def _run_in_tree(tree, program: str, argument: str, *, what: str, cwd=None) -> str:
@@ -171,6 +179,7 @@ def plan(model: str, target: str, seed: int) -> dict:
     config = config_name(model, GPU_SIZES.get(model, "full"))
     return {"config": config, "device": target,
             "workload": {"num_sequences": 64, "new_tokens": 64, "arrival_spread": 8, "seed": seed}, "repeats": 5,
+            "cores": timing_cores(),  # both sides on the same host cores
             "shape": {"tokens_per_step": 4096, "max_running": 64, "block_size": 16},
             "engine": {"cuda_graphs": graphs_unsupported(load_model_config(config), None) is None}}
 
@@ -220,7 +229,7 @@ def test_throughput_against_the_frozen_baseline(gate):
     if frozen is None:
         gate.check("the frozen baseline exists", False, problem=no_baseline(target))
         gate.verdict()
-    samples, wall, runs, digests, process_s = ({"baseline": [], "candidate": []} for _ in range(5))
+    samples, wall, runs, digests, process_s, machine = ({"baseline": [], "candidate": []} for _ in range(6))
     with tempfile.TemporaryDirectory(prefix="c10-frozen-") as folder:
         baseline_tree = export_commit(frozen["commit"], folder, ROOT, paths=("kernels", "gates"))
         if gate.checkpoint:  # its architecture, seeded weights: speed does not follow the values
@@ -247,6 +256,7 @@ def test_throughput_against_the_frozen_baseline(gate):
                 runs[side].append(answer["runs_tokens_per_s"])
                 digests[side].extend(answer["digests"])
                 process_s[side].append(round(answer["process_s"], 1))
+                machine[side].append(answer.get("machine"))
             pair_ratios = [c / b for b, c in zip(samples["baseline"], samples["candidate"])]
             if len(pair_ratios) >= PAIRS:
                 verdict = decide(pair_ratios, FLOOR)
@@ -261,7 +271,7 @@ def test_throughput_against_the_frozen_baseline(gate):
                    floor=FLOOR, goal=0.95, samples_tokens_per_s=samples, wall_tokens_per_s=wall,
                    runs_tokens_per_s=runs,
                    timed_by="process CPU time, one intra-op thread" if target == "cpu" else "CUDA-synced wall time",
-                   process_seconds=process_s, device=target, config=asked["config"],
+                   process_seconds=process_s, machine=machine, device=target, config=asked["config"],
                    baseline={"tag": frozen["tag"], "commit": frozen["commit"], "contract": "fast"},
                    note=("CPU smoke figure; the GPU figure against the frozen baseline is the one that counts"
                          if target == "cpu" else "the frozen fast baseline at full width on this device"))

@@ -1,0 +1,105 @@
+"""The paged attention kernel at a decode step's shape, every launch configuration against the
+KV read's bandwidth bound, bits beside times.
+
+    python3 benchmarks/gpu_attention_decode.py --out DIR [--batch 128] [--contexts 160,406,662]
+
+Qwen3-1.7B's attention (16 query heads over 8 KV heads of 128, bf16, pages of 16 slots
+shuffled through the pool as a served engine's are): one query row per sequence at the
+context's last position, as a decode step runs it, and a prefill-shaped launch (`--prefill`, 8 sequences
+of 512 rows) to show what a configuration costs there. For each key block x (num_warps,
+num_stages): the do_bench median and the KV bytes read over the copy bandwidth measured here.
+The consistent contract runs one configuration in every phase, so a change of its key block
+or warps is a change of its bits: each decode output is compared (int16 view) with the
+configuration the tree runs now at the same key block, and the count of differing elements
+is saved beside the time. Raw samples saved with the commit and environment.
+"""
+import argparse
+import itertools
+import sys
+import time
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.raw_output import provenance, write_raw  # noqa: E402
+from kernels.ops import attention_triton  # noqa: E402
+
+HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
+
+
+def copy_bandwidth(device) -> float:
+    """Bytes/s of a 2 GiB device-to-device copy (read + write), median of 10."""
+    src = torch.empty(2**30 if device == "cuda" else 2**20, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    samples = do_bench(lambda: dst.copy_(src), return_mode="all") if device == "cuda" else [1.0]
+    return 2 * src.numel() * 2 / (sorted(samples)[len(samples) // 2] * 1e-3)
+
+
+def paged_case(batch: int, context: int, rows_per_seq: int, generator, device):
+    """q rows, the pools and (segments, table) of `batch` sequences of `context` keys whose
+    last `rows_per_seq` positions are queried, pages shuffled over the pool."""
+    pages_per_seq = -(-context // PAGE)
+    order = torch.randperm(batch * pages_per_seq, generator=generator)
+    table = order.view(batch, pages_per_seq).to(device=device, dtype=torch.int32)
+    keys, values = (torch.randn(batch * pages_per_seq * PAGE, KV_HEADS, HEAD_DIM, generator=generator)
+                    .to(device, torch.bfloat16) for _ in range(2))
+    q = torch.randn(batch * rows_per_seq, HEADS, HEAD_DIM, generator=generator).to(device, torch.bfloat16)
+    rows = torch.arange(batch, device=device) * rows_per_seq
+    segments = (rows, torch.full_like(rows, rows_per_seq), torch.full_like(rows, context - rows_per_seq))
+    return q, keys, values, segments, table
+
+
+def run(case, block_kv: int, launch: tuple):
+    q, keys, values, segments, table = case
+    attention_triton.LAUNCH_TABLE[(HEAD_DIM, torch.bfloat16)] = launch
+    return attention_triton._launch(q, keys, values, scale=HEAD_DIM ** -0.5, block_kv=block_kv, segments=segments,
+                                    table=table, page_size=PAGE, max_tokens=int(segments[1].max()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--contexts", default="160,406,662")
+    parser.add_argument("--block-kv", default="16,32,64,128")
+    parser.add_argument("--warps", default="2,4,8")
+    parser.add_argument("--stages", default="2,3,4")
+    parser.add_argument("--prefill", default="8x512", help="SEQUENCESxROWS of the prefill-shaped launch")
+    parser.add_argument("--device", default="cuda", help="cpu: TRITON_INTERPRET=1, tiny sizes, a smoke test")
+    args = parser.parse_args()
+    device, generator = args.device, torch.Generator().manual_seed(0)
+    now = attention_triton.LAUNCH_TABLE[(HEAD_DIM, torch.bfloat16)]
+    bandwidth = copy_bandwidth(device)
+    record = {**provenance(), "args": vars(args), "current_launch": list(now), "bandwidth_bytes_per_s": bandwidth,
+              "cells": []}
+    cases = {f"decode c{c}": (paged_case(args.batch, c, 1, generator, device), args.batch * c)
+             for c in map(int, args.contexts.split(","))}
+    seqs, rows = map(int, args.prefill.split("x"))
+    cases[f"prefill {args.prefill}"] = (paged_case(seqs, rows, rows, generator, device), None)
+    blocks, warps, stages = (list(map(int, a.split(","))) for a in (args.block_kv, args.warps, args.stages))
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s; the tree runs (warps, stages) = {now}")
+    print(f"{'case':<15}{'block':>6}{'warps':>6}{'stages':>7}{'us':>9}{'x bound':>9}{'bits moved':>11}")
+    for name, (case, keys_read) in cases.items():
+        reference = {b: run(case, b, now) for b in blocks}
+        for block_kv, num_warps, num_stages in itertools.product(blocks, warps, stages):
+            started = time.perf_counter()
+            out = run(case, block_kv, (num_warps, num_stages))
+            moved = int((out.view(torch.int16) != reference[block_kv].view(torch.int16)).sum())
+            samples = (do_bench(lambda: run(case, block_kv, (num_warps, num_stages)), return_mode="all")
+                       if device == "cuda" else [1e3 * (time.perf_counter() - started)])
+            us = 1e3 * sorted(samples)[len(samples) // 2]
+            bound_us = None if keys_read is None else 1e6 * keys_read * KV_HEADS * HEAD_DIM * 2 * 2 / bandwidth
+            record["cells"].append({"case": name, "block_kv": block_kv, "num_warps": num_warps,
+                                    "num_stages": num_stages, "us": us, "bound_us": bound_us,
+                                    "bits_moved_vs_current": moved, "samples_ms": samples})
+            ratio = f"{us / bound_us:9.2f}" if bound_us else f"{'-':>9}"
+            print(f"{name:<15}{block_kv:>6}{num_warps:>6}{num_stages:>7}{us:>9.1f}{ratio}{moved:>11}", flush=True)
+    attention_triton.LAUNCH_TABLE[(HEAD_DIM, torch.bfloat16)] = now
+    write_raw(record, args.out, "gpu_attention_decode")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
