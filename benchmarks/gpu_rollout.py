@@ -12,7 +12,7 @@ model allows them, in both contracts); every engine step is timed on the host, u
 interval is the GPU's pace; a sync per step would serialise them), and labelled by its
 phases, so decode step times come out beside tokens/s; the run's total is synced. The trainer's
 fwd+bwd+update step on the same completions is timed the same way. Then: the decode step at
-the largest batch against the memory roofline (weights + the KV the step reads, over the
+the largest batch against the memory roofline (the weights, KV and SSM state the step reads, over the
 copy bandwidth measured here; each step against the roofline at its own context, the
 median of those ratios printed), `transformers`' generate on the same Qwen3 config as an
 outside reference, and the top CUDA kernels of one decode step per contract (torch.profiler).
@@ -116,13 +116,29 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * src.element_size() / statistics.median(samples)
 
 
+def step_weight_bytes(config, weights, batch: int) -> float:
+    """Bytes of weights one decode step of `batch` rows must read: every weight once, but of
+    an untied embedding table only the batch's rows, and of each routed-expert stack only the
+    experts the rows can reach (at most batch x experts-per-token of them)."""
+    total = 0.0
+    for name, t in weights.items():
+        size = t.numel() * t.element_size()
+        if name == "embed_tokens" and not getattr(config, "tie_word_embeddings", False):
+            size *= min(1.0, batch / t.shape[0])
+        elif name.split(".")[-1].startswith("experts_"):  # [experts, ...] stacks of routed experts
+            size *= min(1.0, batch * config.num_experts_per_tok / t.shape[0])
+        total += size
+    return total
+
+
 def decode_roofline_s(config, weights, batch, context, bandwidth) -> float:
-    """Seconds one decode step needs at least: every weight read once, plus the KV read."""
-    weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
-    layers = sum(1 for kind in getattr(config, "block_types", ("attention",) * config.num_layers)
-                 if kind == "attention")
-    kv_bytes = batch * context * layers * 2 * config.num_kv_heads * config.head_dim * 2
-    return (weight_bytes + kv_bytes) / bandwidth
+    """Seconds one decode step needs at least: the weights it must read (step_weight_bytes)
+    once, the KV read, and each Mamba layer's fp32 SSM state read and written per sequence."""
+    kinds = getattr(config, "block_types", ("attention",) * config.num_layers)
+    kv_bytes = batch * context * kinds.count("attention") * 2 * config.num_kv_heads * config.head_dim * 2
+    state_bytes = (batch * kinds.count("mamba") * 2 * 4 * config.mamba_num_heads * config.mamba_head_dim
+                   * config.ssm_state_size if "mamba" in kinds else 0)
+    return (step_weight_bytes(config, weights, batch) + kv_bytes + state_bytes) / bandwidth
 
 
 def transformers_generate(config, batch, prompt_len, new_tokens, repeats=1):
