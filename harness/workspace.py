@@ -40,6 +40,15 @@ def open_repo(path=".") -> git.Repo:
     return repo
 
 
+def git_common_dir(path) -> Path | None:
+    """The git directory that `path`'s repository keeps its objects and refs in (shared by all
+    its worktrees), or None outside a repository."""
+    try:
+        return Path(open_repo(path).common_dir).resolve()
+    except ValueError:
+        return None
+
+
 def repo_root(repo: git.Repo) -> Path:
     return Path(repo.working_tree_dir)
 

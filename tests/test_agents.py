@@ -2,8 +2,10 @@
 loopback (tests/fake_messages_server.py), the worktree confinement of the tools, limits,
 retries, and the clear errors when credentials, SDK or CLI are missing."""
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -314,3 +316,33 @@ def test_a_command_leaves_no_process_behind_and_reaches_no_network(worktree):
         probe = f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\""
         out = tools["run_command"].handler({"command": probe})
     assert not out.startswith("exit code: 0") and "Network is unreachable" in out, out
+
+
+def test_a_command_writes_only_its_worktree_git_and_scratch(tmp_path):
+    """Outside the worktree, the repository's git directory and the command's own TMPDIR
+    nothing can be written (a sibling worktree, /tmp, the virtual environment), a hard link to
+    a file elsewhere is refused, and the agent can still commit."""
+    import git
+    from harness.agents import sandbox
+    assert sandbox.unavailable() is None, f"agents' commands must run confined here: {sandbox.unavailable()}"
+    repo = git.Repo.init(tmp_path / "repo")
+    (tmp_path / "repo" / "a.py").write_text("A = 1\n")
+    repo.index.add(["a.py"])
+    repo.index.commit("one")
+    root = tmp_path / "wt"
+    repo.git.worktree("add", "-q", "-b", "agent", str(root))
+    other = tmp_path / "other-worktree"
+    other.mkdir()
+    (other / "kernel.py").write_text("SAFE = True\n")
+    run = worktree_tools(root, command_timeout_s=60)["run_command"].handler
+    venv_site = Path(sys.prefix) / f"cheat-{os.getpid()}.pth"
+    for command in (f"echo cheat > {other}/kernel.py", f"touch {venv_site}", "touch /tmp/left-behind",
+                    f"ln {other}/kernel.py linked.py"):
+        out = run({"command": command})
+        assert not out.startswith("exit code: 0"), (command, out)
+        assert "Read-only file system" in out or "cross-device" in out, (command, out)
+    assert (other / "kernel.py").read_text() == "SAFE = True\n" and not venv_site.exists()
+    out = run({"command": "echo t > $TMPDIR/t && cat $TMPDIR/t && echo B = 2 > b.py && git add b.py"
+                          " && git -c user.name=a -c user.email=a@b commit -qm two && git log --format=%s -1"})
+    assert out == "exit code: 0\nt\ntwo\n", out
+    assert repo.commit("agent").message.strip() == "two"

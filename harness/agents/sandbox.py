@@ -1,36 +1,67 @@
-"""Where an agent's shell command runs: its own PID and network namespaces (util-linux
-`unshare`, unprivileged through a user namespace), so nothing it starts outlives it and it
-reaches no network.
+"""Where an agent's shell command runs: its own user, mount, PID and network namespaces
+(util-linux `unshare`, unprivileged), with every mount read-only but its worktree, the
+repository's git directory (its commits) and a scratch directory of its own (TMPDIR).
 
 The command's shell is PID 1 of a fresh PID namespace: when it exits the kernel kills every
-process left in the namespace, a `setsid` daemon included (a process group alone cannot:
-such a daemon leaves the group and stalled the baseline's timing after its agent ended). The
-fresh network namespace has no interface up, loopback included; the agent's model endpoint
-is reached by the harness process, never by the shell. Filesystem writes are not confined
-here: the judge runs from its own copy of a clean checkout (harness/pristine.py).
-Where user namespaces are off, `unavailable()` says why and commands run in a process group
-that is killed when the command ends; the tool's answer names that, never silently.
+process left in it, a `setsid` daemon included (such a daemon leaves the process group and
+stalled the baseline's timing after its agent ended); /proc shows that namespace only, so no
+other process's environment can be read. The network namespace has no interface up,
+loopback included: the model endpoint is reached by the harness, never by the shell. In the
+mount namespace the writable directories are bound onto themselves, then every other mount
+is remounted read-only with its own flags kept (a user namespace may add restrictions, never
+lift them): the other agent's worktree, the main checkout, the virtual environment (a `.pth`
+there would run inside the judge) and /tmp cannot be written, and a hard link from the
+worktree to a file elsewhere crosses mounts, which the kernel refuses. The judge still runs
+from its own copy of a clean checkout (harness/pristine.py).
+Where this cannot be set up, `unavailable()` says why and commands run in a process group
+killed when the command ends; the tool's answer names that, never silently.
 """
 import functools
 import shutil
 import subprocess
+import tempfile
 
-NAMESPACES = ("unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--net")
+NAMESPACES = ("unshare", "--user", "--map-root-user", "--mount", "--mount-proc", "--pid", "--fork", "--kill-child",
+              "--net")
+# $1 the command, then the writable directories. Mount points in mountinfo escape blanks as
+# octal (\040): printf %b decodes them. /proc, /sys and /dev's own mounts stay as they are.
+CONFINE = r"""
+set -eu
+command=$1; shift
+for dir in "$@"; do mount --bind "$dir" "$dir"; done
+mounts=$(cat /proc/self/mountinfo)
+printf '%s\n' "$mounts" | while read -r _ _ _ _ point options _; do
+    point=$(printf '%b' "$point")
+    case "$point" in /proc|/proc/*|/sys|/sys/*|/dev|/dev/pts|/dev/mqueue) continue;; esac
+    keep=no
+    for dir in "$@"; do [ "$point" = "$dir" ] && keep=yes; done
+    [ "$keep" = yes ] && continue
+    mount -o "remount,bind,$(printf '%s' "$options" | sed 's/^rw\(,\|$\)/ro\1/')" "$point"
+done
+cd "$PWD"  # the working directory again, through its writable mount
+exec /bin/sh -c "$command"
+"""
 
 
 @functools.cache
 def unavailable() -> str | None:
-    """Why commands cannot run in their own namespaces here, or None when they can."""
+    """Why commands cannot run confined here, or None when they can."""
     if shutil.which("unshare") is None:
         return "no unshare on PATH (util-linux)"
-    try:
-        probe = subprocess.run([*NAMESPACES, "true"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"unshare failed: {err}"
+    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as scratch:
+        try:
+            probe = subprocess.run(argv_confined("touch probe", [scratch]), cwd=scratch, capture_output=True,
+                                   text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"unshare failed: {err}"
     return None if probe.returncode == 0 else f"unshare failed: {probe.stderr.strip()[-300:]}"
 
 
-def argv(command: str) -> list:
-    """The argv that runs a shell command: in its own namespaces where they are available."""
-    shell = ["/bin/sh", "-c", command]
-    return shell if unavailable() else [*NAMESPACES, *shell]
+def argv_confined(command: str, writable) -> list:
+    return [*NAMESPACES, "/bin/sh", "-c", CONFINE, "sandbox", command, *map(str, writable)]
+
+
+def argv(command: str, writable=()) -> list:
+    """The argv that runs a shell command: confined, `writable` (absolute directories) the
+    only places it can write, where confinement is available."""
+    return ["/bin/sh", "-c", command] if unavailable() else argv_confined(command, writable)

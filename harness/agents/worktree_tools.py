@@ -1,20 +1,23 @@
 """The tools an agent gets on its worktree: read_file, list_dir, write_file, edit_file, run_command.
 
 A path is resolved (symlinks followed, `..` collapsed) and must land inside the worktree, else
-the tool answers "error: ..." and touches nothing. run_command runs in its own PID and network
-namespaces (harness/agents/sandbox.py: nothing it starts outlives it, no network) with an
-allow-listed environment (harness/secrets.py: no credential); its file writes can still reach
-outside, so the harness checks the worktree and runs the gates from its own pristine copy
-rather than trusting these tools.
+the tool answers "error: ..." and touches nothing. run_command runs confined
+(harness/agents/sandbox.py: nothing it starts outlives it, no network, nothing writable but
+the worktree, the repository's git directory for its commits and a scratch TMPDIR removed
+after the command) with an allow-listed environment (harness/secrets.py: no credential). The
+harness still checks the worktree and runs the gates from its own pristine copy rather than
+trusting these tools.
 """
 import os
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 from harness.agents import sandbox
 from harness.agents.base import Tool
 from harness.secrets import allowed_environment
+from harness.workspace import git_common_dir
 
 MAX_READ_CHARS = 100_000
 MAX_OUTPUT_CHARS = 20_000
@@ -81,20 +84,23 @@ def run_command(root: Path, max_timeout_s, command: str, timeout_s: float | None
     """max_timeout_s: the cap in seconds, or a callable giving it now (the agent's budget left)."""
     cap = max_timeout_s() if callable(max_timeout_s) else max_timeout_s
     timeout_s = min(float(timeout_s or cap), cap)
-    env = allowed_environment()  # no credential of the harness reaches an agent's shell
-    # Own session, so the whole process group can be killed: children of the shell would
-    # otherwise keep the pipe open and communicate() would wait for them. Inside its own PID
-    # namespace (harness/agents/sandbox.py) even a setsid daemon ends with the shell.
-    proc = subprocess.Popen(sandbox.argv(command), cwd=root, env=env, text=True, errors="replace",
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-        head = f"exit code: {proc.returncode}"
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        output, _ = proc.communicate()
-        head = f"error: timed out after {timeout_s:g} s (killed)"
-    _kill_group(proc.pid)  # what the shell left running in its group ends with the command
+    with tempfile.TemporaryDirectory(prefix="agent-tmp-") as scratch:
+        # no credential of the harness reaches an agent's shell; its temporary files go to its own scratch
+        env = allowed_environment(TMPDIR=scratch)
+        writable = [Path(root).resolve(), scratch, *filter(None, [git_common_dir(root)])]  # git: its commits
+        # Own session, so the whole process group can be killed: children of the shell would
+        # otherwise keep the pipe open and communicate() would wait for them. Inside its own PID
+        # namespace (harness/agents/sandbox.py) even a setsid daemon ends with the shell.
+        proc = subprocess.Popen(sandbox.argv(command, writable), cwd=root, env=env, text=True, errors="replace",
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=timeout_s)
+            head = f"exit code: {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            output, _ = proc.communicate()
+            head = f"error: timed out after {timeout_s:g} s (killed)"
+        _kill_group(proc.pid)  # what the shell left running in its group ends with the command
     if sandbox.unavailable():
         head += f" (not sandboxed: {sandbox.unavailable()}; its processes were killed by group)"
     return head + "\n" + _clip_tail(output, MAX_OUTPUT_CHARS)
