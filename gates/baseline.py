@@ -4,6 +4,9 @@ and frozen on the device it is judged on) names a commit and the content hash of
 fast path runs there (the fast contract's numerical_policy identity: resolved contract + every
 bit-deciding source).
 
+A second hash, files_hash, covers every file of kernels/ and gates/ at the commit: what C10
+exports and runs (the policy identity leaves out the engine's bookkeeping, so a record moved
+to a commit that differs there would otherwise verify).
 The hash of another commit is recomputed, never trusted: `git archive` exports that commit's
 kernels/ into a temporary folder and a subprocess whose cwd is that folder imports *those*
 kernels and prints the identity, so the gate process's own kernels cannot leak in.
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from hashlib import sha256
 from pathlib import Path
 
 from kernels.contract import load_contract
@@ -74,6 +78,26 @@ def commit_content_hash(commit: str, root: Path = ROOT) -> str:
         return tree_content_hash(export_commit(commit, folder, root))
 
 
+RUN_PATHS = ("kernels", "gates")  # what C10 exports of the frozen commit and runs
+FILES_HASH_OF = "every file of kernels/ and gates/ at the commit (what C10 runs)"
+
+
+def files_hash(tree, paths=RUN_PATHS) -> str:
+    """sha256 over every file under `paths` of `tree`, in path order: each path's and each
+    content's length, then the bytes (so no two trees share a stream)."""
+    digest, tree = sha256(), Path(tree)
+    for path in sorted(p for name in paths for p in (tree / name).rglob("*") if p.is_file()):
+        name, data = path.relative_to(tree).as_posix().encode(), path.read_bytes()
+        digest.update(len(name).to_bytes(8, "big") + name + len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()
+
+
+def commit_files_hash(commit: str, root: Path = ROOT) -> str:
+    """files_hash of `commit`'s own files (git archive)."""
+    with tempfile.TemporaryDirectory(prefix="frozen-") as folder:
+        return files_hash(export_commit(commit, folder, root, RUN_PATHS))
+
+
 def frozen_path(target: str = "cpu") -> str:
     """Where the record for a device target lives, relative to the repository root."""
     return FROZEN_PATH if target == "cpu" else f"baseline/frozen-{target}.json"
@@ -84,7 +108,7 @@ def no_baseline(target: str = "cpu") -> str:
 
 
 def read_frozen(root: Path = ROOT, target: str = "cpu"):
-    """The target's frozen record ({tag, commit, content_hash, frozen_at, hash_of[, device]})
+    """The target's frozen record ({tag, commit, content_hash, files_hash, frozen_at, hash_of[, device]})
     or None."""
     path = Path(root) / frozen_path(target)
     return json.loads(path.read_text()) if path.exists() else None
@@ -114,6 +138,13 @@ def verify_frozen(root: Path = ROOT, target: str = "cpu") -> tuple:
         problems.append(f"the fast path at {commit[:12]} hashes to "
                         f"{figures['recomputed_content_hash'][:16]}..., not the recorded "
                         f"{record['content_hash'][:16]}...")
+    if record.get("files_hash"):
+        figures["recomputed_files_hash"] = commit_files_hash(commit, root)
+        if figures["recomputed_files_hash"] != record["files_hash"]:
+            problems.append(f"kernels/ and gates/ at {commit[:12]} hash to {figures['recomputed_files_hash'][:16]}..., "
+                            f"not the recorded files_hash {record['files_hash'][:16]}...")
+    else:
+        figures["files_hash"] = "not recorded: the record predates it (its content hash covers the policy sources)"
     tag = _git(root, "rev-parse", "--verify", "--quiet", f"refs/tags/{record['tag']}^{{commit}}")
     figures["tag_commit"] = tag.stdout.strip() or None  # tags need not travel with a clone
     if figures["tag_commit"] and figures["tag_commit"] != commit:

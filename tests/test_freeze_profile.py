@@ -84,6 +84,27 @@ def test_freeze_tags_head_commits_the_record_and_c00_verifies_it(clone, capsys):
     assert frozen["status"] == "pass" and frozen["recomputed_content_hash"] == record["content_hash"]
 
 
+def test_a_record_moved_to_a_commit_with_other_engine_code_fails(clone):
+    """The policy hash leaves out the engine's bookkeeping (kernels/engine/scheduler.py is not a
+    policy source): a record moved to a commit that changed only such a file keeps a matching
+    content hash, and files_hash (every file C10 runs) is what refuses it."""
+    assert main(["freeze-baseline", "--tag", "b1"]) == EXIT_OK
+    record = read_frozen(clone)
+    assert verify_frozen(clone)[0] == [] and record["files_hash"] == verify_frozen(clone)[1]["recomputed_files_hash"]
+    with open(clone / "kernels" / "engine" / "scheduler.py", "a") as source:
+        source.write("SLOWER_BY_DESIGN = True  # what runs, not what is hashed as policy\n")
+    git(clone, "commit", "-qam", "engine-only change")
+    moved = dict(record, commit=git(clone, "rev-parse", "HEAD"))
+    (clone / "baseline" / "frozen.json").write_text(json.dumps(moved))
+    git(clone, "tag", "-d", "b1")  # tags need not travel with a clone: the hashes must hold alone
+    problems, figures = verify_frozen(clone)
+    assert figures["recomputed_content_hash"] == record["content_hash"]  # the policy hash cannot see it
+    assert len(problems) == 1 and "files_hash" in problems[0], problems
+    (clone / "baseline" / "frozen.json").write_text(json.dumps({k: v for k, v in moved.items() if k != "files_hash"}))
+    problems, figures = verify_frozen(clone)  # an older record: said, not silently passed
+    assert problems == [] and figures["files_hash"].startswith("not recorded")
+
+
 def test_each_device_target_has_its_own_record(clone, capsys):
     """`--device cuda` freezes a second record (C00 and C10 on CUDA read it), leaving the CPU
     one alone; each target's verification reads its own file."""
