@@ -15,16 +15,15 @@ replica, each replica's gradient accumulated by autograd and all-reduced (the tr
 import torch
 
 from kernels.layout.tree import tree_sum
-from kernels.trainer.grpo import policy_loss
 from kernels.trainer.logprobs import sequence_logprobs
+from kernels.trainer import micro_batch
 
 
 def replica_shares(num_sequences: int, micro_batch_size: int, dp: int, dp_reduce: str) -> list:
     """Per replica: the micro-batches it computes, each (index, [sequence indices])."""
     if dp_reduce == "rank_order":
         return [[(d, list(range(d, num_sequences, dp)))] for d in range(dp)]
-    batches = [list(range(lo, min(lo + micro_batch_size, num_sequences)))
-               for lo in range(0, num_sequences, micro_batch_size)]
+    batches = micro_batch.micro_batches(num_sequences, micro_batch_size)
     base, extra = divmod(len(batches), dp)
     bounds = [d * base + min(d, extra) for d in range(dp + 1)]
     return [list(enumerate(batches))[bounds[d]:bounds[d + 1]] for d in range(dp)]
@@ -52,20 +51,6 @@ def score(trainer, sequences, micro_batch_size: int, layout: str) -> list:
     return _in_order(groups.dp.gather_objects(pairs), len(sequences), groups.device)
 
 
-def _leaf(trainer, sequences, advantages, old_logprobs, indices):
-    """(log-probs, loss share, {name: fp32 gradient}) of one micro-batch's share of the loss."""
-    logprobs = sequence_logprobs(trainer.model, trainer.dispatch, [sequences[i] for i in indices],
-                                 "trainer_bwd", micro_batch_size=trainer.micro_batch_size, layout=trainer.layout)
-    loss = policy_loss(logprobs, [old_logprobs[i] for i in indices],
-                       [advantages[i] for i in indices]) * (len(indices) / len(sequences))
-    loss.backward()
-    grads = {}
-    for name, param in trainer.model.named_parameters():
-        grads[name] = torch.zeros(param.shape, device=param.device) if param.grad is None else param.grad.float()
-        param.grad = None
-    return [lp.detach() for lp in logprobs], loss.detach(), grads
-
-
 def _leaves_in_order(axis, mine: list, counts: list, shape, device) -> list:
     """Every replica's leaves of one tensor (fp32, `shape`) in micro-batch order: the replicas'
     blocks are contiguous and in rank order, so the rank-order gather is the micro-batch order."""
@@ -82,7 +67,7 @@ def train_step(trainer, sequences, advantages, old_logprobs) -> dict:
                                   f"collectives is not built; those layouts score only")
     dp_reduce = trainer.dispatch.policy.dp_reduce
     share = replica_shares(len(sequences), trainer.micro_batch_size, groups.dp.size, dp_reduce)
-    local = [(batch, indices, *_leaf(trainer, sequences, advantages, old_logprobs, indices))
+    local = [(batch, indices, *micro_batch.leaf(trainer, sequences, advantages, old_logprobs, indices))
              for batch, indices in share[groups.dp.rank] if indices]
     params = dict(trainer.model.named_parameters())
     if dp_reduce == "fixed_tree":

@@ -26,3 +26,27 @@ def owned_leaves(size: int, num_leaves: int, rank: int, num_ranks: int, what: st
         raise ValueError(f"{what}: {num_leaves} leaves do not split over {num_ranks} ranks")
     width, per_rank = size // num_leaves, num_leaves // num_ranks
     return [(i * width, (i + 1) * width) for i in range(rank * per_rank, (rank + 1) * per_rank)]
+
+
+class StreamingTreeSum:
+    """tree_sum's additions, one part at a time, holding at most log2(n) + 1 partial sums: a
+    part merges with the newest partial while both cover as many parts (a binary counter),
+    and the end adds the partials newest first, which is where tree_sum carries an odd part."""
+
+    def __init__(self):
+        self._partials = []  # (parts covered, sum), counts strictly decreasing
+
+    def add(self, part) -> None:
+        count = 1
+        while self._partials and self._partials[-1][0] == count:
+            covered, partial = self._partials.pop()
+            part, count = partial + part, count + covered
+        self._partials.append((count, part))
+
+    def total(self):
+        if not self._partials:
+            raise ValueError("tree_sum: nothing to add")
+        total = self._partials[-1][1]
+        for _, partial in reversed(self._partials[:-1]):
+            total = partial + total
+        return total

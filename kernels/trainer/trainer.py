@@ -1,9 +1,10 @@
 """The trainer: its own model (built from the same definition as the engine's), scoring in
 case trainer_fwd, and one GRPO update per step whose forward runs in case trainer_bwd.
 
-Backward is autograd through the consistent forward: every consistent op is composed of
-differentiable torch ops on CPU, so no custom autograd function is needed yet (the
-quantized paths of the Nemotron issue bring straight-through estimators).
+An update runs forward and backward one micro-batch at a time (kernels/trainer/micro_batch.py),
+so memory follows the micro-batch, not the step; the micro-batches' gradients are added in
+the fixed pairwise tree by micro-batch index, the additions data-parallel replicas make
+(kernels/layout/data_parallel.py), so one process and any DP degree reduce the same bits.
 """
 import torch
 
@@ -12,8 +13,9 @@ from kernels.layout import data_parallel
 from kernels.layout.dispatch import make_dispatch
 from kernels.layout.groups import comm_fingerprint
 from kernels.models.registry import build_model
-from kernels.trainer.grpo import policy_loss
+from kernels.layout.tree import StreamingTreeSum
 from kernels.trainer.logprobs import sequence_logprobs
+from kernels.trainer.micro_batch import leaf, micro_batches
 from kernels.trainer.optim import MixedPrecisionAdamW
 
 
@@ -50,12 +52,21 @@ class Trainer:
         layout, also the reduced gradients)."""
         if self.parallel is not None:
             return data_parallel.train_step(self, sequences, advantages, old_logprobs)
-        logprobs = sequence_logprobs(self.model, self.dispatch, sequences, "trainer_bwd",
-                                     micro_batch_size=self.micro_batch_size, layout=self.layout)
-        loss = policy_loss(logprobs, old_logprobs, advantages)
-        loss.backward()
+        if not len(sequences) == len(old_logprobs) == len(advantages):
+            raise ValueError(f"{len(sequences)} sequences, {len(old_logprobs)} old log-probs, "
+                             f"{len(advantages)} advantages")
+        params = dict(self.model.named_parameters())
+        gradients, loss, logprobs = {name: StreamingTreeSum() for name in params}, StreamingTreeSum(), []
+        for indices in micro_batches(len(sequences), self.micro_batch_size):  # one graph alive at a time
+            leaf_logprobs, leaf_loss, leaf_grads = leaf(self, sequences, advantages, old_logprobs, indices)
+            logprobs.extend(leaf_logprobs)
+            loss.add(leaf_loss)
+            for name, grad in leaf_grads.items():
+                gradients[name].add(grad)
+        for name, param in params.items():
+            param.grad = gradients[name].total().to(param.dtype)
         self.optimizer.step()
-        return {"loss": float(loss.detach()), "logprobs": [lp.detach() for lp in logprobs]}
+        return {"loss": float(loss.total()), "logprobs": logprobs}
 
     def identities(self) -> dict:
         """semantic / numerical_policy / deployment digests (C0 compares them with the engine's)."""

@@ -1,0 +1,105 @@
+"""The trainer's update holds one micro-batch's graph at a time: what autograd keeps for
+backward peaks at the same size whether a step has 2 micro-batches or 6, where one backward
+over the whole step (the negative control) grows with them; and the micro-batches' gradients
+add in tree_sum's order, so one process reduces the bits data-parallel replicas do."""
+import random
+
+import pytest
+import torch
+
+from gates.compare import assert_bitwise_equal
+from kernels.contract import load_contract
+from kernels.layout.tree import StreamingTreeSum, tree_sum
+from kernels.models.config import load_model_config
+from kernels.trainer.grpo import policy_loss
+from kernels.trainer.logprobs import ScoredSequence, sequence_logprobs
+from kernels.trainer.micro_batch import leaf, micro_batches
+from kernels.trainer.trainer import Trainer
+
+CONFIG = load_model_config("qwen3-cut")
+MICRO_BATCH = 2
+
+
+class SavedBytes:
+    """saved_tensors_hooks that count the bytes autograd holds for backward, live and at peak."""
+
+    def __init__(self):
+        self.live = self.peak = 0
+
+    def pack(self, tensor):
+        size = tensor.numel() * tensor.element_size()
+        self.live += size
+        self.peak = max(self.peak, self.live)
+        return _Held(tensor, size, self)
+
+    @staticmethod
+    def unpack(held):
+        return held.tensor
+
+
+class _Held:
+    def __init__(self, tensor, size, counter):
+        self.tensor, self.size, self.counter = tensor, size, counter
+
+    def __del__(self):
+        self.counter.live -= self.size
+
+
+def _step_inputs(seed: int, num_sequences: int):
+    rng = random.Random(seed)
+    sequences = [ScoredSequence(tuple(rng.randrange(1, CONFIG.vocab_size) for _ in range(12)),
+                                tuple(rng.randrange(1, CONFIG.vocab_size) for _ in range(20)))
+                 for _ in range(num_sequences)]
+    advantages = [rng.uniform(-1, 1) for _ in sequences]
+    return sequences, advantages
+
+
+def _peak_saved(step) -> int:
+    counter = SavedBytes()
+    with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+        step()
+    return counter.peak
+
+
+def test_an_update_holds_one_micro_batch_graph_at_a_time(fresh_seed):
+    peaks, whole = {}, {}
+    for batches in (2, 6):
+        trainer = Trainer(CONFIG, load_contract("consistent"), seed=fresh_seed % 1000, micro_batch_size=MICRO_BATCH)
+        sequences, advantages = _step_inputs(fresh_seed, batches * MICRO_BATCH)
+        old = trainer.score(sequences)
+        peaks[batches] = _peak_saved(lambda: trainer.train_step(sequences, advantages, old))
+
+        def one_backward():  # the negative control: every micro-batch's graph kept for one backward
+            logprobs = sequence_logprobs(trainer.model, trainer.dispatch, sequences, "trainer_bwd",
+                                         micro_batch_size=MICRO_BATCH)
+            policy_loss(logprobs, old, advantages).backward()
+        whole[batches] = _peak_saved(one_backward)
+    print(f"peak bytes saved for backward, 2 / 6 micro-batches: per micro-batch {peaks[2]} / {peaks[6]}, "
+          f"one backward {whole[2]} / {whole[6]}")
+    assert peaks[2] > 0 and peaks[6] == peaks[2]
+    assert whole[6] > 2.5 * whole[2]  # the measure sees a graph kept per micro-batch
+
+
+@pytest.mark.parametrize("count", range(1, 20))
+def test_the_streaming_tree_adds_as_tree_sum(count, fresh_seed):
+    parts = list(torch.randn(count, 257, generator=torch.Generator().manual_seed(fresh_seed)) * 1e3)
+    streaming = StreamingTreeSum()
+    for part in parts:
+        streaming.add(part)
+    assert_bitwise_equal(streaming.total(), tree_sum(parts), f"{count} parts")
+    assert count < 4 or not torch.equal(streaming.total(), sum(parts))  # from 4 parts on, not a left fold
+
+
+def test_the_update_reduces_the_leaves_in_tree_order(fresh_seed):
+    sequences, advantages = _step_inputs(fresh_seed, 5)
+    trainers = [Trainer(CONFIG, load_contract("consistent"), seed=fresh_seed % 1000, micro_batch_size=MICRO_BATCH)
+                for _ in range(2)]
+    old = trainers[0].score(sequences)
+    leaves = [leaf(trainers[1], sequences, advantages, old, indices)[2]
+              for indices in micro_batches(len(sequences), MICRO_BATCH)]
+    params, reduced = dict(trainers[0].model.named_parameters()), {}
+    trainers[0].optimizer.step = lambda: reduced.update({n: p.grad.clone() for n, p in params.items()})
+    trainers[0].train_step(sequences, advantages, old)
+    assert len(leaves) == 3 and set(reduced) == set(params)
+    for name, param in params.items():
+        assert_bitwise_equal(reduced[name], tree_sum([grads[name] for grads in leaves]).to(param.dtype), name)
