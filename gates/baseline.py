@@ -7,6 +7,7 @@ bit-deciding source).
 A second hash, files_hash, covers every file of kernels/ and gates/ at the commit: what C10
 exports and runs (the policy identity leaves out the engine's bookkeeping, so a record moved
 to a commit that differs there would otherwise verify).
+
 The hash of another commit is recomputed, never trusted: `git archive` exports that commit's
 kernels/ into a temporary folder and a subprocess whose cwd is that folder imports *those*
 kernels and prints the identity, so the gate process's own kernels cannot leak in.
@@ -72,12 +73,6 @@ def export_commit(commit: str, folder, root: Path = ROOT, paths=("kernels",)) ->
     return Path(folder)
 
 
-def commit_content_hash(commit: str, root: Path = ROOT) -> str:
-    """The content hash of the fast path at `commit`, from that commit's files alone."""
-    with tempfile.TemporaryDirectory(prefix="frozen-") as folder:
-        return tree_content_hash(export_commit(commit, folder, root))
-
-
 RUN_PATHS = ("kernels", "gates")  # what C10 exports of the frozen commit and runs
 FILES_HASH_OF = "every file of kernels/ and gates/ at the commit (what C10 runs)"
 
@@ -92,10 +87,11 @@ def files_hash(tree, paths=RUN_PATHS) -> str:
     return digest.hexdigest()
 
 
-def commit_files_hash(commit: str, root: Path = ROOT) -> str:
-    """files_hash of `commit`'s own files (git archive)."""
+def commit_hashes(commit: str, root: Path = ROOT) -> tuple:
+    """(content hash, files_hash) of `commit`, from one export of its own files (git archive)."""
     with tempfile.TemporaryDirectory(prefix="frozen-") as folder:
-        return files_hash(export_commit(commit, folder, root, RUN_PATHS))
+        tree = export_commit(commit, folder, root, RUN_PATHS)
+        return tree_content_hash(tree), files_hash(tree)
 
 
 def frozen_path(target: str = "cpu") -> str:
@@ -132,14 +128,14 @@ def verify_frozen(root: Path = ROOT, target: str = "cpu") -> tuple:
     commit = record["commit"]
     if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
         return [f"frozen commit {commit} does not exist in this repository"], figures
-    figures["recomputed_content_hash"] = commit_content_hash(commit, root)
+    figures["recomputed_content_hash"], files = commit_hashes(commit, root)
     problems = []
     if figures["recomputed_content_hash"] != record["content_hash"]:
         problems.append(f"the fast path at {commit[:12]} hashes to "
                         f"{figures['recomputed_content_hash'][:16]}..., not the recorded "
                         f"{record['content_hash'][:16]}...")
     if record.get("files_hash"):
-        figures["recomputed_files_hash"] = commit_files_hash(commit, root)
+        figures["recomputed_files_hash"] = files
         if figures["recomputed_files_hash"] != record["files_hash"]:
             problems.append(f"kernels/ and gates/ at {commit[:12]} hash to {figures['recomputed_files_hash'][:16]}..., "
                             f"not the recorded files_hash {record['files_hash'][:16]}...")

@@ -9,8 +9,8 @@ target's baseline is frozen (baseline/frozen.json on the CPU, baseline/frozen-cu
 CUDA, written by `harness freeze-baseline [--device]`) with its recorded commit
 present, the fast path's content hash recomputed from that commit's files equal to the
 recorded one, so is the hash of every file of its kernels/ and gates/ (files_hash, where the
-record has one; an older record's figures say it has none), and the tag, where it exists here, pointing at that commit; and, when the
-harness judges an agent's worktree (BITWISE_TAMPER), its tamper scan found nothing
+record has one; an older record's figures say it has none), and the tag, where it exists
+here, pointing at that commit; and, when the harness judges an agent's worktree (BITWISE_TAMPER), its tamper scan found nothing
 (harness/tamper.py). Negative control: a trainer with other weights, another contract or
 another transport fails the identity condition, another transport also the comm condition
 (tests/test_gate_c00_c10.py); a missing or altered frozen record fails the baseline

@@ -45,7 +45,7 @@ from hashlib import sha256
 import torch
 
 from gates import device
-from gates.baseline import ROOT, export_commit, no_baseline, read_frozen
+from gates.baseline import ROOT, RUN_PATHS, export_commit, no_baseline, read_frozen
 from gates.cpu_timing import timed_environment
 from gates.faults import register_all
 from gates.inputs import fresh_seed
@@ -231,7 +231,7 @@ def test_throughput_against_the_frozen_baseline(gate):
         gate.verdict()
     samples, wall, runs, digests, process_s, machine = ({"baseline": [], "candidate": []} for _ in range(6))
     with tempfile.TemporaryDirectory(prefix="c10-frozen-") as folder:
-        baseline_tree = export_commit(frozen["commit"], folder, ROOT, paths=("kernels", "gates"))
+        baseline_tree = export_commit(frozen["commit"], folder, ROOT, paths=RUN_PATHS)
         if gate.checkpoint:  # its architecture, seeded weights: speed does not follow the values
             asked = dict(asked, config=subject_config_path(gate, "cut", folder))
             if "engine" in asked:

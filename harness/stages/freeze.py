@@ -4,16 +4,16 @@ performance baseline of a device target.
 Refuses a dirty tree (what is frozen must be a commit). Tags HEAD, then commits only the
 target's record (baseline/frozen.json for the CPU, baseline/frozen-cuda.json for CUDA) =
 {tag, commit, content_hash, files_hash, frozen_at, hash_of, device}: the content hash is
-the fast contract's numerical_policy identity computed in this tree, files_hash covers every
-file of kernels/ and gates/ at the commit (gates/baseline.py; C00 recomputes both at the
-recorded commit). The record is committed, not just
+the fast contract's numerical_policy identity, files_hash covers every file of kernels/ and
+gates/, both computed from the commit's own files (gates/baseline.py, as C00 recomputes them
+at the recorded commit). The record is committed, not just
 tagged, because tags need not travel with a clone while the commit sha does.
 """
 import json
 import time
 from pathlib import Path
 
-from gates.baseline import FILES_HASH_OF, HASH_OF, commit_files_hash, frozen_path, tree_content_hash
+from gates.baseline import FILES_HASH_OF, HASH_OF, commit_hashes, frozen_path
 from gates.device import DEVICES
 from harness import workspace
 from harness.exit_codes import EXIT_OK
@@ -30,8 +30,9 @@ def freeze(repo_path=".", tag: str | None = None, target: str = "cpu") -> dict:
     if workspace.tag_exists(repo, tag):
         raise ValueError(f"tag {tag!r} already exists: choose another --tag")
     commit = workspace.current_commit(repo)
-    record = {"tag": tag, "commit": commit, "content_hash": tree_content_hash(root),
-              "files_hash": commit_files_hash(commit, root), "files_hash_of": FILES_HASH_OF,
+    content_hash, files_hash = commit_hashes(commit, root)
+    record = {"tag": tag, "commit": commit, "content_hash": content_hash,
+              "files_hash": files_hash, "files_hash_of": FILES_HASH_OF,
               "frozen_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hash_of": HASH_OF, "device": target}
     workspace.create_tag(repo, tag, commit)
     try:
