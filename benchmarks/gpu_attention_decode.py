@@ -21,21 +21,14 @@ import time
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench, do_bench_cudagraph
+from triton.testing import do_bench_cudagraph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.gpu_rollout import copy_bandwidth  # noqa: E402
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from kernels.ops import attention_triton  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
-
-
-def copy_bandwidth(device) -> float:
-    """Bytes/s of a 2 GiB device-to-device copy (read + write), median of 10."""
-    src = torch.empty(2**30 if device == "cuda" else 2**20, dtype=torch.bfloat16, device=device)
-    dst = torch.empty_like(src)
-    samples = do_bench(lambda: dst.copy_(src), return_mode="all") if device == "cuda" else [1.0]
-    return 2 * src.numel() * 2 / (sorted(samples)[len(samples) // 2] * 1e-3)
 
 
 def paged_case(batch: int, context: int, rows_per_seq: int, generator, device):

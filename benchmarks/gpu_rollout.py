@@ -100,18 +100,21 @@ def timed_train_step(config, contract, weights, completions):
     return time.perf_counter() - started
 
 
-def copy_bandwidth() -> float:
-    """Device memory bandwidth in bytes/s from a 2 GiB device-to-device copy (read + write)."""
-    src = torch.empty(2**30 if DEVICE == "cuda" else 2**24, dtype=torch.bfloat16, device=DEVICE)
+def copy_bandwidth(device: str | None = None) -> float:
+    """Device memory bandwidth in bytes/s from a 2 GiB device-to-device copy (read + write),
+    on `device` (default: the script's)."""
+    device = device or DEVICE
+    wait = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    src = torch.empty(2**30 if device == "cuda" else 2**24, dtype=torch.bfloat16, device=device)
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)
-    sync()
+    wait()
     samples = []
     for _ in range(10):
         started = time.perf_counter()
         dst.copy_(src)
-        sync()
+        wait()
         samples.append(time.perf_counter() - started)
     return 2 * src.numel() * src.element_size() / statistics.median(samples)
 
