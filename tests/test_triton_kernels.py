@@ -608,6 +608,28 @@ def check_gumbel_argmax_is_the_formula_and_ignores_the_batch(fresh_seed):
     assert kernel.gumbel_argmax(dropped, keys[:2], chunk=1024).tolist() == [0, 0]
 
 
+def check_gumbel_argmax_greedy_rows_are_torch_argmax(fresh_seed):
+    """Greedy rows in the draw's launch take torch.argmax's token, ties to the lowest id (the
+    ties are planted and proved present); the other rows draw what they draw without the
+    greedy mask; a kernel that adds noise to greedy rows is caught (negative control)."""
+    kernel = _import_kernel("sampler_triton")
+    from kernels.ops.sampler import mix_seed
+    gen = torch.Generator().manual_seed(fresh_seed)
+    x = torch.randn(8, 2500, generator=gen)
+    for row in range(0, 8, 2):  # a tie for the maximum in a later block and chunk than the first
+        best = int(x[row].argmax())
+        x[row, (best + 1500) % 2500] = x[row, best]
+    ties = [int((x[row] == x[row].max()).sum()) for row in range(8)]
+    assert all(ties[row] >= 2 for row in range(0, 8, 2)), f"no tie planted: {ties}"
+    keys = torch.tensor([mix_seed(fresh_seed, i) for i in range(8)], dtype=torch.int64)
+    greedy = torch.arange(8) % 2 == 0
+    drawn = kernel.gumbel_argmax(x, keys, greedy, chunk=1024)
+    assert torch.equal(drawn[greedy], x[greedy].argmax(dim=-1)), f"seed={fresh_seed}"
+    assert torch.equal(drawn[~greedy], kernel.gumbel_argmax(x, keys, chunk=1024)[~greedy]), f"seed={fresh_seed}"
+    noisy = kernel.gumbel_argmax(x, keys, torch.zeros(8, dtype=torch.bool), chunk=1024)
+    assert not torch.equal(noisy[greedy], x[greedy].argmax(dim=-1)), f"noise on greedy rows passed, seed={fresh_seed}"
+
+
 @pytest.fixture(scope="module")
 def ssm_triton():
     yield from _with_fixed_order_dot("ssm_scan_triton")

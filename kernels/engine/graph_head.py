@@ -3,7 +3,8 @@ token's log-prob captured after the forward, so a replay needs no wait on the ho
 tokens are collected.
 
 The draw is the sampler variant's tensor form (`variant.draw`), the arithmetic its eager form
-runs after truncation, so an untruncated row gets the eager bits (gate C5). Top-k / top-p rows
+runs after truncation, so an untruncated row gets the eager bits (gate C5). The logits are
+scaled by the temperatures once; the log-prob takes them scaled (temperatures None). Top-k / top-p rows
 are drawn again from the captured logits; full log-prob rows and untensored samplers go eager.
 """
 import torch
@@ -35,8 +36,9 @@ class GraphHead:
         size = hidden.shape[0]
         temperatures = self.temperatures[:size]
         logits = model.logits(hidden, dispatch, case)
-        tokens = draw(scaled(logits, temperatures), self.greedy[:size], self.keys[:size])
-        return tokens, dispatch("logprob", case, None, logits, tokens, temperatures), logits
+        x = scaled(logits, temperatures)  # once, for the draw and the log-prob (the same bits as each scaling alone)
+        tokens = draw(x, self.greedy[:size], self.keys[:size])
+        return tokens, dispatch("logprob", case, None, x, tokens, None), logits
 
     def redraw_truncated(self, dispatch, case: str, captured, params_list, draw_indices):
         """(tokens, log-probs) of the step's rows, the rows that truncate drawn again by the

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from kernels.layout.tree import owned_leaves, tree_sum
+from kernels.ops.logprob import scaled
 from kernels.ops.reduction import row_sum
 
 COLUMN_REGIONS = ("qkv_proj", "gate_up_proj", "ssm_in_proj", "lm_head")
@@ -50,7 +51,7 @@ def vocab_parallel_logprob(logits, targets, temperatures, *, full=False, axis, p
     """logp = x[t] - logsumexp(x), x = logits / T in fp32, the sum over V split over the
     axis; [R] (or [R, V] with full). Each rank reads only its own vocabulary columns for the
     reduction; the target's logit is read from the whole row the lm_head gathered."""
-    x = logits.float() / temperatures.float()[:, None]
+    x = scaled(logits, temperatures)
     slices = _slices(x.shape[-1], axis, policy, "vocab-parallel V")
     local_max = x[:, slices[0][0]:slices[-1][1]].amax(dim=-1, keepdim=True)  # the rank's leaves are contiguous
     if policy.tp_reduce == "rank_order":

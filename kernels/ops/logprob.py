@@ -12,26 +12,31 @@ import torch
 from kernels.ops.reduction import row_sum
 
 
-def _scaled(logits, temperatures):
-    return logits.float() / temperatures.float()[:, None]
+def scaled(logits, temperatures):
+    """[B, V] fp32 logits over each row's temperature, in one pass: half logits widen inside
+    the division (exact, so the bits of .float() first). temperatures None: `logits` are
+    already over their temperature (a graph head scales once for its draw and log-prob)."""
+    if logits.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        logits = logits.float()
+    return logits.float() if temperatures is None else logits / temperatures.float()[:, None]
 
 
 def fast_log_softmax(logits, targets, temperatures, *, full=False):
     """Engine-style: torch.log_softmax over the row, then gather."""
-    logp = torch.log_softmax(_scaled(logits, temperatures), dim=-1)
+    logp = torch.log_softmax(scaled(logits, temperatures), dim=-1)
     return logp if full else logp.gather(-1, targets[:, None])[:, 0]
 
 
 def fast_logsumexp(logits, targets, temperatures, *, full=False):
     """Trainer-style selective log-softmax: x[t] - torch.logsumexp(x)."""
-    x = _scaled(logits, temperatures)
+    x = scaled(logits, temperatures)
     lse = torch.logsumexp(x, dim=-1, keepdim=True)
     return x - lse if full else (x.gather(-1, targets[:, None]) - lse)[:, 0]
 
 
 def consistent(logits, targets, temperatures, *, full=False):
     """One formula for both sides: max-shifted sum of exp, row by row, in fp32."""
-    x = _scaled(logits, temperatures)
+    x = scaled(logits, temperatures)
     row_max = x.amax(dim=-1, keepdim=True)
     lse = row_max + torch.log(row_sum(torch.exp(x - row_max)))
     return x - lse if full else (x.gather(-1, targets[:, None]) - lse)[:, 0]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.ops.logprob import scaled  # noqa: F401  (the sampler's scaling; graph heads import it here)
 from kernels.ops.reduction import row_prefix_sum, row_sum
 from kernels.ops.transfer import to_device
 
@@ -90,14 +91,16 @@ def race_uniforms(keys, vocab: int):
     return (_shift_right(z, 41).to(torch.float32) + 0.5) * 2.0 ** -23
 
 
-def gumbel_argmax(x, keys):
+def gumbel_argmax(x, keys, greedy=None):
     """[B] argmax_t (x_t + G_t), G_t = -log(-log(u_t)): a draw from softmax(x) (Gumbel-max);
-    ties go to the lowest token id. On CUDA two Triton passes (kernels/ops/sampler_triton.py:
-    the hash, the noise and the argmax fused over vocabulary chunks, then a merge per row)."""
+    ties go to the lowest token id; rows where `greedy` [B] bool is set take argmax_t x_t.
+    On CUDA two Triton passes (kernels/ops/sampler_triton.py: the hash, the noise and the
+    argmax fused over vocabulary chunks, greedy rows in the same launch, then a merge per row)."""
     if x.device.type == "cuda":
         from kernels.ops import sampler_triton
-        return sampler_triton.gumbel_argmax(x, keys)
-    return (x - torch.log(-torch.log(race_uniforms(keys, x.shape[1])))).argmax(dim=-1)
+        return sampler_triton.gumbel_argmax(x, keys, greedy)
+    drawn = (x - torch.log(-torch.log(race_uniforms(keys, x.shape[1])))).argmax(dim=-1)
+    return drawn if greedy is None else torch.where(greedy, x.argmax(dim=-1), drawn)
 
 
 def kept_masks(x, top_k, top_p):
@@ -140,11 +143,6 @@ def row_tensors(params_list, draw_indices, device):
     greedy = torch.tensor([p.temperature == 0 for p in params_list])
     keys = torch.tensor([mix_seed(p.seed, int(i)) for p, i in zip(params_list, draw_indices)], dtype=torch.int64)
     return tuple(to_device(t, device) for t in (temperatures, greedy, keys))
-
-
-def scaled(logits, temperatures):
-    """[B, V] fp32 logits over each row's temperature."""
-    return logits.float() / temperatures[:, None]
 
 
 def truncates(params_list) -> bool:
@@ -204,7 +202,7 @@ def fast_draw(x, greedy, keys):
     a decode graph captures it."""
     batch_key = keys.sum(dtype=torch.int64)
     row_keys = batch_key * GOLDEN + torch.arange(keys.shape[0], dtype=torch.int64, device=keys.device)
-    return torch.where(greedy, x.argmax(dim=-1), gumbel_argmax(x, row_keys))
+    return gumbel_argmax(x, row_keys, greedy)
 
 
 def fast(logits, params_list, draw_indices):
@@ -216,7 +214,7 @@ def fast(logits, params_list, draw_indices):
 def consistent_draw(x, greedy, keys):
     """[B] tokens from scaled logits x: Gumbel-max with each row's own key, greedy rows by an
     exact argmax (ties to the lowest id). Tensors in, tensors out: a decode graph captures it."""
-    return torch.where(greedy, x.argmax(dim=-1), gumbel_argmax(x, keys))
+    return gumbel_argmax(x, keys, greedy)
 
 
 def consistent(logits, params_list, draw_indices):
