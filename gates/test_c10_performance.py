@@ -10,7 +10,8 @@ baseline/frozen-cuda.json on CUDA), exported from git (`git archive`: that commi
 and gates/, nothing of the working tree) and run in its own process, while the candidate runs
 the current tree in its own process; both time the generation of the same freshly seeded
 workload on the same seeded weights (saved once, mapped by every process) by an engine warmed
-by one run of it (building the engine, copying weights and capturing graphs untimed), a
+by one run of it (building the engine, copying weights and capturing graphs untimed; then
+gc.freeze, so collections in the timed runs walk only new objects, each run's counted), a
 sample timing the plan's `repeats` runs back to back (5 on CUDA, where one run is ~0.5 s),
 interleaved (baseline, candidate, ...; 3 pairs first, BITWISE_C10_PAIRS changes the count and
 the inputs record it), every raw sample in the result; and every timed candidate sample's
@@ -98,7 +99,7 @@ def completions_digest(completions) -> str:
 # engine and capturing graphs are not generation, so they stay untimed; several runs per
 # process make one sample span seconds, not the half second one GPU run of the workload takes.
 _TIMING_PROGRAM = """
-import json, os, subprocess, sys, time, kernels, torch
+import gc, json, os, subprocess, sys, time, kernels, torch
 from gates.faults import register_all
 from gates.workload import Workload, make_engine, make_requests
 from kernels.contract import load_contract
@@ -118,14 +119,18 @@ weights, workload = mapped_weights(asked), Workload(**asked["workload"])
 engine = make_engine(config, contract, weights, workload, **options)
 engine.generate(make_requests(workload, config.vocab_size))
 sync()
+gc.collect()
+gc.freeze()  # the warm engine's objects leave the collector's generations, as serving engines do
 runs, recorded = [], asked.get("device", "cpu") != "cpu"
 before = machine_state() if recorded else None
 for _ in range(asked.get("repeats", 1)):
     engine.step_count = 0  # both trees' engines count arrival steps from here
+    collections = [g["collections"] for g in gc.get_stats()]
     started, cpu_started = time.perf_counter(), time.process_time()
     completions = engine.generate(make_requests(workload, config.vocab_size))
     sync()
     runs.append({"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu_started,
+                 "gc_collections": [g["collections"] - c for g, c in zip(gc.get_stats(), collections)],
                  "tokens": sum(len(c.tokens) for c in completions), "digest": completions_digest(completions),
                  "after": machine_state() if recorded else None})
 print(json.dumps({"tokens": sum(r["tokens"] for r in runs), "wall_s": sum(r["wall_s"] for r in runs),
@@ -133,6 +138,7 @@ print(json.dumps({"tokens": sum(r["tokens"] for r in runs), "wall_s": sum(r["wal
                   "digests": [r["digest"] for r in runs],
                   "runs_tokens_per_s": [r["tokens"] / r["wall_s"] for r in runs],
                   "machine": {"cores": sorted(os.sched_getaffinity(0)), "before": before,
+                              "gc_collections_each_run": [r["gc_collections"] for r in runs],
                               "after_each_run": [r["after"] for r in runs]}}))
 """.replace("{shared_source}", "".join(inspect.getsource(f) for f in (rollout_options, mapped_weights,
                                                                         completions_digest, hold_to_cores,

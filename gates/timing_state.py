@@ -12,8 +12,9 @@ import subprocess
 
 
 def timing_cores(count: int = 4) -> list:
-    """The first `count` cores this process may run on: every timed process is held to them."""
-    return sorted(os.sched_getaffinity(0))[:count]
+    """The last `count` cores this process may run on (away from core 0, where interrupts and
+    housekeeping land by default): every timed process is held to them."""
+    return sorted(os.sched_getaffinity(0))[-count:]
 
 
 def hold_to_cores(cores) -> None:
