@@ -1,0 +1,101 @@
+"""The decode graph's head on CUDA (kernels/engine/graph_head.py): the draw and the sampled
+token's log-prob from a step's logits, as captured now against the form before 2840dcb
+(the logits scaled twice, greedy rows by a separate torch argmax), bits and time side by side.
+
+    python3 benchmarks/gpu_graph_head.py --out DIR [--batches 1,8,64,128,256] [--vocab 151936]
+
+For each contract's sampler and log-prob variants and each batch: bf16 logits, half the rows
+greedy with a tie for their maximum planted in a later chunk, the others at temperatures in
+(0.5, 1.5). Both heads must give the same tokens and the same log-prob bits (int views); the
+greedy rows must be torch.argmax's tokens. Times are medians of CUDA-graph replays of each
+head (do_bench), raw samples saved with the commit and the environment. Exit 1 on a mismatch.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.raw_output import provenance, write_raw  # noqa: E402
+from kernels.ops import logprob, sampler  # noqa: E402
+from kernels.ops.sampler import mix_seed, scaled  # noqa: E402
+
+CONTRACTS = {"consistent": (sampler.consistent_draw, logprob.consistent),
+             "fast": (sampler.fast_draw, logprob.fast_log_softmax)}
+
+
+def before(draw, logprob_of, logits, temperatures, greedy, keys):
+    """The head before 2840dcb: scaled for the draw, argmax for greedy rows, scaled again."""
+    x = logits.float() / temperatures[:, None]
+    tokens = torch.where(greedy, x.argmax(dim=-1), draw(x, torch.zeros_like(greedy), keys))
+    return tokens, logprob_of(logits, tokens, temperatures)
+
+
+def now(draw, logprob_of, logits, temperatures, greedy, keys):
+    """The captured head as kernels/engine/graph_head.py runs it."""
+    x = scaled(logits, temperatures)
+    tokens = draw(x, greedy, keys)
+    return tokens, logprob_of(x, tokens, None)
+
+
+def inputs(batch: int, vocab: int, seed: int):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    logits = (4 * torch.randn(batch, vocab, device="cuda", generator=generator)).to(torch.bfloat16)
+    greedy = torch.arange(batch, device="cuda") % 2 == 0
+    for row in range(0, batch, 2):  # a tie for the maximum, 5000 tokens on (another chunk)
+        best = int(logits[row].argmax())
+        logits[row, (best + 5000) % vocab] = logits[row, best]
+    temperatures = torch.where(greedy, 1.0, 0.5 + torch.rand(batch, device="cuda", generator=generator))
+    keys = torch.tensor([mix_seed(seed, row) for row in range(batch)], dtype=torch.int64, device="cuda")
+    return logits, temperatures, greedy, keys
+
+
+def graphed(fn, *args):
+    """fn(*args) captured once; returns (replay, outputs)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = fn(*args)
+    return graph.replay, outputs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--batches", default="1,8,64,128,256")
+    parser.add_argument("--vocab", type=int, default=151936)
+    args = parser.parse_args()
+    results, failures = {**provenance(), "args": vars(args), "cells": []}, []
+    print(f"{'contract':<11}{'batch':>6}{'before us':>11}{'now us':>9}{'ratio':>7}  bits")
+    for name, (draw, logprob_of) in CONTRACTS.items():
+        for batch in map(int, args.batches.split(",")):
+            data = inputs(batch, args.vocab, seed=batch)
+            old_replay, old = graphed(before, draw, logprob_of, *data)
+            new_replay, new = graphed(now, draw, logprob_of, *data)
+            old_replay(), new_replay()
+            torch.cuda.synchronize()
+            greedy = data[2]
+            same = {"tokens": bool(torch.equal(old[0], new[0])),
+                    "logprobs": bool(torch.equal(old[1].view(torch.int32), new[1].view(torch.int32))),
+                    "greedy_is_argmax": bool(torch.equal(new[0][greedy], data[0][greedy].argmax(dim=-1)))}
+            samples = {"before": do_bench(old_replay, return_mode="all"), "now": do_bench(new_replay, return_mode="all")}
+            medians = {k: 1000 * sorted(v)[len(v) // 2] for k, v in samples.items()}
+            results["cells"].append({"contract": name, "batch": batch, "same": same, "median_us": medians,
+                                     "samples_ms": samples})
+            failures += [f"{name} b{batch} {k}" for k, ok in same.items() if not ok]
+            print(f"{name:<11}{batch:>6}{medians['before']:>11.1f}{medians['now']:>9.1f}"
+                  f"{medians['now'] / medians['before']:>7.2f}  {'same' if all(same.values()) else same}")
+    print("wrote", write_raw(results, args.out, "gpu_graph_head"))
+    if failures:
+        print("MISMATCH:", ", ".join(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
