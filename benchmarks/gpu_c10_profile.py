@@ -27,7 +27,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from gates import device  # noqa: E402
-from gates.test_c10_performance import plan, rollout_options  # noqa: E402
+from gates.test_c10_performance import plan  # noqa: E402
+from gates.timed_worker import rollout_options  # noqa: E402
 from gates.workload import Workload, make_engine, make_requests, seeded_weights  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
 from kernels.models.config import load_model_config  # noqa: E402

@@ -4,12 +4,13 @@ of its own kind. Other faults need no code: a contract that maps one case of a r
 fast variant (split-K in decode only, the one-step recurrence in decode, two roundings in
 one phase) is the planted fault."""
 import random
+import sys
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from kernels.ops import activation, attention, linear, moe, sampler
+from kernels.ops import activation, attention, linear, logprob, moe, sampler
 from kernels.ops.registry import register_variant
 from kernels.trainer.rl_loop import GRPORun
 
@@ -145,6 +146,14 @@ def linear_slow_repeat(x, w, *, row_multiple: int, out_dtype=None, repeats: int 
     return linear.consistent(x, w, row_multiple=row_multiple, out_dtype=out_dtype)
 
 
+def logprob_fast_in_a_worker(logits, targets, temperatures, *, full=False):
+    """The consistent log-prob, but the engine-style log_softmax in a `python -c` process (what
+    C10's timed and reference workers are): a path switched where it is timed. C10 must catch
+    it by its trainer, which scores in the gate's own process."""
+    variant = logprob.fast_log_softmax if sys.argv[0] == "-c" else logprob.consistent
+    return variant(logits, targets, temperatures, full=full)
+
+
 PLANTED = {
     ("linear", "planted_slow_repeat"): linear_slow_repeat,
     ("linear", "planted_atomic_split_k"): linear_atomic_split_k,
@@ -157,6 +166,7 @@ PLANTED = {
     ("activation", "planted_inference_two_roundings"): silu_mul_inference_two_roundings,
     ("attention", "planted_graph_baked_block_kv"): attention_graph_baked_block_kv,
     ("attention", "planted_bf16_split_kv"): attention_bf16_split_kv,
+    ("logprob", "planted_fast_in_a_worker"): logprob_fast_in_a_worker,
 }
 
 

@@ -4,8 +4,9 @@ On CUDA, C10's samples spread between processes while the runs inside one agree 
 percent (benchmarks/RESULTS.md): a process is fast or slow as a whole. What can differ between
 processes is the host core it lands on (the mixed steps are host-bound) and the GPU's clocks.
 So both sides are held to the same cores and every run records the core it last ran on and
-the GPU's SM and memory clocks (nvidia-smi; None where it cannot be asked). The timing program
-inlines these functions' source: the frozen baseline's tree may predate this module.
+the GPU's SM and memory clocks (nvidia-smi; None where it cannot be asked). C10's timed
+worker (gates/timed_worker.py) inlines these functions' source: the frozen baseline's tree
+may predate this module.
 """
 import os
 import subprocess

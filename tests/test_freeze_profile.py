@@ -17,6 +17,7 @@ import pytest
 from gates import test_c10_performance as c10
 from gates.baseline import NO_BASELINE, export_commit, no_baseline, read_frozen, verify_frozen
 from gates.conftest import GateRecord
+from gates.timed_worker import drive
 from harness import workspace
 from harness.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from harness.profile_worker import OUTSIDE, DoorClock
@@ -188,10 +189,10 @@ def test_c10_times_the_frozen_commit_not_the_working_tree(clone):
         tree = export_commit(git_head(clone), folder, clone, paths=("kernels", "gates"))
         asked = {"config": "qwen3-cut", "contract": "fast", "weights_file": c10.write_weights("qwen3-cut", folder),
                  "workload": {"num_sequences": 2, "new_tokens": 3, "arrival_spread": 1, "seed": 1}}
-        assert c10.timed_rollout(tree, asked)["tokens_per_s"] > 0
+        assert drive(tree, asked, [2])["runs"][0]["wall_s"] > 0
         shutil.rmtree(tree / "kernels")  # a tree without its own kernels is refused
         with pytest.raises(RuntimeError):
-            c10.timed_rollout(tree, asked)
+            drive(tree, asked, [2])
 
 
 def git_head(repo) -> str:

@@ -1,0 +1,162 @@
+"""C10's timed worker: a process on one source tree's kernels that generates workloads on a
+warmed engine when the judge says go, timed by the judge from outside.
+
+The worker builds the engine, warms it on the plan's own workload (Triton compiles, decode
+graphs captured, weights copied: untimed), freezes the collector, says `C10 READY` and then
+reads `GO <seed>` lines: each runs the plan's workload under a seed the judge draws only then,
+so no output can be prepared before the clock starts, and answers `C10 DONE <digest>` (sha256
+of every completion's tokens and log-prob bits). The judge timestamps GO and DONE itself and
+reads the worker's CPU time from /proc/<pid>/task/*/schedstat (the kernel's count, all
+threads), so a worker that patches its own clocks, answers early or replays cached outputs
+changes nothing it is judged by: a wrong digest fails the gate. What the worker measures of
+itself is recorded beside the judge's figures, never used. The worker's source is the
+program below, inlined with its helpers: a frozen baseline's tree may predate this module.
+"""
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from hashlib import sha256
+from inspect import getsource
+from pathlib import Path
+
+import torch
+
+from gates.cpu_timing import timed_environment
+from gates.timing_state import hold_to_cores, machine_state
+
+PREFIX = "C10 "
+
+
+def rollout_options(asked: dict) -> dict:
+    """The rollout options a plan asks for: its engine settings and, off the CPU, its shape.
+    The CPU plan asks for none, so the CPU baseline's older make_engine is called as it was."""
+    options = dict(asked.get("engine", {}))
+    if "shape" in asked:
+        from gates.workload import EngineShape
+        options["shape"] = EngineShape(**asked["shape"])
+    return options
+
+
+def mapped_weights(asked: dict) -> dict:
+    """The plan's seeded weights, mapped from the file the gate wrote once."""
+    return torch.load(asked["weights_file"], mmap=True, weights_only=True)
+
+
+def completions_digest(completions) -> str:
+    """Tokens and log-prob bits of every completion, in order (sha256)."""
+    digest = sha256()
+    for c in completions:
+        digest.update(repr(c.tokens).encode())
+        digest.update(c.logprob_tensor.float().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def completions_bits(completions) -> list:
+    """[tokens, log-prob int32 bit patterns] of every completion: what the trainer must score."""
+    return [[list(c.tokens), c.logprob_tensor.float().cpu().view(torch.int32).tolist()] for c in completions]
+
+
+_PROGRAM = """
+import gc, json, os, subprocess, sys, time, kernels, torch
+from gates.faults import register_all
+from gates.workload import Workload, make_engine, make_requests
+from kernels.contract import load_contract
+from kernels.models.config import load_model_config
+from hashlib import sha256
+{helpers}
+asked = json.loads(sys.argv[1])
+register_all()  # the contract under test may name a planted fault
+hold_to_cores(asked.get("cores"))
+options, sync = rollout_options(asked), (lambda: None)
+if asked.get("device", "cpu") != "cpu":  # the CPU baseline's tree predates gates.device.select
+    from gates import device
+    device.select(asked["device"])
+    sync = torch.cuda.synchronize
+config, contract = load_model_config(asked["config"]), load_contract(asked["contract"])
+weights, workload = mapped_weights(asked), Workload(**asked["workload"])
+engine = make_engine(config, contract, weights, workload, **options)
+engine.generate(make_requests(workload, config.vocab_size))
+sync()
+gc.collect()
+gc.freeze()  # the warm engine's objects leave the collector's generations, as serving engines do
+recorded = asked.get("device", "cpu") != "cpu"
+before, runs = (machine_state() if recorded else None), []
+print("{prefix}READY", flush=True)
+for line in sys.stdin:
+    words = line.split()
+    if not words or words[0] != "GO":
+        break
+    run_workload = Workload(**dict(asked["workload"], seed=int(words[1])))
+    engine.step_count = 0  # both trees' engines count arrival steps from here
+    collections = [g["collections"] for g in gc.get_stats()]
+    started, cpu_started = time.perf_counter(), time.process_time()
+    completions = engine.generate(make_requests(run_workload, config.vocab_size))
+    sync()
+    runs.append({{"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu_started,
+                 "tokens": sum(len(c.tokens) for c in completions),
+                 "gc_collections": [g["collections"] - c for g, c in zip(gc.get_stats(), collections)],
+                 "after": machine_state() if recorded else None}})
+    bits = completions_bits(completions) if words[2:] == ["bits"] else None
+    print("{prefix}DONE " + json.dumps({{"digest": completions_digest(completions), "bits": bits}}), flush=True)
+print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reported": runs,
+                                   "machine": {{"cores": sorted(os.sched_getaffinity(0)), "before": before}}}}),
+      flush=True)
+""".format(prefix=PREFIX, helpers="".join(getsource(f) for f in (
+    rollout_options, mapped_weights, completions_digest, completions_bits, hold_to_cores, machine_state)))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of every live thread of process `pid` so far (the kernel's schedstat, ns)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended between the listing and the read
+    return total / 1e9
+
+
+def _answer(worker, stderr, word: str) -> str:
+    """The payload of the worker's next `C10 <word>` line (other output skipped)."""
+    for line in worker.stdout:
+        if line.startswith(PREFIX + word):
+            return line[len(PREFIX + word):].strip()
+    stderr.seek(0)
+    raise RuntimeError(f"the timed worker ended before {word} (exit {worker.wait()}): {stderr.read()[-2000:]}")
+
+
+def drive(tree, asked: dict, seeds: list, *, cwd=None, bits_of_first=False) -> dict:
+    """Start a worker on `tree`'s kernels (PYTHONPATH=tree, cwd `cwd` or the tree), have it
+    generate each seed's workload in turn and time every run from here: {runs: [{seed,
+    digest, wall_s, cpu_s}], kernels, worker_reported, machine, process_s, bits (tokens and
+    log-prob bits of the first seed's completions when `bits_of_first`)}."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as stderr:
+        worker = subprocess.Popen([sys.executable, "-c", _PROGRAM, json.dumps(asked)], cwd=cwd or tree, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                  env=timed_environment(PYTHONPATH=str(tree)), bufsize=1)
+        try:  # a worker left behind would run beside the next one's timing
+            _answer(worker, stderr, "READY")
+            runs, bits = [], None
+            for index, seed in enumerate(seeds):
+                first = bits_of_first and index == 0
+                cpu_before, wall_before = cpu_seconds(worker.pid), time.perf_counter()
+                worker.stdin.write(f"GO {seed}{' bits' if first else ''}\n")
+                worker.stdin.flush()
+                done = json.loads(_answer(worker, stderr, "DONE"))
+                wall, cpu = time.perf_counter() - wall_before, cpu_seconds(worker.pid) - cpu_before
+                runs.append({"seed": seed, "digest": done["digest"], "wall_s": wall, "cpu_s": cpu})
+                bits = done["bits"] if first else bits
+            worker.stdin.write("END\n")
+            worker.stdin.flush()
+            end = json.loads(_answer(worker, stderr, "END"))
+        except BaseException:
+            worker.kill()
+            raise
+        finally:
+            worker.wait()
+    if not str(Path(end["kernels"] or "/").resolve()).startswith(str(Path(tree).resolve())):
+        raise RuntimeError(f"the timed worker in {tree} imported kernels from {end['kernels']}")
+    return {**end, "runs": runs, "bits": bits, "process_s": time.perf_counter() - started}

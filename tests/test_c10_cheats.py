@@ -1,0 +1,100 @@
+"""C10 against cheats in the candidate's kernels: a patched clock, outputs replayed from the
+warm run, the fast path taken where it is timed. The judge times its workers from outside
+(gates/timed_worker.py), draws each run's seed only at GO, and has the trainer score what the
+engine produced in its own process; each test plants one cheat and shows what catches it."""
+import json
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from gates.baseline import ROOT
+from gates.inputs import fresh_seed
+from gates.test_c10_performance import trainer_mismatches
+from gates.timed_worker import drive
+from gates.workload import seeded_weights
+from harness.cli import main
+from harness.exit_codes import EXIT_DIFFERENT
+from kernels.contract.contract import CONTRACT_DIR
+from kernels.models.config import load_model_config
+
+SLOW_CLOCKS = """
+import time as _time
+_time.perf_counter = lambda _clock=_time.perf_counter: _clock() / 1000
+_time.process_time = lambda _clock=_time.process_time: _clock() / 1000
+"""
+REPLAY_THE_WARM_RUN = """
+from kernels.engine import engine as _engine
+_generate = _engine.Engine.generate
+def _replay(self, requests, _memo=[]):
+    if not _memo:
+        _memo.append(_generate(self, requests))
+    return _memo[0]
+_engine.Engine.generate = _replay
+"""
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    """A small CPU plan on qwen3's cut, its seeded weights saved once."""
+    folder = tmp_path_factory.mktemp("c10-cheats")
+    weights = folder / "weights.pt"
+    torch.save(seeded_weights(load_model_config("qwen3-cut")), weights)
+    return {"config": "qwen3-cut", "contract": "consistent", "weights_file": str(weights),
+            "workload": {"num_sequences": 4, "new_tokens": 6, "arrival_spread": 2, "seed": fresh_seed()}}
+
+
+def _tree_with(tmp_path, cheat: str):
+    """A candidate tree: this repository's kernels with `cheat` run at their import."""
+    tree = tmp_path / "candidate"
+    shutil.copytree(ROOT / "kernels", tree / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "gates").symlink_to(ROOT / "gates", target_is_directory=True)
+    init = tree / "kernels" / "__init__.py"
+    init.write_text(init.read_text() + cheat)
+    return tree
+
+
+def test_a_patched_clock_does_not_move_what_the_judge_measures(plan, tmp_path):
+    """The worker's own clocks run 1000x slow; the judge's figures are its own: the cheat's
+    CPU time per run is within 3x of the honest worker's, the worker's report is not."""
+    seeds = [fresh_seed(), fresh_seed()]
+    honest = drive(ROOT, plan, seeds)
+    cheat = drive(_tree_with(tmp_path, SLOW_CLOCKS), plan, seeds)
+    reported = sum(run["cpu_s"] for run in cheat["worker_reported"])
+    judged = sum(run["cpu_s"] for run in cheat["runs"])
+    assert reported * 100 < judged, f"the cheat did not take: worker reports {reported} s, judge {judged} s"
+    assert 1 / 3 < judged / sum(run["cpu_s"] for run in honest["runs"]) < 3, (cheat["runs"], honest["runs"])
+    assert [r["digest"] for r in cheat["runs"]] == [r["digest"] for r in honest["runs"]]
+
+
+def test_outputs_replayed_from_the_warm_run_fail_the_trainers_scores(plan, tmp_path):
+    """An engine that answers every run with the warm run's completions answers instantly and
+    agrees with itself, reference worker included; the trainer, scoring those tokens after
+    the seed's own prompts, gives other bits (an honest worker's agree with it)."""
+    seeds = [fresh_seed(), fresh_seed()]
+    cheat = drive(_tree_with(tmp_path, REPLAY_THE_WARM_RUN), plan, seeds, bits_of_first=True)
+    assert cheat["runs"][0]["digest"] == cheat["runs"][1]["digest"], "the replay did not take"
+    assert trainer_mismatches(plan, seeds[0], cheat["bits"]) > 0
+    honest = drive(ROOT, plan, seeds[:1], bits_of_first=True)
+    assert trainer_mismatches(plan, seeds[0], honest["bits"]) == 0
+
+
+def test_the_fast_path_taken_in_timed_workers_fails_the_gate(tmp_path, monkeypatch):
+    """A contract whose engine log-prob turns engine-style in C10's worker processes only:
+    timed and reference outputs agree, the throughput passes, and the gate fails on the
+    trainer's scores."""
+    document = yaml.safe_load((CONTRACT_DIR / "consistent.yaml").read_text())
+    document["name"] = "consistent-planted-fast-in-a-worker"
+    for case in ("engine_prefill", "engine_decode", "engine_graph"):
+        document["regions"]["logprob"][case] = {"impl": "logprob.planted_fast_in_a_worker"}
+    contract = tmp_path / "switching.yaml"
+    contract.write_text(yaml.safe_dump(document))
+    monkeypatch.setenv("BITWISE_C10_PAIRS", "1")
+    assert main(["gates", "--model", "qwen3", "--only", "C10", "--contract", str(contract),
+                 "--out", str(tmp_path / "out")]) == EXIT_DIFFERENT
+    conditions = {c["name"]: c for c in json.loads((tmp_path / "out" / "C10.json").read_text())["conditions"]}
+    trainer = next(c for name, c in conditions.items() if name.startswith("the trainer scores"))
+    assert trainer["status"] == "fail" and trainer["differing_logprobs"] > 0, trainer
+    timed = next(c for name, c in conditions.items() if name.startswith("every timed candidate run"))
+    assert timed["status"] == "pass", "the switched path agrees with itself: only the trainer can see it"
