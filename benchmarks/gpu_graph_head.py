@@ -8,13 +8,17 @@ For each contract's sampler and log-prob variants and each batch: bf16 logits, h
 greedy with a tie for their maximum planted in a later chunk, the others at temperatures in
 (0.5, 1.5). Both heads must give the same tokens and the same log-prob bits (int views); the
 greedy rows must be torch.argmax's tokens. Times are medians of CUDA-graph replays of each
-head (do_bench), raw samples saved with the commit and the environment. Exit 1 on a mismatch.
+head (do_bench), raw samples saved with the commit and the environment. Then the scaling
+alone, three ways that must give the same bits: `logits / T` (torch's mixed-dtype path),
+`.float().div_(T)` and one Triton pass with an IEEE division (div_rn). Exit 1 on a mismatch.
 """
 import argparse
 import sys
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -38,6 +42,44 @@ def now(draw, logprob_of, logits, temperatures, greedy, keys):
     x = scaled(logits, temperatures)
     tokens = draw(x, greedy, keys)
     return tokens, logprob_of(x, tokens, None)
+
+
+@triton.jit
+def _scale_kernel(x_ptr, t_ptr, y_ptr, vocab, BLOCK: tl.constexpr):
+    row, offs = tl.program_id(0).to(tl.int64), tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < vocab
+    x = tl.load(x_ptr + row * vocab + offs, mask=mask).to(tl.float32)
+    tl.store(y_ptr + row * vocab + offs, tl.math.div_rn(x, tl.load(t_ptr + row)), mask=mask)
+
+
+def triton_scaled(logits, temperatures, block: int = 4096):
+    out = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+    _scale_kernel[(logits.shape[0], triton.cdiv(logits.shape[1], block))](logits, temperatures, out, logits.shape[1],
+                                                                          BLOCK=block, num_warps=8)
+    return out
+
+
+SCALINGS = {"mixed_div": lambda l, t: l / t[:, None], "float_div_": lambda l, t: l.float().div_(t[:, None]),
+            "triton_div_rn": triton_scaled}
+
+
+def time_scalings(results, failures, batches, vocab) -> None:
+    """The scaling alone, each way: median us and whether its bits are the mixed division's."""
+    print(f"{'scaling':<15}" + "".join(f"{'b' + str(b):>9}" for b in batches) + "  bits")
+    rows = {name: [] for name in SCALINGS}
+    for batch in batches:
+        logits, temperatures, _, _ = inputs(batch, vocab, seed=batch)
+        reference = SCALINGS["mixed_div"](logits, temperatures)
+        for name, scale in SCALINGS.items():
+            same = bool(torch.equal(scale(logits, temperatures).view(torch.int32), reference.view(torch.int32)))
+            samples = do_bench(lambda: scale(logits, temperatures), return_mode="all")
+            rows[name].append({"batch": batch, "same": same, "median_us": 1000 * sorted(samples)[len(samples) // 2],
+                               "samples_ms": samples})
+            failures += [] if same else [f"scaling {name} b{batch}"]
+    for name, cells in rows.items():
+        print(f"{name:<15}" + "".join(f"{c['median_us']:>9.1f}" for c in cells)
+              + f"  {'same' if all(c['same'] for c in cells) else 'DIFFER'}")
+    results["scalings"] = rows
 
 
 def inputs(batch: int, vocab: int, seed: int):
@@ -91,6 +133,7 @@ def main() -> int:
             failures += [f"{name} b{batch} {k}" for k, ok in same.items() if not ok]
             print(f"{name:<11}{batch:>6}{medians['before']:>11.1f}{medians['now']:>9.1f}"
                   f"{medians['now'] / medians['before']:>7.2f}  {'same' if all(same.values()) else same}")
+    time_scalings(results, failures, list(map(int, args.batches.split(","))), args.vocab)
     print("wrote", write_raw(results, args.out, "gpu_graph_head"))
     if failures:
         print("MISMATCH:", ", ".join(failures))
