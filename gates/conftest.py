@@ -1,11 +1,14 @@
 """The gates' pytest plugin: options naming what is under test, a `gate` fixture that records
 each pass condition with its measured figure, and one C<NN>.json per gate module written at
 the end of the session (status pass / fail / inconclusive / n/a, conditions, seeds, model, contract, commit,
-environment), so that reports and agents read data, not logs.
+environment), so that reports and agents read data, not logs. When the harness passes a pipe
+(BITWISE_VERDICT_FD), the same documents go down it once and it is closed: the harness keeps
+that copy, so an exit hook in the judged code that rewrites the files is caught.
 
   python -m pytest gates/test_c07_end_to_end.py --model qwen3 --contract consistent --gate-out RUN
 """
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -120,6 +123,7 @@ def pytest_sessionfinish(session, exitstatus):
         return
     Path(out).mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    sent = {}
     for name, records in _RECORDS.items():
         document = {
             "gate": name, "status": _status(records), "model": records[0].model,
@@ -131,3 +135,14 @@ def pytest_sessionfinish(session, exitstatus):
             "not_applicable": [r.not_applicable for r in records if r.not_applicable],
         }
         (Path(out) / f"{name}.json").write_text(json.dumps(document, indent=2, sort_keys=True))
+        sent[name] = document
+    _send_verdicts(sent)
+
+
+def _send_verdicts(documents: dict) -> None:
+    """Every gate's document, once, down the pipe the harness passed (BITWISE_VERDICT_FD), which
+    is then closed: what this process's exit hooks do to the files later cannot change it."""
+    fd = os.environ.get("BITWISE_VERDICT_FD")
+    if fd:
+        with os.fdopen(int(fd), "w") as pipe:
+            pipe.write(json.dumps(documents, sort_keys=True))

@@ -1,10 +1,14 @@
 """What a verdict on an agent's work is about, and what the judge imports: a fresh checkout
 of the agent's last commit (no uncommitted edits, no forged or committed bytecode), git's
 objects as they are (`git replace` is named and ignored), and only the tree's `kernels` on
-the judge's path (a planted `pytest/` cannot shadow the judge's)."""
+the judge's path (a planted `pytest/` cannot shadow the judge's); a verdict rewritten by an
+exit hook after the gate sent it is caught."""
+import json
 import subprocess
 import sys
 
+from harness.cli import main
+from harness.exit_codes import EXIT_DIFFERENT
 from harness.pristine import Isolation
 from harness.stages import agents as agents_stage
 from harness.workspace import branch_worktree, open_repo
@@ -132,3 +136,39 @@ def test_an_edited_judge_copy_is_refused(tmp_path):
         with pytest.raises(ValueError, match="TAMPERING: the judge's copy"):
             planted(edit).require_pristine()
     planted(lambda a: None).require_pristine()
+
+
+REWRITE_AT_EXIT = """
+import atexit, glob, json, sys
+
+def _forge():
+    if "--gate-out" in sys.argv:
+        for path in glob.glob(sys.argv[sys.argv.index("--gate-out") + 1] + "/C*.json"):
+            with open(path) as f:
+                document = json.load(f)
+            document["status"] = "pass"
+            for condition in document["conditions"]:
+                condition["status"] = "pass"
+            with open(path, "w") as f:
+                json.dump(document, f)
+
+atexit.register(_forge)
+"""
+
+
+def test_an_exit_hook_that_rewrites_the_verdict_is_caught(tmp_path, monkeypatch, capsys):
+    """Code that runs in the gate process (here a sitecustomize on its path, as a hook in the
+    judged kernels would) rewrites C07's failing JSON to a pass at exit; the harness keeps the
+    document the gate sent down its pipe before that, fails the gate and names the tampering."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(REWRITE_AT_EXIT)
+    monkeypatch.setenv("PYTHONPATH", str(hooks))
+    out = tmp_path / "out"
+    assert main(["gates", "--model", "qwen3", "--only", "C7", "--contract", "fast", "--out", str(out)]) == EXIT_DIFFERENT
+    assert "TAMPERING: C07.json: the verdict file changed after the gate process sent it" in capsys.readouterr().out
+    kept = json.loads((out / "C07.json").read_text())
+    assert kept["status"] == "fail"
+    failed = {c["name"] for c in kept["conditions"] if c["status"] == "fail"}
+    assert "the verdict file is the document the gate process sent" in failed
+    assert len(failed) > 1, "the gate's own failed conditions are kept"

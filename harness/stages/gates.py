@@ -6,9 +6,11 @@ and states its pass condition ("Passes when ..."), which `--list` prints.
 """
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -78,16 +80,66 @@ def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation
         if isolation is not None:
             isolation.require_pristine()
         where = ["--rootdir", str(GATES_DIR.parent)] if isolation is None else isolation.pytest_args()
-        subprocess.run([sys.executable, "-m", "pytest", str(path if isolation is None else isolation.gate_path(path)),
-                        "-q", "-p", "no:cacheprovider", *where, "--model", model, "--contract", contract,
-                        "--gate-out", str(out), "--device", device, "--size", size,
-                        *(["--checkpoint", checkpoint] if checkpoint else [])],
-                       cwd=GATES_DIR.parent if isolation is None else isolation.apparatus,
-                       env=None if isolation is None else isolation.env(), capture_output=True, text=True)
-        result = out / f"{name}.json"
-        statuses[name] = json.loads(result.read_text())["status"] if result.exists() else "fail"
+        sent = run_with_verdict_pipe(
+            [sys.executable, "-m", "pytest", str(path if isolation is None else isolation.gate_path(path)),
+             "-q", "-p", "no:cacheprovider", *where, "--model", model, "--contract", contract,
+             "--gate-out", str(out), "--device", device, "--size", size,
+             *(["--checkpoint", checkpoint] if checkpoint else [])],
+            cwd=GATES_DIR.parent if isolation is None else isolation.apparatus,
+            env=dict(os.environ) if isolation is None else isolation.env())
+        statuses[name] = keep_what_was_sent(out / f"{name}.json", sent.get(name))
         print(f"[{name}] {statuses[name]} in {time.perf_counter() - started:.1f} s", flush=True)
     return statuses
+
+
+def run_with_verdict_pipe(command: list, *, cwd, env: dict) -> dict:
+    """Run a gate process with a pipe for its verdicts (BITWISE_VERDICT_FD, gates/conftest.py),
+    read while it runs; {gate: document} it sent ({} if none, or not one JSON document)."""
+    read_end, write_end = os.pipe()
+    chunks = []
+    with os.fdopen(read_end) as pipe:
+        reader = threading.Thread(target=lambda: chunks.append(pipe.read()), daemon=True)
+        reader.start()
+        try:
+            subprocess.run(command, cwd=cwd, env={**env, "BITWISE_VERDICT_FD": str(write_end)},
+                           pass_fds=(write_end,), capture_output=True, text=True)
+        finally:
+            os.close(write_end)
+        reader.join()
+    try:
+        sent = json.loads(chunks[0]) if chunks and chunks[0] else {}
+    except json.JSONDecodeError:
+        return {}
+    return sent if isinstance(sent, dict) else {}
+
+
+def _canonical(document) -> str:
+    return json.dumps(document, sort_keys=True)  # as text: a NaN figure equals itself
+
+
+def keep_what_was_sent(result: Path, sent: dict | None) -> str:
+    """The gate's status from the document its process sent; a verdict file that is not that
+    document (rewritten after the verdict, or never sent) fails, the sent copy restored with
+    the tampering named."""
+    if sent is None:
+        if not result.exists():
+            return "fail"
+        problem, sent = "a verdict file that no gate process sent", {"gate": result.stem, "status": "fail",
+                                                                     "conditions": []}
+    elif not result.exists():
+        problem = "the gate process sent a verdict whose file is gone"
+    else:
+        try:
+            if _canonical(json.loads(result.read_text())) == _canonical(sent):
+                return sent["status"]
+        except json.JSONDecodeError:
+            pass
+        problem = "the verdict file changed after the gate process sent it"
+    sent = {**sent, "status": "fail", "conditions": sent["conditions"] + [
+        {"name": "the verdict file is the document the gate process sent", "status": "fail", "problem": problem}]}
+    result.write_text(json.dumps(sent, indent=2, sort_keys=True))
+    print(f"TAMPERING: {result.name}: {problem}", flush=True)
+    return "fail"
 
 
 def format_table(statuses: dict, out: Path) -> str:
