@@ -6,26 +6,31 @@ RegionDispatch observer) computed in batches of other random sequences, at a ran
 with 2 to 128 rows in all (64 one-token decodes at most; primes, powers of two and the
 largest affordable; the probe alone is the 1-row end), equal bit for bit the same rows
 computed with the probe alone; on the CPU the probe alone runs on 1 intra-op thread and the
-batches on at least 2 (an engine's and a trainer's pools may differ).
+batches on at least 2 (an engine's and a trainer's pools may differ); and the decode probes'
+contexts end on either side of the contract's key block and the config's SSM chunk and run
+past two key blocks (gates/boundaries.py; else vacuous, recorded as `coverage`).
 Negative control: the fast contract fails it, and so does the consistent contract with every
 linear region mapped to linear.fast_split_k (split-K below 64 rows only) or to
-linear.planted_thread_split_k (a reduction split per intra-op thread).
+linear.planted_thread_split_k (a reduction split per intra-op thread); decode probes that cross
+no boundary (BITWISE_C02_DECODE_HISTORIES) fail it as vacuous.
 
 What a batch is, per case (each batch runs wholly in its case; mixed steps are C03's):
 engine_prefill, prompt chunks (the probes: a 1-token prompt, a 7-token chunk starting at 12,
 a 21-token prompt) among chunks of other sequences, some past position 0; engine_decode and
-engine_graph, one-token decodes (eight probes, among them positions 15, 16, 33: either side
-of an SSM chunk and inside the second KV block) among decodes of other sequences
+engine_graph, one-token decodes (eight probes: two short ones, then either side of the first
+SSM chunk and key block boundaries, and past the second key block) among decodes of others
 (engine_graph is its contract binding run eagerly on CPU); trainer_fwd and trainer_bwd,
 whole sequences packed from position 0 (forward bits only). Histories are prefilled once into a TransientCache
 and every batch runs on a copy of it, so a probe meets identical state alone and in a batch.
 """
 import copy
+import os
 import random
 
 import torch
 
 from gates import device
+from gates.boundaries import coverage, key_block, ssm_chunk
 from gates.case_calls import intra_op_threads, thread_counts
 from gates.compare import first_bit_difference
 from gates.inputs import BATCH_SIZES, fresh_seed
@@ -42,13 +47,26 @@ KIND = {"engine_prefill": "prefill", "engine_decode": "decode", "engine_graph": 
 # Probes per kind of case: (history already in the cache, rows in the batch).
 # Decode probes are one row each, so there are more of them: a fault that moves a bf16 output
 # only now and then (split-K's fp32 partials, rounded) must still show in some probe's rows.
-PROBES = {"prefill": ((0, 1), (12, 7), (0, 21)),
-          "decode": ((15, 1), (16, 1), (33, 1), (1, 1), (8, 1), (24, 1), (40, 1), (47, 1)),
-          "trainer": ((0, 1), (0, 7), (0, 21))}
+# Their histories follow the contract's key block and the config's SSM chunk (decode_probes).
+FIXED_PROBES = {"prefill": ((0, 1), (12, 7), (0, 21)), "trainer": ((0, 1), (0, 7), (0, 21))}
+# tests set it (e.g. "1,2") to show that probes crossing no boundary fail as vacuous
+HISTORIES = os.environ.get("BITWISE_C02_DECODE_HISTORIES")
 MAX_ROWS = {"prefill": 128, "decode": 64, "trainer": 128}
 WHOLE_REGIONS = ("weight_quant",)  # outputs are weights, not rows
 POOL_SIZE, MAX_HISTORY, MAX_PIECE = 64, 10, 16
 PROBE_SEQ, POOL_SEQ = 1000, 2000
+
+
+def decode_probes(block: int, chunk: int) -> tuple:
+    """One-row decode probes whose contexts end on either side of the first SSM chunk and key
+    block boundaries and past the second key block, plus two short ones."""
+    histories = [int(h) for h in HISTORIES.split(",")] if HISTORIES else [
+        1, 8, chunk - 1, chunk, block - 1, block, block + 1, 2 * block + 1]
+    return tuple((h, 1) for h in dict.fromkeys(histories))
+
+
+def probes_for(contract, config) -> dict:
+    return {**FIXED_PROBES, "decode": decode_probes(key_block(contract), ssm_chunk(config))}
 
 
 class Capture:
@@ -93,12 +111,12 @@ def _rows_of(batch, calls, index: int) -> dict:
 class World:
     """The sequences of one case: probes, a pool of companions, their prefilled histories."""
 
-    def __init__(self, model, contract, case, rng):
+    def __init__(self, model, contract, case, rng, probes):
         self.model, self.contract, self.case, self.kind = model, contract, case, KIND[case]
         vocab = model.config.vocab_size
         self.tokens = lambda n: [rng.randrange(1, vocab) for _ in range(n)]
         self.probes = [(PROBE_SEQ + i, history, self.tokens(history + length))
-                       for i, (history, length) in enumerate(PROBES[self.kind])]
+                       for i, (history, length) in enumerate(probes[self.kind])]
         least = {"trainer": 0, "prefill": 0, "decode": 1}[self.kind]  # a decode follows a prompt
         most = 0 if self.kind == "trainer" else MAX_HISTORY
         self.pool = [(POOL_SEQ + j, rng.randint(least, most)) for j in range(POOL_SIZE)]
@@ -173,9 +191,9 @@ def _bit_figures(found) -> dict:
             "alone_bits": found.left_bits, "batch_bits": found.right_bits, "ulps": found.ulps}
 
 
-def _check_case(gate, model, contract, case, seed, size):
+def _check_case(gate, model, contract, case, seed, size, probes):
     rng = random.Random(seed)
-    world = World(model, contract, case, rng)
+    world = World(model, contract, case, rng, probes)
     kind = world.kind
     alone_threads, batch_threads = thread_counts()
     alone = {}
@@ -202,7 +220,7 @@ def _check_case(gate, model, contract, case, seed, size):
             batches_per_probe[index] += 1
             position = next(k for k, s in enumerate(batch.segments) if s.seq_id == world.probes[index][0])
             where = {"case": case, "batch_rows": num_rows, "num_segments": len(pieces),
-                     "probe": list(PROBES[kind][index]), "probe_first_row": batch.segments[position].row}
+                     "probe": list(probes[kind][index]), "probe_first_row": batch.segments[position].row}
             tally.compare(alone[index], _rows_of(batch, calls, position), where)
     gate.check(f"[{size}] {case}: probe rows equal alone and in batches of {sizes[0]}..{sizes[-1]} rows",
                tally.num_differing == 0 and min(batches_per_probe) > 0,
@@ -219,11 +237,18 @@ def test_rows_do_not_depend_on_the_batch(gate, size):
     contract = load_contract(gate.contract)
     model_seed = fresh_seed() % 1000
     model = subject_model(gate, config, model_seed).requires_grad_(False).to(device.target())
+    probes = probes_for(contract, config)
+    crossed = coverage([history + 1 for history, _ in probes["decode"]], key_block(contract), ssm_chunk(config))
     gate.inputs = {"config": subject_label(gate, size), "model_seed": model_seed,
-                   "probes": {kind: [list(p) for p in probes] for kind, probes in PROBES.items()},
-                   "seeds": {}, "batch_rows": {}}
+                   "probes": {kind: [list(p) for p in kind_probes] for kind, kind_probes in probes.items()},
+                   "coverage": crossed, "seeds": {}, "batch_rows": {}}
+    has_ssm = hasattr(config, "chunk_size")
+    gate.check(f"[{size}] decode probes end either side of a key block{' and an SSM chunk' if has_ssm else ''} "
+               f"and past two key blocks (else vacuous)",
+               crossed["either_side_of_a_key_block"] and crossed["key_blocks_crossed"] >= 2
+               and (crossed["either_side_of_an_ssm_chunk"] or not has_ssm), **crossed)
     for case in KIND:
         seed = fresh_seed()
         gate.inputs["seeds"][case] = seed
-        gate.inputs["batch_rows"][case] = _check_case(gate, model, contract, case, seed, size)
+        gate.inputs["batch_rows"][case] = _check_case(gate, model, contract, case, seed, size, probes)
     gate.verdict()

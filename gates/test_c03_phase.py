@@ -25,12 +25,12 @@ import random
 import torch
 
 from gates import device
+from gates.boundaries import coverage, key_block, ssm_chunk
 from gates.compare import first_bit_difference
 from gates.inputs import fresh_seed
 from gates.subject import parametrize_sizes, subject_config, subject_label, subject_model
 from gates.workload import Workload, make_requests
 from kernels.contract import load_contract
-from kernels.contract.regions import CASES
 from kernels.engine.engine import Engine
 from kernels.models.batch import Segment, TokenBatch
 from kernels.models.dispatch import RegionDispatch
@@ -40,8 +40,6 @@ REGIONS = ("attention", "ssm_scan")  # per-sequence regions whose rows are compa
 NUM_SEQUENCES, MIN_LENGTH = 2, 17
 # the longest sequence runs past this many of the attention's key blocks (tests set 0: vacuous)
 KEY_BLOCKS_CROSSED = int(os.environ.get("BITWISE_C03_KEY_BLOCKS", "3"))
-KEY_BLOCK_CONSTANTS = ("block_kv", "tokens_per_split")  # attention constants that cut the keys
-DEFAULT_KEY_BLOCK = 32  # the fast paged kernels' key block (kernels/ops/attention.py FAST_BLOCK_KV)
 ENGINE_TOKENS_PER_STEP, ENGINE_BLOCK_SIZE = 12, 16
 
 
@@ -168,34 +166,18 @@ def _engine_run(config, contract, model, seed):
     return recorder.sequences(), tokens, facts
 
 
-def key_block(contract) -> int:
-    """The widest key block any case's attention binding pins (block_kv, tokens_per_split),
-    or the fast kernels' key block where none is pinned: what the probes must run past."""
-    pinned = [value for case in CASES for name, value in contract.binding("attention", case).constants
-              if name in KEY_BLOCK_CONSTANTS]
-    return max(pinned, default=DEFAULT_KEY_BLOCK)
-
-
-def coverage(lengths, block: int, ssm_chunk: int) -> dict:
-    """Which boundaries the probes' positions crossed: key blocks and SSM chunks (as counts of
-    whole blocks before the longest sequence's last token)."""
-    longest = max(lengths)
-    return {"key_block": block, "longest_context": longest, "key_blocks_crossed": (longest - 1) // block,
-            "ssm_chunk": ssm_chunk, "ssm_chunks_crossed": (longest - 1) // ssm_chunk}
-
-
 def test_every_phase_gives_the_same_bits(gate, size):
     name = subject_label(gate, size)
     config, contract = subject_config(gate, size), load_contract(gate.contract)
     seed = fresh_seed()
     rng = random.Random(seed)
     model = subject_model(gate, config, seed % 1000).requires_grad_(False).to(device.target())
-    block, ssm_chunk = key_block(contract), getattr(config, "chunk_size", 16)
+    block, chunk = key_block(contract), ssm_chunk(config)
     longest = KEY_BLOCKS_CROSSED * block + rng.randint(1, max(1, block // 2))
     lengths = [longest] + [rng.randint(MIN_LENGTH, max(MIN_LENGTH, 2 * block)) for _ in range(NUM_SEQUENCES - 1)]
     tokens = [[rng.randrange(1, config.vocab_size) for _ in range(n)] for n in lengths]
-    chunk_sizes = (5, ssm_chunk - 1, ssm_chunk, ssm_chunk + 1)
-    crossed = coverage(lengths, block, ssm_chunk)
+    chunk_sizes = (5, chunk - 1, chunk, chunk + 1)
+    crossed = coverage(lengths, block, chunk)
     gate.inputs = {"config": name, "seed": seed, "model_seed": seed % 1000, "lengths": lengths,
                    "chunk_sizes": list(chunk_sizes), "kv_cache_dtype": config.kv_cache_dtype, "coverage": crossed}
     has_ssm = hasattr(config, "chunk_size")

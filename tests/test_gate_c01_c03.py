@@ -53,9 +53,11 @@ def test_consistent_contract_passes(tmp_path, model):
     assert code == EXIT_OK
     c01 = results["C01"]
     assert c01["inputs"][0]["num_outputs_compared"] > 500 and len(c01["conditions"]) == 3 * len(CASES)
-    c02 = {c["name"].split(":")[0]: c for c in results["C02"]["conditions"]}
+    c02 = {c["name"].split(":")[0]: c for c in results["C02"]["conditions"] if "batch_rows" in c}
     sizes = ["[cut]"] + (["[cut-quant]"] if model == "nemotron" else [])  # the quantized cut ships for nemotron
     assert set(c02) == {f"{size} {case}" for size in sizes for case in CASES}
+    crossed = [c for c in results["C02"]["conditions"] if "(else vacuous)" in c["name"]]
+    assert len(crossed) == len(sizes) and all(c["either_side_of_a_key_block"] for c in crossed)
     assert c02["[cut] engine_decode"]["batch_rows"][-1] == 64
     assert c02["[cut] trainer_fwd"]["batch_rows"] == [2, 3, 5, 7, 8, 13, 16, 31, 64, 127, 128]
     c03 = [c["name"] for c in results["C03"]["conditions"]]
@@ -105,6 +107,17 @@ def test_c03_fails_as_vacuous_when_no_probe_crosses_the_key_blocks(tmp_path, mon
     failed = _failed(results["C03"])
     assert set(failed) == {"[cut] the probes cross 2+ key blocks (else vacuous)"}, set(failed)
     assert failed["[cut] the probes cross 2+ key blocks (else vacuous)"]["key_blocks_crossed"] < 2
+
+
+def test_c02_fails_as_vacuous_when_no_decode_probe_crosses_a_boundary(tmp_path, monkeypatch):
+    """Decode probes at positions 1 and 2 only: every row agrees, and C02 fails on coverage."""
+    monkeypatch.setenv("BITWISE_C02_DECODE_HISTORIES", "1,2")
+    code, results = _gates(tmp_path, "qwen3", "C2")
+    assert code == EXIT_DIFFERENT
+    failed = _failed(results["C02"])
+    assert list(failed) == ["[cut] decode probes end either side of a key block and past two key blocks "
+                            "(else vacuous)"], set(failed)
+    assert not next(iter(failed.values()))["either_side_of_a_key_block"]
 
 
 def test_c02_catches_a_per_batch_activation_scale_on_the_quantized_cut(tmp_path):

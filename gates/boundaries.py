@@ -1,0 +1,36 @@
+"""The boundaries a gate's inputs must cross, read from the contract and the model config,
+never hard-coded: the attention's key block (the widest `block_kv` or `tokens_per_split` any
+case pins, else the fast kernels' key block) and the Mamba scan's chunk. A fault that lives
+at a boundary (a split that starts at the second key block, a chunk carried wrongly) shows
+only in inputs on both sides of it, so the gates place probes there and record what they
+crossed (`coverage`); a gate whose inputs crossed none fails as vacuous.
+"""
+from kernels.contract.regions import CASES
+
+KEY_BLOCK_CONSTANTS = ("block_kv", "tokens_per_split")  # attention constants that cut the keys
+DEFAULT_KEY_BLOCK = 32  # the fast paged kernels' key block (kernels/ops/attention.py FAST_BLOCK_KV)
+DEFAULT_SSM_CHUNK = 16
+
+
+def key_block(contract) -> int:
+    """The widest key block any case's attention binding pins, or the fast kernels' where
+    none is pinned: what the probes must run past."""
+    pinned = [value for case in CASES for name, value in contract.binding("attention", case).constants
+              if name in KEY_BLOCK_CONSTANTS]
+    return max(pinned, default=DEFAULT_KEY_BLOCK)
+
+
+def ssm_chunk(config) -> int:
+    return getattr(config, "chunk_size", DEFAULT_SSM_CHUNK)
+
+
+def coverage(lengths, block: int, chunk: int) -> dict:
+    """Which boundaries contexts of `lengths` tokens crossed: key blocks and SSM chunks (as
+    counts of whole blocks before the longest context's last token), and whether some
+    context ends on each side of the first boundary of each (a block's last key, the next
+    block's first)."""
+    longest, ends = max(lengths), set(lengths)
+    return {"key_block": block, "longest_context": longest, "key_blocks_crossed": (longest - 1) // block,
+            "either_side_of_a_key_block": {block, block + 1} <= ends,
+            "ssm_chunk": chunk, "ssm_chunks_crossed": (longest - 1) // chunk,
+            "either_side_of_an_ssm_chunk": {chunk, chunk + 1} <= ends}
