@@ -4,8 +4,9 @@ warmed engine when the judge says go, timed by the judge from outside.
 The worker builds the engine, warms it on the plan's own workload (Triton compiles, decode
 graphs captured, weights copied: untimed), freezes the collector, says `C10 READY` and then
 reads `GO <seed>` lines: each runs the plan's workload under a seed the judge draws only then,
-so no output can be prepared before the clock starts, and answers `C10 DONE <digest>` (sha256
-of every completion's tokens and log-prob bits). The judge timestamps GO and DONE itself and
+so no output can be prepared before the clock starts, answers `C10 DONE <digest>` (sha256
+of every completion's tokens and log-prob bits), records what it keeps of the run (its own
+times, the GPU's clocks) and says READY again before the judge's next GO. The judge timestamps GO and DONE itself and
 reads the worker's CPU time from /proc/<pid>/task/*/schedstat (the kernel's count, all
 threads), so a worker that patches its own clocks, answers early or replays cached outputs
 changes nothing it is judged by: a wrong digest fails the gate. What the worker measures of
@@ -94,12 +95,14 @@ for line in sys.stdin:
     started, cpu_started = time.perf_counter(), time.process_time()
     completions = engine.generate(make_requests(run_workload, config.vocab_size))
     sync()
-    runs.append({{"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu_started,
-                 "tokens": sum(len(c.tokens) for c in completions),
+    wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+    digest = completions_digest(completions)
+    print("{prefix}DONE " + json.dumps({{"digest": digest}}), flush=True)  # the judge's clock stops here
+    runs.append({{"wall_s": wall_s, "cpu_s": cpu_s, "tokens": sum(len(c.tokens) for c in completions),
                  "gc_collections": [g["collections"] - c for g, c in zip(gc.get_stats(), collections)],
-                 "after": machine_state() if recorded else None}})
-    bits = completions_bits(completions) if words[2:] == ["bits"] else None
-    print("{prefix}DONE " + json.dumps({{"digest": completions_digest(completions), "bits": bits}}), flush=True)
+                 "after": machine_state() if recorded else None,
+                 "bits": completions_bits(completions) if words[2:] == ["bits"] else None}})
+    print("{prefix}READY", flush=True)  # bookkeeping done: the next run's clock may start
 print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reported": runs,
                                    "machine": {{"cores": sorted(os.sched_getaffinity(0)), "before": before}}}}),
       flush=True)
@@ -139,16 +142,17 @@ def drive(tree, asked: dict, seeds: list, *, cwd=None, bits_of_first=False) -> d
                                   env=timed_environment(PYTHONPATH=str(tree)), bufsize=1)
         try:  # a worker left behind would run beside the next one's timing
             _answer(worker, stderr, "READY")
-            runs, bits = [], None
+            runs = []
             for index, seed in enumerate(seeds):
-                first = bits_of_first and index == 0
+                if index:
+                    _answer(worker, stderr, "READY")
                 cpu_before, wall_before = cpu_seconds(worker.pid), time.perf_counter()
-                worker.stdin.write(f"GO {seed}{' bits' if first else ''}\n")
+                worker.stdin.write(f"GO {seed}{' bits' if bits_of_first and index == 0 else ''}\n")
                 worker.stdin.flush()
                 done = json.loads(_answer(worker, stderr, "DONE"))
                 wall, cpu = time.perf_counter() - wall_before, cpu_seconds(worker.pid) - cpu_before
                 runs.append({"seed": seed, "digest": done["digest"], "wall_s": wall, "cpu_s": cpu})
-                bits = done["bits"] if first else bits
+            _answer(worker, stderr, "READY")
             worker.stdin.write("END\n")
             worker.stdin.flush()
             end = json.loads(_answer(worker, stderr, "END"))
@@ -159,4 +163,8 @@ def drive(tree, asked: dict, seeds: list, *, cwd=None, bits_of_first=False) -> d
             worker.wait()
     if not str(Path(end["kernels"] or "/").resolve()).startswith(str(Path(tree).resolve())):
         raise RuntimeError(f"the timed worker in {tree} imported kernels from {end['kernels']}")
+    reported = end["worker_reported"]
+    bits = reported[0].pop("bits") if reported and bits_of_first else None
+    for run in reported:
+        run.pop("bits", None)
     return {**end, "runs": runs, "bits": bits, "process_s": time.perf_counter() - started}
