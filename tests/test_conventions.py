@@ -57,3 +57,16 @@ def test_every_gate_names_itself_and_states_its_pass_condition():
         number = path.name[6:8]
         assert doc.startswith(f"Gate C{number}: "), f"{path.name}: docstring must start 'Gate C{number}: '"
         assert "Passes when" in doc and "Negative control" in doc, f"{path.name}: state the pass condition and the negative control"
+
+
+def test_kernels_is_this_repository_s_package_wherever_python_starts():
+    """`import kernels` outside the repository (the harness's console script, an agent's
+    shell) finds this package, not another distribution's top-level `kernels` (Hugging Face's,
+    which transformers 5.25 requires: pyproject pins transformers below it)."""
+    import subprocess
+    import sys
+    found = subprocess.run([sys.executable, "-c", "import kernels; print(kernels.__file__)"], cwd="/",
+                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert found.returncode == 0, found.stderr[-1000:]
+    assert Path(found.stdout.strip()).resolve().is_relative_to(ROOT), (
+        f"`kernels` resolves to {found.stdout.strip()}: another installed package shadows this one")
