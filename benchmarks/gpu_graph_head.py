@@ -24,7 +24,8 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from kernels.ops import logprob, sampler  # noqa: E402
-from kernels.ops.sampler import mix_seed, scaled  # noqa: E402
+from kernels.ops.logprob import scaled  # noqa: E402
+from kernels.ops.sampler import mix_seed  # noqa: E402
 
 CONTRACTS = {"consistent": (sampler.consistent_draw, logprob.consistent),
              "fast": (sampler.fast_draw, logprob.fast_log_softmax)}

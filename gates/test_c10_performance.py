@@ -39,7 +39,6 @@ kernels (tests/test_c10_cheats.py): a patched clock with a slow path, outputs re
 from the warm run, the fast path taken when timed.
 """
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -55,13 +54,12 @@ from gates.ratio_verdict import decide
 from gates.subject import subject_config_path
 from gates.timed_worker import drive, mapped_weights
 from gates.timing_state import timing_cores
-from gates.workload import Workload, make_requests, seeded_weights
+from gates.workload import Workload, make_requests, score_sequences, seeded_weights
 from kernels.contract import load_contract
 from kernels.engine.graphs import graphs_unsupported
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
 from kernels.trainer.logprobs import ScoredSequence
-from kernels.trainer.trainer import Trainer
 
 FLOOR = float(os.environ.get("BITWISE_C10_FLOOR", "0.70"))
 PAIRS = int(os.environ.get("BITWISE_C10_PAIRS", "3"))  # the tests' negative control times one pair
@@ -119,9 +117,9 @@ def graphs_refused(tree, config: str) -> str:
 
 
 def write_weights(config: str, folder: str) -> str:
-    """The model's seeded weights saved once for every process to map: seeding a full-width
-    model on the host takes tens of seconds, which each of the 2 x PAIRS processes would
-    otherwise spend (the gate's time, never the timed one's)."""
+    """The model's seeded weights saved once for every worker to map: seeding a full-width
+    model on the host takes tens of seconds, which each worker process would otherwise
+    spend (the gate's time, never the timed one's)."""
     path = os.path.join(folder, "weights.pt")
     torch.save(seeded_weights(load_model_config(config)), path)
     return path
@@ -133,9 +131,9 @@ def trainer_mismatches(asked: dict, seed: int, bits: list) -> int:
     register_all()  # the contract under test may name a planted fault
     config = load_model_config(asked["config"])
     requests = make_requests(Workload(**dict(asked["workload"], seed=seed)), config.vocab_size)
-    trainer = Trainer(config, load_contract(asked["contract"]), weights=mapped_weights(asked), device=device.target())
-    scores = trainer.score([ScoredSequence(r.prompt, tuple(tokens), r.params.logprob_temperature)
-                            for r, (tokens, _) in zip(requests, bits)])
+    scores = score_sequences(config, load_contract(asked["contract"]), mapped_weights(asked),
+                             [ScoredSequence(r.prompt, tuple(tokens), r.params.logprob_temperature)
+                              for r, (tokens, _) in zip(requests, bits)])
     return sum(int((s.float().cpu().view(torch.int32) != torch.tensor(b, dtype=torch.int32)).sum())
                for s, (_, b) in zip(scores, bits))
 
@@ -158,7 +156,7 @@ def test_throughput_against_the_frozen_baseline(gate):
         gate.check("the frozen baseline exists", False, problem=no_baseline(target))
         gate.verdict()
     apparatus = os.environ.get("BITWISE_APPARATUS")  # the judged tree's workers run from the pristine gates
-    draw, repeats = random.SystemRandom(), asked.get("repeats", 1)
+    repeats = asked.get("repeats", 1)
     tokens_per_run = asked["workload"]["num_sequences"] * asked["workload"]["new_tokens"]  # no stop token
     keys = ("tokens_per_s", "wall_tokens_per_s", "runs_tokens_per_s", "digests", "process_s", "machine")
     figures, seeds = {key: {"baseline": [], "candidate": []} for key in keys}, []
@@ -180,7 +178,7 @@ def test_throughput_against_the_frozen_baseline(gate):
                                           if os.path.exists(gate.contract) else gate.contract), apparatus)}
         verdict = None
         while verdict is None or (verdict.status == "inconclusive" and len(seeds) < MAX_PAIRS):
-            seeds.append([draw.randrange(2**31) for _ in range(repeats)])  # drawn now: nothing prepared
+            seeds.append([fresh_seed() for _ in range(repeats)])  # drawn now: nothing prepared
             for side, (tree, side_asked, cwd) in sides.items():
                 answer = drive(tree, side_asked, seeds[-1], cwd=cwd)
                 for key, value in sample(answer, tokens_per_run, target).items():

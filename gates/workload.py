@@ -87,9 +87,15 @@ def rollout(config, contract, weights, workload: Workload, shape: EngineShape = 
 
 def score(config, contract, weights, completions, *, micro_batch_size=8, layout="packed"):
     """The trainer's per-token log-probs of the same completions."""
+    return score_sequences(config, contract, weights, scored_sequences(completions),
+                           micro_batch_size=micro_batch_size, layout=layout)
+
+
+def score_sequences(config, contract, weights, sequences, *, micro_batch_size=8, layout="packed"):
+    """The trainer's per-token log-probs of ScoredSequences (prompt, completion, temperature)."""
     trainer = Trainer(config, contract, weights=weights, micro_batch_size=micro_batch_size,
                       layout=layout, device=device.target())
-    return trainer.score(scored_sequences(completions))
+    return trainer.score(sequences)
 
 
 def seeded_weights(config, model_seed: int = 0) -> dict:

@@ -4,13 +4,15 @@ tokens are collected.
 
 The draw is the sampler variant's tensor form (`variant.draw`), the arithmetic its eager form
 runs after truncation, so an untruncated row gets the eager bits (gate C5). The logits are
-scaled by the temperatures once; the log-prob takes them scaled (temperatures None). Top-k / top-p rows
-are drawn again from the captured logits; full log-prob rows and untensored samplers go eager.
+scaled by the temperatures once; the log-prob takes them scaled (temperatures None). Top-k /
+top-p rows are drawn again from the captured logits; full log-prob rows and untensored
+samplers go eager.
 """
 import torch
 
 from kernels.engine.pinned import StagingSets
-from kernels.ops.sampler import row_tensors, scaled, truncates
+from kernels.ops.logprob import scaled
+from kernels.ops.sampler import row_tensors, truncates
 from kernels.ops.transfer import to_device
 
 

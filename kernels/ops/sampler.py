@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.ops.logprob import scaled  # noqa: F401  (the sampler's scaling; graph heads import it here)
+from kernels.ops.logprob import scaled
 from kernels.ops.reduction import row_prefix_sum, row_sum
 from kernels.ops.transfer import to_device
 
