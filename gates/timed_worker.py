@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from gates.cpu_timing import timed_environment
-from gates.timing_state import hold_to_cores, machine_state
+from gates.timing_state import hold_to_cores, host_state, machine_state
 
 PREFIX = "C10 "
 
@@ -107,7 +107,7 @@ print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reporte
                                    "machine": {{"cores": sorted(os.sched_getaffinity(0)), "before": before}}}}),
       flush=True)
 """.format(prefix=PREFIX, helpers="".join(getsource(f) for f in (
-    rollout_options, mapped_weights, completions_digest, completions_bits, hold_to_cores, machine_state)))
+    rollout_options, mapped_weights, completions_digest, completions_bits, hold_to_cores, host_state, machine_state)))
 
 
 def cpu_seconds(pid: int) -> float:
