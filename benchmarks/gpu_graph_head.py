@@ -10,20 +10,19 @@ greedy with a tie for their maximum planted in a later chunk, the others at temp
 greedy rows must be torch.argmax's tokens. Times are medians of CUDA-graph replays of each
 head (do_bench), raw samples saved with the commit and the environment. Then the scaling
 alone, three ways that must give the same bits: `logits / T` (torch's mixed-dtype path),
-`.float().div_(T)` and one Triton pass with an IEEE division (div_rn). Exit 1 on a mismatch.
+`.float().div_(T)` and one Triton pass with an IEEE division (kernels/ops/logprob_triton.py,
+what `scaled` runs on CUDA since it measured fastest). Exit 1 on a mismatch.
 """
 import argparse
 import sys
 from pathlib import Path
 
 import torch
-import triton
-import triton.language as tl
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
-from kernels.ops import logprob, sampler  # noqa: E402
+from kernels.ops import logprob, logprob_triton, sampler  # noqa: E402
 from kernels.ops.logprob import scaled  # noqa: E402
 from kernels.ops.sampler import mix_seed  # noqa: E402
 
@@ -45,23 +44,8 @@ def now(draw, logprob_of, logits, temperatures, greedy, keys):
     return tokens, logprob_of(x, tokens, None)
 
 
-@triton.jit
-def _scale_kernel(x_ptr, t_ptr, y_ptr, vocab, BLOCK: tl.constexpr):
-    row, offs = tl.program_id(0).to(tl.int64), tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < vocab
-    x = tl.load(x_ptr + row * vocab + offs, mask=mask).to(tl.float32)
-    tl.store(y_ptr + row * vocab + offs, tl.math.div_rn(x, tl.load(t_ptr + row)), mask=mask)
-
-
-def triton_scaled(logits, temperatures, block: int = 4096):
-    out = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
-    _scale_kernel[(logits.shape[0], triton.cdiv(logits.shape[1], block))](logits, temperatures, out, logits.shape[1],
-                                                                          BLOCK=block, num_warps=8)
-    return out
-
-
 SCALINGS = {"mixed_div": lambda l, t: l / t[:, None], "float_div_": lambda l, t: l.float().div_(t[:, None]),
-            "triton_div_rn": triton_scaled}
+            "triton_div_rn": logprob_triton.scale_rows}
 
 
 def time_scalings(results, failures, batches, vocab) -> None:

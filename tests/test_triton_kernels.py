@@ -218,6 +218,29 @@ def check_grouped_fast_experts_match_the_loop(moe_cuda, fresh_seed):
 LENGTHS = (1, 200, 1000, 3000, 9000)  # one per BLOCK_TABLE entry, with ragged tails
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16))  # bf16 is broken in the interpreter
+def check_scaled_rows_have_torch_division_bits(dtype, fresh_seed):
+    """logprob_triton.scale_rows (`scaled` on CUDA outside autograd) gives the bits of torch's
+    x.float() / t[:, None] over a vocabulary that is not a multiple of BLOCK, with signed
+    zeros, subnormals (fp32 quotients over a huge temperature, fp16 logits) and temperatures
+    that round; a division by (1 + ulp) instead is
+    caught (negative control)."""
+    module = _import_kernel("logprob_triton")
+    gen = torch.Generator().manual_seed(fresh_seed)
+    rows, vocab = 3, module.BLOCK + 37
+    x = (torch.randn(rows, vocab, generator=gen) * 8).to(dtype)
+    x[:, :4] = torch.tensor([0.0, -0.0, 1e-7, -6e-8]).to(dtype)  # signed zeros, fp16 subnormals
+    t = torch.tensor([0.7, 1.3, 3e37 if dtype == torch.float32 else 0.3])
+    ours, torchs = module.scale_rows(x, t), x.float() / t[:, None]
+    assert_bitwise_equal(ours, torchs, f"{dtype} seed={fresh_seed}")
+    assert torch.signbit(ours[:, 1]).all() and (ours[:, 0] == 0).all() and not torch.signbit(ours[:, 0]).any()
+    subnormal = (ours != 0) & (ours.abs() < torch.finfo(torch.float32).tiny) if dtype == torch.float32 else \
+        (x != 0) & (x.abs() < torch.finfo(dtype).tiny)  # half: subnormal logits widened
+    assert subnormal.any(), f"no subnormal occurred ({dtype})"
+    off = x.float() / (t * (1 + torch.finfo(torch.float32).eps))[:, None]
+    assert first_bit_difference(ours, off) is not None
+
+
 @pytest.mark.parametrize("length", LENGTHS)
 def check_row_sum_is_batch_invariant(reduction, length, fresh_seed):
     x = torch.randn(8, length, generator=torch.Generator().manual_seed(fresh_seed))

@@ -5,10 +5,12 @@ Consistency: engines and trainers usually reach this number by different formula
 (`log_softmax` then gather in the sampler, `x[t] - logsumexp(x)` in the trainer's selective
 log-softmax): algebraically equal, bitwise not. The consistent variant is one formula, one
 row reduction in a batch-independent order (kernels/ops/reduction.py), called by both sides.
-Reference: gates/reference/logprob.py.
+On CUDA, outside autograd, the temperature division is one Triton pass with the same bits
+(kernels/ops/logprob_triton.py). Reference: gates/reference/logprob.py.
 """
 import torch
 
+from kernels.ops.autograd_use import records_graph
 from kernels.ops.reduction import row_sum
 
 
@@ -18,7 +20,12 @@ def scaled(logits, temperatures):
     already over their temperature (a graph head scales once for its draw and log-prob)."""
     if logits.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         logits = logits.float()
-    return logits.float() if temperatures is None else logits / temperatures.float()[:, None]
+    if temperatures is None:
+        return logits.float()
+    if logits.device.type == "cuda" and logits.dim() == 2 and logits.is_contiguous() and not records_graph(logits):
+        from kernels.ops import logprob_triton  # imports Triton: CUDA machines only
+        return logprob_triton.scale_rows(logits, temperatures)
+    return logits / temperatures.float()[:, None]
 
 
 def fast_log_softmax(logits, targets, temperatures, *, full=False):
