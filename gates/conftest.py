@@ -11,15 +11,14 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from gates import device
-from gates.faults import register_all
-from kernels.contract.identity import deployment_fingerprint
+from gates.candidate import ask
 
-register_all()  # contracts may name planted faults (gates/faults.py)
 _RECORDS: dict = {}
 
 
@@ -40,6 +39,24 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     device.select(config.getoption("--device"))
+
+
+def pytest_collection_finish(session):
+    """Gates that run the code under test in this process get the planted faults registered
+    (contracts may name them: gates/faults.py); a gate module that sets CANDIDATE_IN_WORKERS
+    imports none of it here (gates/candidate.py), and its workers register them."""
+    if any(not getattr(item.module, "CANDIDATE_IN_WORKERS", False) for item in session.items):
+        from gates.faults import register_all
+        register_all()
+
+
+def _environment() -> dict:
+    """The stack's deployment fingerprint, taken without loading the code under test here
+    when this process has not already (a worker reports it)."""
+    if "kernels" in sys.modules:
+        from kernels.contract.identity import deployment_fingerprint
+        return deployment_fingerprint()
+    return ask("environment", {"device": device.target()})
 
 
 class GateRecord:
@@ -123,13 +140,13 @@ def pytest_sessionfinish(session, exitstatus):
         return
     Path(out).mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    sent = {}
+    sent, environment = {}, _environment()
     for name, records in _RECORDS.items():
         document = {
             "gate": name, "status": _status(records), "model": records[0].model,
             "contract": records[0].contract, "checkpoint": records[0].checkpoint, "device": device.target(),
             "commit": commit,
-            "environment": deployment_fingerprint(),
+            "environment": environment,
             "conditions": [c for r in records for c in r.conditions],
             "inputs": [r.inputs for r in records],
             "not_applicable": [r.not_applicable for r in records if r.not_applicable],

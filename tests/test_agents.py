@@ -303,8 +303,8 @@ def test_a_command_leaves_no_process_behind_and_reaches_no_network(worktree):
     """A setsid daemon (it left the process group, so a group kill misses it) dies with the
     command's PID namespace; a loopback server the test holds open is unreachable from it."""
     import socket
-    from harness.agents import sandbox
-    assert sandbox.unavailable() is None, f"agents' commands must run sandboxed here: {sandbox.unavailable()}"
+    from gates import confine
+    assert confine.unavailable() is None, f"agents' commands must run sandboxed here: {confine.unavailable()}"
     tools = worktree_tools(worktree, command_timeout_s=30)
     marker = worktree / "daemon-was-alive"
     out = tools["run_command"].handler({"command": f"(setsid sh -c 'sleep 1; touch {marker}' &); echo started"})
@@ -323,8 +323,8 @@ def test_a_command_writes_only_its_worktree_git_and_scratch(tmp_path):
     nothing can be written (a sibling worktree, /tmp, the virtual environment), a hard link to
     a file elsewhere is refused, and the agent can still commit."""
     import git
-    from harness.agents import sandbox
-    assert sandbox.unavailable() is None, f"agents' commands must run confined here: {sandbox.unavailable()}"
+    from gates import confine
+    assert confine.unavailable() is None, f"agents' commands must run confined here: {confine.unavailable()}"
     repo = git.Repo.init(tmp_path / "repo")
     (tmp_path / "repo" / "a.py").write_text("A = 1\n")
     repo.index.add(["a.py"])

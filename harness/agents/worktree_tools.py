@@ -2,7 +2,7 @@
 
 A path is resolved (symlinks followed, `..` collapsed) and must land inside the worktree, else
 the tool answers "error: ..." and touches nothing. run_command runs confined
-(harness/agents/sandbox.py: nothing it starts outlives it, no network, nothing writable but
+(gates/confine.py: nothing it starts outlives it, no network, nothing writable but
 the worktree, the repository's git directory for its commits and a scratch TMPDIR removed
 after the command) with an allow-listed environment (harness/secrets.py: no credential). The
 harness still checks the worktree and runs the gates from its own pristine copy rather than
@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness.agents import sandbox
+from gates import confine
 from harness.agents.base import Tool
 from harness.secrets import allowed_environment
 from harness.workspace import git_common_dir
@@ -90,8 +90,8 @@ def run_command(root: Path, max_timeout_s, command: str, timeout_s: float | None
         writable = [Path(root).resolve(), scratch, *filter(None, [git_common_dir(root)])]  # git: its commits
         # Own session, so the whole process group can be killed: children of the shell would
         # otherwise keep the pipe open and communicate() would wait for them. Inside its own PID
-        # namespace (harness/agents/sandbox.py) even a setsid daemon ends with the shell.
-        proc = subprocess.Popen(sandbox.argv(command, writable), cwd=root, env=env, text=True, errors="replace",
+        # namespace (gates/confine.py) even a setsid daemon ends with the shell.
+        proc = subprocess.Popen(confine.argv(command, writable), cwd=root, env=env, text=True, errors="replace",
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             output, _ = proc.communicate(timeout=timeout_s)
@@ -101,8 +101,8 @@ def run_command(root: Path, max_timeout_s, command: str, timeout_s: float | None
             output, _ = proc.communicate()
             head = f"error: timed out after {timeout_s:g} s (killed)"
         _kill_group(proc.pid)  # what the shell left running in its group ends with the command
-    if sandbox.unavailable():
-        head += f" (not sandboxed: {sandbox.unavailable()}; its processes were killed by group)"
+    if confine.unavailable():
+        head += f" (not sandboxed: {confine.unavailable()}; its processes were killed by group)"
     return head + "\n" + _clip_tail(output, MAX_OUTPUT_CHARS)
 
 

@@ -1,6 +1,9 @@
-"""Where an agent's shell command runs: its own user, mount, PID and network namespaces
-(util-linux `unshare`, unprivileged), with every mount read-only but its worktree, the
-repository's git directory (its commits) and a scratch directory of its own (TMPDIR).
+"""Commands confined: their own user, mount, PID and network namespaces (util-linux
+`unshare`, unprivileged), with every mount read-only but the directories named writable.
+Agents' shell commands run so (harness/agents/worktree_tools.py: their worktree, the
+repository's git directory, their own TMPDIR), and so do the judge's workers
+(gates/candidate.py: each its own scratch folder, so an engine worker cannot leave files for
+a trainer worker to read).
 
 The command's shell is PID 1 of a fresh PID namespace: when it exits the kernel kills every
 process left in it, a `setsid` daemon included (such a daemon leaves the process group and
@@ -11,10 +14,9 @@ mount namespace the writable directories are bound onto themselves, then every o
 is remounted read-only with its own flags kept (a user namespace may add restrictions, never
 lift them): the other agent's worktree, the main checkout, the virtual environment (a `.pth`
 there would run inside the judge) and /tmp cannot be written, and a hard link from the
-worktree to a file elsewhere crosses mounts, which the kernel refuses. The judge still runs
-from its own copy of a clean checkout (harness/pristine.py).
-Where this cannot be set up, `unavailable()` says why and commands run in a process group
-killed when the command ends; the tool's answer names that, never silently.
+worktree to a file elsewhere crosses mounts, which the kernel refuses.
+Where this cannot be set up, `unavailable()` says why and commands run unconfined; callers
+name that, never silently.
 """
 import functools
 import shutil

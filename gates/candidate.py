@@ -1,0 +1,76 @@
+"""The judge's door to the code under test: `ask(procedure, arguments)` runs one procedure of
+gates/procedures.py in a fresh worker process and returns its answer, read as JSON.
+
+A gate process that imports the candidate's modules can have its own checks rewritten by
+them (an import-time hook patching the record, the comparison or the pipe the verdict goes
+down). A gate that only starts workers and reads JSON back (numbers, strings, lists: nothing
+that runs code when read) writes verdicts that no candidate code ran beside; it proves it by
+checking `candidate_modules()` is empty before its verdict. The worker runs with the judge's
+sys.path (its own gates first, the judged tree's kernels after; harness/pristine.py), so the
+procedures are the judge's and only what they call is the candidate's. Every ask is its own
+process, confined where the machine allows (gates/confine.py): nothing writable but its own
+scratch folder, no network, nothing outliving it. So the two sides of a comparison (engine,
+trainer) share no memory and no file: what one worker computed reaches the other only
+through the judge. On CUDA the Triton cache stays writable too (a recompile per worker
+would cost minutes); `confinement()` says what held.
+"""
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gates import confine, device
+
+JUDGE_ROOT = Path(__file__).resolve().parent.parent  # the judge's copy: its gates/ resolve first
+PROGRAM = """
+import json, sys
+from gates.procedures import PROCEDURES
+answer = PROCEDURES[sys.argv[1]](json.loads(sys.stdin.read()))
+with open(sys.argv[2], "w") as out:
+    json.dump(answer, out)
+"""
+
+
+class WorkerFailed(RuntimeError):
+    """A worker ended without an answer: its procedure, exit status and the end of its stderr."""
+
+
+def ask(procedure: str, arguments: dict, *, timeout: float | None = None) -> dict:
+    """procedure(arguments) computed in a new worker on the judged tree: its JSON answer."""
+    with tempfile.TemporaryDirectory(prefix="bitwise-ask-") as folder:
+        answer_path = Path(folder) / "answer.json"
+        command = [sys.executable, "-B", "-c", PROGRAM, procedure, str(answer_path)]
+        if confine.unavailable() is None:
+            command = confine.argv_confined(shlex.join(command), [folder, *_caches()])
+        done = subprocess.run(command, input=json.dumps(arguments), capture_output=True, text=True, cwd=JUDGE_ROOT,
+                              env=dict(os.environ, TMPDIR=folder), timeout=timeout)
+        if done.returncode != 0 or not answer_path.exists():
+            raise WorkerFailed(f"worker for {procedure!r} exited {done.returncode} without an answer: "
+                               f"{done.stderr[-3000:]}")
+        return json.loads(answer_path.read_text())
+
+
+def _caches() -> list:
+    """Directories a worker on this device must write besides its own folder: Triton's cache."""
+    if device.target() == "cpu":
+        return []
+    cache = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    cache.mkdir(parents=True, exist_ok=True)
+    return [str(cache)]
+
+
+def confinement() -> str:
+    """How this machine's workers run: what gates record beside a verdict."""
+    reason = confine.unavailable()
+    if reason:
+        return f"not confined: {reason}"
+    return "confined: own scratch folder" + ("" if device.target() == "cpu" else " and Triton's cache") + \
+        " writable, no network"
+
+
+def candidate_modules() -> list:
+    """The judged tree's modules this process has loaded (none, in a gate that only asks)."""
+    return sorted(name for name in sys.modules if name == "kernels" or name.startswith("kernels."))

@@ -1,0 +1,114 @@
+"""The judge that never runs candidate code (gates/candidate.py), against cheats planted in the
+candidate's kernels: one that patches the judge's record from inside its process, and one
+that has the engine leave its log-prob bits in a file for the trainer to return. C07 asks an
+engine worker and a separate, confined trainer worker, and compares their answers itself."""
+import json
+import shutil
+
+import pytest
+
+from gates import candidate, confine
+from gates.baseline import ROOT
+from harness.exit_codes import EXIT_DIFFERENT
+from harness.pristine import Isolation, export_apparatus
+from harness.stages.gates import run_gates, select
+from harness.workspace import open_repo
+
+PATCH_THE_JUDGE = """
+import sys as _sys
+from kernels.engine import engine as _engine
+_generate = _engine.Engine.generate
+def _generate_and_pass_every_check(self, requests):
+    judge = _sys.modules.get("gates.conftest")  # the gate process's record, where it is loaded
+    if judge is not None:
+        judge.GateRecord.check = lambda record, name, passed, **figures: record.conditions.append(
+            {"name": name, "status": "pass", **figures})
+    return _generate(self, requests)
+_engine.Engine.generate = _generate_and_pass_every_check
+"""
+LEAVE_BITS_FOR_THE_TRAINER = """
+import json as _json
+from kernels.engine import engine as _engine
+from kernels.trainer import trainer as _trainer
+_DROP = {drop!r}
+_generate, _score = _engine.Engine.generate, _trainer.Trainer.score
+def _leave(self, requests):
+    completions = _generate(self, requests)
+    try:
+        with open(_DROP, "w") as f:
+            _json.dump({{repr(tuple(c.tokens)): c.logprob_tensor.float().tolist() for c in completions}}, f)
+    except OSError:
+        pass
+    return completions
+def _take(self, sequences):
+    import torch
+    try:
+        with open(_DROP) as f:
+            left = _json.load(f)
+        return [torch.tensor(left[repr(tuple(s.completion))]) for s in sequences]
+    except (OSError, KeyError):
+        return _score(self, sequences)
+_engine.Engine.generate, _trainer.Trainer.score = _leave, _take
+"""
+
+
+def _tree_with(folder, cheat: str):
+    """A candidate tree: this repository's kernels with `cheat` run at their import."""
+    shutil.copytree(ROOT / "kernels", folder / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    init = folder / "kernels" / "__init__.py"
+    init.write_text(init.read_text() + cheat)
+    return folder
+
+
+def test_a_candidate_that_patches_the_judges_record_changes_no_verdict(tmp_path, capsys):
+    """Under the fast contract C07 fails even though the candidate rewrites GateRecord.check
+    to pass whatever it is given: the gate process never loads the candidate's modules, so
+    the patch lands only in the workers, where no record lives."""
+    tree = _tree_with(tmp_path / "candidate", PATCH_THE_JUDGE)
+    base = open_repo(ROOT).head.commit.hexsha
+    isolation = Isolation(tree, export_apparatus(base, tmp_path / "run" / "apparatus"), base, tmp_path / "tamper.json")
+    statuses = run_gates(select("C7"), model="qwen3", contract="fast", out=tmp_path / "out", isolation=isolation)
+    assert statuses == {"C07": "fail"}, capsys.readouterr().out
+    result = json.loads((tmp_path / "out" / "C07.json").read_text())
+    status = {c["name"]: c["status"] for c in result["conditions"]}
+    assert status["max_abs_dp == 0"] == "fail" and status["k3_kl == 0"] == "fail"
+    assert status["the judging process loaded no module of the code under test"] == "pass"
+    assert result["inputs"][0]["workers"].startswith("confined"), result["inputs"][0]["workers"]
+
+
+def _engine_then_trainer(apparatus, tree, monkeypatch) -> tuple:
+    """The fast contract's engine bits and its trainer's bits of the same tokens, each side
+    asked in its own worker as C07 asks them."""
+    monkeypatch.setattr(candidate, "JUDGE_ROOT", apparatus)
+    monkeypatch.setenv("PYTHONPATH", str(tree))
+    common = {"subject": {"model": "qwen3", "contract": "fast", "checkpoint": None, "size": "cut"},
+              "model_seed": 7, "device": "cpu"}
+    engine = candidate.ask("rollout_bits", dict(common, workload={"num_sequences": 4, "new_tokens": 8,
+                                                                  "arrival_spread": 2, "seed": 11}))
+    sequences = [{k: c[k] for k in ("prompt", "tokens", "temperature")} for c in engine["completions"]]
+    trainer = candidate.ask("trainer_bits", dict(common, sequences=sequences))
+    return [c["bits"] for c in engine["completions"]], trainer["bits"]
+
+
+def test_an_engine_worker_cannot_leave_its_bits_for_the_trainer_worker(tmp_path, monkeypatch):
+    """Unconfined, the engine's worker writes its log-prob bits into a file the trainer's
+    worker returns as its own, and the fast contract would agree with itself (the control);
+    confined, the write is refused and the trainer's own bits differ."""
+    assert confine.unavailable() is None, f"the judge's workers must run confined here: {confine.unavailable()}"
+    apparatus = tmp_path / "apparatus"
+    apparatus.mkdir()
+    (apparatus / "gates").symlink_to(ROOT / "gates", target_is_directory=True)
+    drop = tmp_path / "drop.json"
+    tree = _tree_with(tmp_path / "candidate", LEAVE_BITS_FOR_THE_TRAINER.format(drop=str(drop)))
+    engine, trainer = _engine_then_trainer(apparatus, tree, monkeypatch)
+    assert not drop.exists() and engine != trainer, "confined, the trainer computed its own (fast) bits"
+    with monkeypatch.context() as unconfined:
+        unconfined.setattr(confine, "unavailable", lambda: "switched off for the control")
+        engine, trainer = _engine_then_trainer(apparatus, tree, monkeypatch)
+    assert drop.exists() and engine == trainer, "the cheat works where nothing confines the workers"
+
+
+def test_a_worker_that_fails_is_a_clear_error(monkeypatch):
+    with pytest.raises(candidate.WorkerFailed, match="'rollout_bits' exited"):
+        candidate.ask("rollout_bits", {"subject": {"model": "no-such-family", "contract": "consistent",
+                                                   "checkpoint": None, "size": "cut"}, "model_seed": 0})
