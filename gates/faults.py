@@ -10,7 +10,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from kernels.ops import activation, attention, linear, logprob, moe, sampler
+from kernels.ops import activation, attention, linear, logprob, moe, quant_regions, sampler
 from kernels.ops.registry import register_variant
 from kernels.trainer.rl_loop import GRPORun
 
@@ -154,6 +154,13 @@ def logprob_fast_in_a_worker(logits, targets, temperatures, *, full=False):
     return variant(logits, targets, temperatures, full=full)
 
 
+def weight_round_trip_detached(w, *, fmt):
+    """The quantized weight's forward bits, detached from the master weight: no gradient
+    reaches it (a quantizer used without its straight-through estimator). C08 must fail it
+    on the quantized cut."""
+    return quant_regions.weight_round_trip(w if fmt == "none" else w.detach(), fmt=fmt)
+
+
 PLANTED = {
     ("linear", "planted_slow_repeat"): linear_slow_repeat,
     ("linear", "planted_atomic_split_k"): linear_atomic_split_k,
@@ -167,6 +174,7 @@ PLANTED = {
     ("attention", "planted_graph_baked_block_kv"): attention_graph_baked_block_kv,
     ("attention", "planted_bf16_split_kv"): attention_bf16_split_kv,
     ("logprob", "planted_fast_in_a_worker"): logprob_fast_in_a_worker,
+    ("weight_quant", "planted_detached"): weight_round_trip_detached,
 }
 
 

@@ -14,8 +14,16 @@ a float64 copy of the weights with every region replaced by its float64 formula 
 gates/reference, differentiated by torch autograd; MoE routing reuses the tested side's expert
 choice, a discrete decision with no gradient, and inputs that put a Mamba dt within 1e-4
 (relative) of time_step_min, where the clamp's gradient jumps, are redrawn (at most 4 draws,
-each recorded). Negative control: the consistent contract with mlp_act bound to
-activation.planted_wrong_gradient fails it on qwen3.
+each recorded). Every shipped size runs, the quantized cut included, whose quantizers are
+straight-through estimators: the reference's quantized weight is gates/reference/quant.py's
+float64 quantization of the master weight (FP8 128x128 blocks or NVFP4, as every contract
+stores it), its FP8 activations and FP8 KV take the tested side's quantized values (the
+scale and rounding decisions, which C02-C04 judge bit for bit), and every one passes its
+gradient through unchanged; the reference must have taken every kind of quantization the
+config names (else the size proved nothing). Negative controls: the consistent contract with mlp_act bound to
+activation.planted_wrong_gradient fails it on qwen3, and with weight_quant bound to
+weight_quant.planted_detached (the same forward, no gradient to the master weight) on the
+quantized cut.
 """
 import contextlib
 import copy
@@ -31,9 +39,10 @@ from gates.reference import linear as ref_linear
 from gates.reference import logprob as ref_logprob
 from gates.reference import moe as ref_moe
 from gates.reference import norm as ref_norm
+from gates.reference import quant as ref_quant
 from gates.reference import rope as ref_rope
 from gates.reference import ssm as ref_ssm
-from gates.subject import subject_config, subject_label, subject_model
+from gates.subject import parametrize_sizes, subject_config, subject_label, subject_model
 from kernels.contract import load_contract
 from kernels.models.dispatch import RegionDispatch
 from kernels.trainer.logprobs import ScoredSequence, sequence_logprobs
@@ -45,11 +54,14 @@ LINEAR_REGIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", 
 
 class ReferenceDispatch:
     """Called by the model like RegionDispatch; every region is its float64 reference formula.
-    `routed_ids` maps an MoE layer to the expert ids the tested forward chose."""
+    `tested` holds the tested forward's discrete decisions, per (region, layer) in call order:
+    the MoE expert ids ("topk"), the FP8 activations ("act_quant") and the K and V an FP8 KV
+    store received ("attention")."""
 
-    def __init__(self, routed_ids: dict):
-        self.routed_ids = routed_ids
+    def __init__(self, tested: dict):
+        self.tested = tested
         self.near_kinks = 0
+        self.quantized = {"weights": 0, "activations": 0, "kv": 0}  # straight-through points taken
 
     def selecting_rows(self, rows):
         return contextlib.nullcontext()  # row selections only matter to tracers
@@ -70,9 +82,17 @@ class ReferenceDispatch:
     def rope(self, layer, q, k, positions, *, theta, max_position):
         return ref_rope.rope(q, positions, theta=theta), ref_rope.rope(k, positions, theta=theta)
 
+    def _next(self, region, layer):
+        return self.tested[(region, layer)].pop(0)
+
     def attention(self, layer, q, k, v, segments, kv, *, scale):
         if any(s.start != 0 for s in segments):
             raise ValueError("the reference attends over whole sequences (packed trainer layout)")
+        if getattr(kv, "kv_format", "auto") == "fp8":  # E4M3 at a static scale of 1, straight through
+            stored = (ref_quant.round_to_grid(ref_quant.fp32(t.double()), ref_quant.e4m3_grid(), ref_quant.E4M3_SIGN)[1]
+                      for t in self._next("attention", layer))
+            k, v = (exact + (quantized - exact).detach() for exact, quantized in zip((k, v), stored))
+            self.quantized["kv"] += 1
         return torch.cat([ref_attention.causal_gqa(q[s.rows], k[s.rows], v[s.rows], 0, scale=scale)
                           for s in segments])
 
@@ -100,7 +120,7 @@ class ReferenceDispatch:
         return ref_moe.router(x, w)
 
     def topk(self, layer, scores, bias, *, top_k, scaling):
-        ids = self.routed_ids[layer]
+        ids = self._next("topk", layer)
         return ids, ref_moe.routing_weights(scores, ids, scaling)
 
     def expert_gemm(self, layer, x, ids, weights, up, down):
@@ -116,11 +136,17 @@ class ReferenceDispatch:
         return (slots * weights.unsqueeze(-1)).sum(dim=1) + shared
 
     def weight_quant(self, layer, w, *, fmt):
-        if fmt != "none":
-            raise ValueError(f"no float64 reference gradient for {fmt} weights (straight-through)")
-        return w
+        if fmt == "none":
+            return w
+        exact = (ref_quant.fp8_quantize(w, "block_128x128") if fmt == "fp8" else ref_quant.nvfp4_quantize(w)).dequantized
+        self.quantized["weights"] += 1
+        return w + (ref_quant.to_output(exact, torch.float32).double() - w).detach()
 
-    act_quant = weight_quant
+    def act_quant(self, layer, x, *, fmt):
+        if fmt == "none":
+            return x
+        self.quantized["activations"] += 1
+        return x + (self._next("act_quant", layer).double() - x).detach()
 
 
 def _sequences(gen, vocab_size):
@@ -141,19 +167,25 @@ def _loss_and_grads(model, dispatch, sequences, coefficients):
 
 def _both_sides(model, reference_model, contract, gen):
     """Fresh sequences and coefficients; (loss, grads, sum of |loss terms|) of the tested side and the reference's,
-    and how many dt the reference found within the kink band of time_step_min."""
+    and the reference's dispatch (near_kinks: how many dt lay within the kink band of
+    time_step_min; quantized: the straight-through points it took)."""
     sequences = _sequences(gen, model.config.vocab_size)
     coefficients = torch.randn(sum(len(s.completion) for s in sequences), generator=gen, dtype=torch.float64)
-    routed_ids = {}
+    decisions = {}
 
-    def keep_routing(call):
-        if call.region == "topk":
-            routed_ids[call.layer] = call.output[0].detach().cpu()  # the reference runs on the CPU
+    def keep_decisions(call):  # the reference runs on the CPU
+        kept = {"topk": lambda: call.output[0], "act_quant": lambda: call.output,
+                "attention": lambda: (call.args[1].detach().cpu(), call.args[2].detach().cpu())}
+        fp8_kv = call.region == "attention" and getattr(call.args[4], "kv_format", "auto") == "fp8"
+        if call.region in ("topk", "act_quant") and call.kwargs.get("fmt") != "none" or fp8_kv:
+            value = kept[call.region]()
+            decisions.setdefault((call.region, call.layer), []).append(
+                value if isinstance(value, tuple) else value.detach().cpu())
 
-    tested = _loss_and_grads(model, RegionDispatch(contract, [keep_routing]), sequences, coefficients)
-    reference_dispatch = ReferenceDispatch(routed_ids)
+    tested = _loss_and_grads(model, RegionDispatch(contract, [keep_decisions]), sequences, coefficients)
+    reference_dispatch = ReferenceDispatch(decisions)
     reference = _loss_and_grads(reference_model, reference_dispatch, sequences, coefficients)
-    return sequences, tested, reference, reference_dispatch.near_kinks
+    return sequences, tested, reference, reference_dispatch
 
 
 def _relative_error(value, reference) -> float:
@@ -161,8 +193,11 @@ def _relative_error(value, reference) -> float:
     return float((value.double().cpu() - reference.double()).norm()) / scale if scale > 0 else float("inf")
 
 
-def test_gradients_match_float64_reference(gate):
-    config = dataclasses.replace(subject_config(gate), dtype="float32")
+pytest_generate_tests = parametrize_sizes  # cut, and cut-quant (NVFP4 and FP8 weights, FP8 activations and KV)
+
+
+def test_gradients_match_float64_reference(gate, size):
+    config = dataclasses.replace(subject_config(gate, size), dtype="float32")
     seed, contract = fresh_seed(), load_contract(gate.contract)
     gen = generator(seed)
     model = subject_model(gate, config, seed % 1000)
@@ -170,25 +205,32 @@ def test_gradients_match_float64_reference(gate):
     model = model.to(device.target())
     near_kinks = []
     while len(near_kinks) < MAX_DRAWS and (not near_kinks or near_kinks[-1]):
-        sequences, (loss, grads, _), (ref_loss, ref_grads, ref_terms), count = _both_sides(
+        sequences, (loss, grads, _), (ref_loss, ref_grads, ref_terms), reference_dispatch = _both_sides(
             model, reference_model, contract, gen)
-        near_kinks.append(count)
-    gate.inputs = {"seed": seed, "config": subject_label(gate), "dtype": "float32",
+        near_kinks.append(reference_dispatch.near_kinks)
+    gate.inputs = {"seed": seed, "config": subject_label(gate, size), "dtype": "float32",
                    "sequences": [[len(s.prompt), len(s.completion), s.temperature] for s in sequences]}
+    formats = [getattr(config, name, "none") for name in ("expert_quant", "mamba_proj_quant")]
+    wanted = {"weights": any(f != "none" for f in formats), "activations": "fp8" in formats[1:],
+              "kv": getattr(config, "kv_cache_dtype", "auto") == "fp8"}
+    if any(wanted.values()):  # the quantized size: its straight-through points must have run
+        taken = reference_dispatch.quantized
+        gate.check(f"[{size}] the reference took every quantized path the config names", all(
+            taken[kind] > 0 for kind, named in wanted.items() if named), straight_through_points=taken)
     if "ssm_scan" in config.REGIONS:
-        gate.check(f"every Mamba dt lies {KINK_BAND:g} (relative) or more from time_step_min, where its gradient "
+        gate.check(f"[{size}] every Mamba dt lies {KINK_BAND:g} (relative) or more from time_step_min, where its gradient "
                    "jumps", near_kinks[-1] == 0, near_kink_dt_per_draw=near_kinks, max_draws=MAX_DRAWS)
     error = abs(float(loss) - float(ref_loss)) / ref_terms
-    gate.check(f"loss: relative error <= {TOLERANCE:g}", error <= TOLERANCE, relative_error=error,
+    gate.check(f"[{size}] loss: relative error <= {TOLERANCE:g}", error <= TOLERANCE, relative_error=error,
                tolerance=TOLERANCE, loss=float(loss), reference_loss=float(ref_loss),
                reference_sum_abs_terms=ref_terms)
     for name, grad in grads.items():
         reference = ref_grads[name]
         if grad is None or reference is None:
-            gate.check(f"d loss / d {name}: relative error <= {TOLERANCE:g}", False, tested=grad is not None,
+            gate.check(f"[{size}] d loss / d {name}: relative error <= {TOLERANCE:g}", False, tested=grad is not None,
                        reference=reference is not None, note="no gradient reached the parameter")
             continue
         error = _relative_error(grad, reference)
-        gate.check(f"d loss / d {name}: relative error <= {TOLERANCE:g}", error <= TOLERANCE,
+        gate.check(f"[{size}] d loss / d {name}: relative error <= {TOLERANCE:g}", error <= TOLERANCE,
                    relative_error=error, tolerance=TOLERANCE, reference_norm=float(reference.norm()))
     gate.verdict()

@@ -70,8 +70,10 @@ def test_consistent_contract_passes(tmp_path, model):
     not_applicable = {"qwen3": {"topk", "moe_combine", "weight_quant"}, "nemotron": {"mlp_act"}}[model]
     assert {name for name, status in statuses.items() if status == "n/a"} == not_applicable
     assert statuses[SAMPLER_BATCH] == "pass" and (model == "qwen3" or statuses[TIE_RULE] == "pass")
-    grads = [c for c in results["C08"]["conditions"] if c["name"].startswith("d loss / d ")]
+    grads = [c for c in results["C08"]["conditions"] if "] d loss / d " in c["name"]]
     assert len(grads) > 30 and all(c["relative_error"] <= c["tolerance"] == 1e-4 for c in grads)
+    sizes = {c["name"].split("]")[0] + "]" for c in grads}
+    assert sizes == ({"[cut]", "[cut-quant]"} if model == "nemotron" else {"[cut]"}), sizes
     c09 = results["C09"]
     assert c09["inputs"][0]["num_steps"] == 20 and len(c09["conditions"]) == 8
     if model == "qwen3":
@@ -104,8 +106,22 @@ def test_c08_catches_a_wrong_gradient(tmp_path):
     code, results = _gates(tmp_path, "qwen3", "C8", contract)
     assert code == EXIT_DIFFERENT and results["C08"]["status"] == "fail"
     failed = _failed(results["C08"])
-    assert "d loss / d layers.0.gate_up_proj: relative error <= 0.0001" in failed
-    assert "loss: relative error <= 0.0001" not in failed  # the forward bits are right
+    assert "[cut] d loss / d layers.0.gate_up_proj: relative error <= 0.0001" in failed
+    assert "[cut] loss: relative error <= 0.0001" not in failed  # the forward bits are right
+
+
+def test_c08_catches_a_quantized_weight_without_its_straight_through_estimator(tmp_path):
+    """weight_quant.planted_detached: the quantized cut's forward bits are right, but no
+    gradient reaches the NVFP4 experts' or the FP8 projections' master weights; the plain cut
+    quantizes nothing and passes."""
+    contract = _planted(tmp_path, "weight_quant", "weight_quant.planted_detached")
+    code, results = _gates(tmp_path, "nemotron", "C8", contract)
+    assert code == EXIT_DIFFERENT
+    failed = _failed(results["C08"])
+    assert {"[cut-quant] d loss / d layers.1.experts_up: relative error <= 0.0001",
+            "[cut-quant] d loss / d layers.0.in_proj: relative error <= 0.0001"} <= failed
+    assert not any(name.startswith("[cut]") for name in failed) and "[cut-quant] loss: relative error <= 0.0001" \
+        not in failed
 
 
 def test_tie_check_without_ties_is_vacuous():
