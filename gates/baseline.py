@@ -22,8 +22,6 @@ import tempfile
 from hashlib import sha256
 from pathlib import Path
 
-from kernels.contract import load_contract
-from kernels.contract.identity import numerical_policy_identity
 
 ROOT = Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parent.parent)  # see gates/apparatus.py
 FROZEN_PATH = "baseline/frozen.json"  # the CPU record
@@ -39,11 +37,6 @@ _HASH_PROGRAM = (
     "print(json.dumps({'content_hash': numerical_policy_identity(load_contract('fast')),"
     " 'kernels': kernels.__file__}))\n"
 )
-
-
-def fast_content_hash() -> str:
-    """The content hash of the fast path this process imported (the in-tree one)."""
-    return numerical_policy_identity(load_contract("fast"))
 
 
 def tree_content_hash(tree) -> str:

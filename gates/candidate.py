@@ -38,13 +38,14 @@ class WorkerFailed(RuntimeError):
     """A worker ended without an answer: its procedure, exit status and the end of its stderr."""
 
 
-def ask(procedure: str, arguments: dict, *, timeout: float | None = None) -> dict:
-    """procedure(arguments) computed in a new worker on the judged tree: its JSON answer."""
+def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None = None) -> dict:
+    """procedure(arguments) computed in a new worker on the judged tree: its JSON answer.
+    `writable`: folders the procedure writes its files into, besides its own."""
     with tempfile.TemporaryDirectory(prefix="bitwise-ask-") as folder:
         answer_path = Path(folder) / "answer.json"
         command = [sys.executable, "-B", "-c", PROGRAM, procedure, str(answer_path)]
         if confine.unavailable() is None:
-            command = confine.argv_confined(shlex.join(command), [folder, *_caches()])
+            command = confine.argv_confined(shlex.join(command), [folder, *map(str, writable), *_caches()])
         done = subprocess.run(command, input=json.dumps(arguments), capture_output=True, text=True, cwd=JUDGE_ROOT,
                               env=dict(os.environ, TMPDIR=folder), timeout=timeout)
         if done.returncode != 0 or not answer_path.exists():

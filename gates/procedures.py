@@ -3,8 +3,9 @@ procedures that take JSON arguments and answer JSON: token ids, fp32 log-probs a
 bit patterns, counts. Only worker processes import this module; the gate that asked compares
 the answers and writes the verdict.
 
-`subject` names what runs, as a gate's record does: {"model", "contract", "checkpoint",
-"size"}; `threads` picks the side's CPU pool ("engine" one thread, "trainer" at least two,
+What runs is named as a gate's record does, `subject`: {"model", "contract", "checkpoint",
+"size"} with `model_seed`; or as a C10 plan does: `config` (a shipped name or a YAML path),
+`contract` and the `weights_file` the gate had saved once. `threads` picks the side's CPU pool ("engine" one thread, "trainer" at least two,
 gates/case_calls.py), so a reduction that follows the thread count shows.
 """
 import types
@@ -14,10 +15,12 @@ import torch
 from gates import device
 from gates.case_calls import intra_op_threads, thread_counts
 from gates.faults import register_all
-from gates.subject import subject_config, subject_label, subject_weights
-from gates.workload import EngineShape, Workload, rollout, score_sequences
+from gates.subject import subject_config, subject_config_path, subject_label, subject_weights
+from gates.workload import EngineShape, Workload, make_requests, rollout, score_sequences, seeded_weights
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
+from kernels.engine.graphs import graphs_unsupported
+from kernels.models.config import load_model_config
 from kernels.trainer.logprobs import ScoredSequence, scored_sequences
 
 
@@ -25,6 +28,9 @@ def _subject(arguments: dict) -> tuple:
     """(config, contract, weights) of the subject, on the asked device, faults registered."""
     register_all()  # the contract under test may name a planted fault
     device.select(arguments.get("device", "cpu"))
+    if "weights_file" in arguments:  # a C10 plan
+        weights = torch.load(arguments["weights_file"], mmap=True, weights_only=True)
+        return load_model_config(arguments["config"]), load_contract(arguments["contract"]), weights
     subject = types.SimpleNamespace(**arguments["subject"])
     config = subject_config(subject, subject.size)
     return config, load_contract(subject.contract), subject_weights(subject, config, arguments["model_seed"])
@@ -56,14 +62,33 @@ def rollout_bits(arguments: dict) -> dict:
 
 
 def trainer_bits(arguments: dict) -> dict:
-    """The trainer's log-probs of sequences [{prompt, tokens, temperature}]: {bits, threads}."""
+    """The trainer's log-probs of `sequences` [{prompt, tokens, temperature}], or of a
+    `workload`'s requests completed by `completion_tokens`: {bits, threads}."""
     config, contract, weights = _subject(arguments)
-    sequences = [ScoredSequence(tuple(s["prompt"]), tuple(s["tokens"]), s["temperature"])
-                 for s in arguments["sequences"]]
+    if "sequences" in arguments:
+        sequences = [ScoredSequence(tuple(s["prompt"]), tuple(s["tokens"]), s["temperature"])
+                     for s in arguments["sequences"]]
+    else:
+        requests = make_requests(Workload(**arguments["workload"]), config.vocab_size)
+        sequences = [ScoredSequence(r.prompt, tuple(tokens), r.params.logprob_temperature)
+                     for r, tokens in zip(requests, arguments["completion_tokens"])]
     with _threads("trainer"):
         scores = score_sequences(config, contract, weights, sequences)
         threads = torch.get_num_threads()
     return {"bits": [bits(s) for s in scores], "threads": threads}
+
+
+def c10_subject(arguments: dict) -> dict:
+    """What C10 times for {model, size, checkpoint} and saves in `folder`: {config (the shipped
+    name, or the checkpoint's config as YAML there), graphs_refused (why this tree's engine
+    replays no decode graphs for it; '' when it does), weights_file (the seeded weights, saved
+    once for every worker to map: seeding a full-width model takes tens of seconds)}."""
+    subject = types.SimpleNamespace(**arguments)
+    config = subject_config_path(subject, subject.size, subject.folder)
+    loaded = load_model_config(config)
+    weights_file = f"{subject.folder}/weights.pt"
+    torch.save(seeded_weights(loaded), weights_file)
+    return {"config": config, "graphs_refused": graphs_unsupported(loaded, None) or "", "weights_file": weights_file}
 
 
 def environment(arguments: dict) -> dict:
@@ -72,4 +97,5 @@ def environment(arguments: dict) -> dict:
     return deployment_fingerprint()
 
 
-PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "environment": environment}
+PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c10_subject": c10_subject,
+              "environment": environment}

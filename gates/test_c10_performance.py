@@ -24,7 +24,9 @@ read from /proc (schedstat, every thread; one intra-op thread, gates/cpu_timing.
 to spin at), so a neighbour that deschedules it stretches wall time only (wall time is
 recorded beside it; a busy sibling hyperthread still widens the noise); on CUDA over wall
 time, the worker syncing the device before DONE. What the worker measures of itself is
-recorded, never used.
+recorded, never used. This process never loads the code under test (a condition): the
+subject's config and seeded weights, the timed runs and the trainer's scores all come from
+workers (gates/candidate.py, gates/timed_worker.py), the trainer's confined.
 What is timed follows the target (`plan`): on the CPU the model's cut with the gates' small
 engine, a smoke figure; on CUDA the model at full width (qwen3-1.7b, nemotron-wide-cut), 64
 sequences with room to batch them all, CUDA graphs for decode where both trees' engines
@@ -42,24 +44,18 @@ import os
 import subprocess
 import sys
 import tempfile
-
-import torch
+from pathlib import Path
 
 from gates import device
 from gates.baseline import ROOT, RUN_PATHS, export_commit, no_baseline, read_frozen
+from gates.candidate import ask, candidate_modules, confinement
 from gates.cpu_timing import timed_environment
-from gates.faults import register_all
 from gates.inputs import fresh_seed
 from gates.ratio_verdict import decide
-from gates.subject import subject_config_path
-from gates.timed_worker import drive, mapped_weights
+from gates.timed_worker import drive
 from gates.timing_state import timing_cores
-from gates.workload import Workload, make_requests, score_sequences, seeded_weights
-from kernels.contract import load_contract
-from kernels.engine.graphs import graphs_unsupported
-from kernels.models.config import load_model_config
-from kernels.models.registry import config_name
-from kernels.trainer.logprobs import ScoredSequence
+
+CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 
 FLOOR = float(os.environ.get("BITWISE_C10_FLOOR", "0.70"))
 PAIRS = int(os.environ.get("BITWISE_C10_PAIRS", "3"))  # the tests' negative control times one pair
@@ -82,18 +78,24 @@ def _run_in_tree(tree, program: str, argument: str, *, what: str) -> str:
 GPU_SIZES = {"qwen3": "full", "nemotron": "wide-cut"}  # full width: a cut only measures launch overhead there
 
 
-def plan(model: str, target: str, seed: int) -> dict:
-    """What both sides time on this target: the config and workload, and off the CPU the
-    device, the engine's shape (room for every sequence at once) and its options."""
+def subject_size(model: str, target: str) -> str:
+    """The size C10 times: the cut on the CPU, full width on a GPU."""
+    return "cut" if target == "cpu" else GPU_SIZES.get(model, "full")
+
+
+def plan(target: str, seed: int, subject: dict) -> dict:
+    """What both sides time on this target, for `subject` (gates/procedures.py c10_subject: its
+    config, and why the candidate's engine replays no decode graphs for it): the config and
+    workload, and off the CPU the device, the engine's shape (room for every sequence at once)
+    and its options."""
     if target == "cpu":
-        return {"config": config_name(model, "cut"),
+        return {"config": subject["config"],
                 "workload": {"num_sequences": 16, "new_tokens": 24, "arrival_spread": 4, "seed": seed}}
-    config = config_name(model, GPU_SIZES.get(model, "full"))
-    return {"config": config, "device": target,
+    return {"config": subject["config"], "device": target,
             "workload": {"num_sequences": 64, "new_tokens": 64, "arrival_spread": 8, "seed": seed}, "repeats": 5,
             "cores": timing_cores(),  # both sides on the same host cores
             "shape": {"tokens_per_step": 4096, "max_running": 64, "block_size": 16},
-            "engine": {"cuda_graphs": graphs_unsupported(load_model_config(config), None) is None}}
+            "engine": {"cuda_graphs": not subject["graphs_refused"]}}
 
 
 # Run in a source tree (_run_in_tree): whether its engine replays decode graphs for a config (a tree
@@ -116,26 +118,14 @@ def graphs_refused(tree, config: str) -> str:
     return _run_in_tree(tree, GRAPHS_PROBE, config, what="asking about decode graphs")
 
 
-def write_weights(config: str, folder: str) -> str:
-    """The model's seeded weights saved once for every worker to map: seeding a full-width
-    model on the host takes tens of seconds, which each worker process would otherwise
-    spend (the gate's time, never the timed one's)."""
-    path = os.path.join(folder, "weights.pt")
-    torch.save(seeded_weights(load_model_config(config)), path)
-    return path
-
-
 def trainer_mismatches(asked: dict, seed: int, bits: list) -> int:
     """Log-probs of the completions (tokens, int32 bits) of `seed`'s workload that the
-    candidate's trainer scores to other bits (trainer_fwd, the gates' micro-batches)."""
-    register_all()  # the contract under test may name a planted fault
-    config = load_model_config(asked["config"])
-    requests = make_requests(Workload(**dict(asked["workload"], seed=seed)), config.vocab_size)
-    scores = score_sequences(config, load_contract(asked["contract"]), mapped_weights(asked),
-                             [ScoredSequence(r.prompt, tuple(tokens), r.params.logprob_temperature)
-                              for r, (tokens, _) in zip(requests, bits)])
-    return sum(int((s.float().cpu().view(torch.int32) != torch.tensor(b, dtype=torch.int32)).sum())
-               for s, (_, b) in zip(scores, bits))
+    candidate's trainer scores to other bits (trainer_fwd, the gates' micro-batches), asked in
+    a worker of its own."""
+    scored = ask("trainer_bits", dict(asked, workload=dict(asked["workload"], seed=seed),
+                                      completion_tokens=[tokens for tokens, _ in bits]))["bits"]
+    return sum(sum(a != b for a, b in zip(ours, theirs)) + abs(len(ours) - len(theirs))
+               for ours, (_, theirs) in zip(scored, bits)) + abs(len(scored) - len(bits))
 
 
 def sample(answer: dict, tokens_per_run: int, target: str) -> dict:
@@ -150,29 +140,31 @@ def sample(answer: dict, tokens_per_run: int, target: str) -> dict:
 
 def test_throughput_against_the_frozen_baseline(gate):
     target, seed = device.target(), fresh_seed()
-    frozen, asked = read_frozen(target=target), plan(gate.model, target, seed)
-    gate.inputs = {"seed": seed, "pairs": PAIRS, "plan": asked, "frozen": frozen}
+    frozen = read_frozen(target=target)
+    gate.inputs = {"seed": seed, "pairs": PAIRS, "frozen": frozen, "workers": confinement()}
     if frozen is None:
         gate.check("the frozen baseline exists", False, problem=no_baseline(target))
         gate.verdict()
     apparatus = os.environ.get("BITWISE_APPARATUS")  # the judged tree's workers run from the pristine gates
-    repeats = asked.get("repeats", 1)
-    tokens_per_run = asked["workload"]["num_sequences"] * asked["workload"]["new_tokens"]  # no stop token
     keys = ("tokens_per_s", "wall_tokens_per_s", "runs_tokens_per_s", "digests", "process_s", "machine")
     figures, seeds = {key: {"baseline": [], "candidate": []} for key in keys}, []
     with tempfile.TemporaryDirectory(prefix="c10-frozen-") as folder:
-        baseline_tree = export_commit(frozen["commit"], folder, ROOT, paths=RUN_PATHS)
+        baseline_tree = export_commit(frozen["commit"], Path(folder) / "baseline", ROOT, paths=RUN_PATHS)
+        made = Path(folder) / "subject"  # the only folder the candidate's setup worker may write
+        made.mkdir()
+        subject = ask("c10_subject", {"model": gate.model, "size": subject_size(gate.model, target),
+                                      "checkpoint": gate.checkpoint, "folder": str(made)}, writable=[made])
+        asked = plan(target, seed, subject)
+        gate.inputs["plan"] = asked
         if gate.checkpoint:  # its architecture, seeded weights: speed does not follow the values
-            asked = dict(asked, config=subject_config_path(gate, "cut", folder))
-            if "engine" in asked:
-                graphs = graphs_unsupported(load_model_config(asked["config"]), None) is None
-                asked = dict(asked, engine=dict(asked["engine"], cuda_graphs=graphs))
-            gate.inputs.update(plan=asked, checkpoint="its config, seeded weights")
+            gate.inputs["checkpoint"] = "its config, seeded weights"
         refused = asked.get("engine", {}).get("cuda_graphs") and graphs_refused(baseline_tree, asked["config"])
         if refused:  # a fair comparison runs one engine mode on both sides
             asked = dict(asked, engine=dict(asked["engine"], cuda_graphs=False))
             gate.inputs.update(plan=asked, graphs_off=f"the frozen baseline {frozen['tag']}: {refused}")
-        shared = dict(asked, weights_file=write_weights(asked["config"], folder))
+        repeats = asked.get("repeats", 1)
+        tokens_per_run = asked["workload"]["num_sequences"] * asked["workload"]["new_tokens"]  # no stop token
+        shared = dict(asked, weights_file=subject["weights_file"])
         sides = {"baseline": (baseline_tree, dict(shared, contract="fast"), None),
                  "candidate": (ROOT, dict(shared, contract=os.path.abspath(gate.contract)
                                           if os.path.exists(gate.contract) else gate.contract), apparatus)}
@@ -221,4 +213,6 @@ def test_throughput_against_the_frozen_baseline(gate):
         gate.check_inconclusive(name, **measured)
     else:
         gate.check(name, verdict.status == "pass", **measured)
+    loaded = candidate_modules()
+    gate.check("the judging process loaded no module of the code under test", not loaded, loaded=loaded[:10])
     gate.verdict()

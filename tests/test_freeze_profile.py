@@ -13,14 +13,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from gates import test_c10_performance as c10
 from gates.baseline import NO_BASELINE, export_commit, no_baseline, read_frozen, verify_frozen
 from gates.conftest import GateRecord
 from gates.timed_worker import drive
+from gates.workload import seeded_weights
 from harness import workspace
 from harness.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from harness.profile_worker import OUTSIDE, DoorClock
+from kernels.models.config import load_model_config
+from kernels.models.registry import config_name
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST_SOURCE = "kernels/ops/norm.py"
@@ -125,11 +129,15 @@ def test_c10_times_the_full_width_model_on_a_gpu(monkeypatch):
     """C10's plan: the cut on the CPU; on CUDA qwen3-1.7b and Nemotron's wide cut, both with
     decode graphs, room for all 64 sequences; and a missing CUDA record fails the gate naming
     the CUDA freeze command."""
-    assert c10.plan("qwen3", "cpu", 5) == {"config": "qwen3-cut", "workload": {
+    assert c10.plan("cpu", 5, {"config": "qwen3-cut", "graphs_refused": ""}) == {"config": "qwen3-cut", "workload": {
         "num_sequences": 16, "new_tokens": 24, "arrival_spread": 4, "seed": 5}}
-    qwen3, nemotron = c10.plan("qwen3", "cuda", 5), c10.plan("nemotron", "cuda", 5)
+    sizes = {model: c10.subject_size(model, "cuda") for model in ("qwen3", "nemotron")}
+    assert (config_name("qwen3", sizes["qwen3"]), config_name("nemotron", sizes["nemotron"])) == \
+        ("qwen3-1.7b", "nemotron-wide-cut") and c10.subject_size("qwen3", "cpu") == "cut"
+    qwen3 = c10.plan("cuda", 5, {"config": "qwen3-1.7b", "graphs_refused": ""})
+    refused = c10.plan("cuda", 5, {"config": "nemotron-wide-cut", "graphs_refused": "no graphs here"})
     assert (qwen3["config"], qwen3["engine"], qwen3["device"]) == ("qwen3-1.7b", {"cuda_graphs": True}, "cuda")
-    assert (nemotron["config"], nemotron["engine"]) == ("nemotron-wide-cut", {"cuda_graphs": True})
+    assert (refused["config"], refused["engine"]) == ("nemotron-wide-cut", {"cuda_graphs": False})
     assert qwen3["shape"]["max_running"] >= qwen3["workload"]["num_sequences"]
     monkeypatch.setattr(c10.device, "target", lambda: "cuda")
     monkeypatch.setattr(c10, "read_frozen", lambda **_: None)
@@ -187,7 +195,9 @@ def test_c10_times_the_frozen_commit_not_the_working_tree(clone):
     """The baseline sample runs in the exported frozen tree: its kernels, not the caller's."""
     with tempfile.TemporaryDirectory() as folder:
         tree = export_commit(git_head(clone), folder, clone, paths=("kernels", "gates"))
-        asked = {"config": "qwen3-cut", "contract": "fast", "weights_file": c10.write_weights("qwen3-cut", folder),
+        weights = Path(folder) / "weights.pt"
+        torch.save(seeded_weights(load_model_config("qwen3-cut")), weights)
+        asked = {"config": "qwen3-cut", "contract": "fast", "weights_file": str(weights),
                  "workload": {"num_sequences": 2, "new_tokens": 3, "arrival_spread": 1, "seed": 1}}
         assert drive(tree, asked, [2])["runs"][0]["wall_s"] > 0
         shutil.rmtree(tree / "kernels")  # a tree without its own kernels is refused
