@@ -3,10 +3,9 @@ never hard-coded: the attention's key block (the widest `block_kv` or `tokens_pe
 case pins, else the fast kernels' key block) and the Mamba scan's chunk. A fault that lives
 at a boundary (a split that starts at the second key block, a chunk carried wrongly) shows
 only in inputs on both sides of it, so the gates place probes there and record what they
-crossed (`coverage`); a gate whose inputs crossed none fails as vacuous.
+crossed (`coverage`); a gate whose inputs crossed none fails as vacuous. `coverage` needs
+no code under test: a gate that runs it in workers (gates/candidate.py) computes it itself.
 """
-from kernels.contract.regions import CASES
-
 KEY_BLOCK_CONSTANTS = ("block_kv", "tokens_per_split")  # attention constants that cut the keys
 DEFAULT_KEY_BLOCK = 32  # the fast paged kernels' key block (kernels/ops/attention.py FAST_BLOCK_KV)
 DEFAULT_SSM_CHUNK = 16
@@ -15,6 +14,7 @@ DEFAULT_SSM_CHUNK = 16
 def key_block(contract) -> int:
     """The widest key block any case's attention binding pins, or the fast kernels' where
     none is pinned: what the probes must run past."""
+    from kernels.contract.regions import CASES
     pinned = [value for case in CASES for name, value in contract.binding("attention", case).constants
               if name in KEY_BLOCK_CONSTANTS]
     return max(pinned, default=DEFAULT_KEY_BLOCK)

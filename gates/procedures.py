@@ -13,6 +13,7 @@ import types
 import torch
 
 from gates import device
+from gates.boundaries import key_block, ssm_chunk
 from gates.case_calls import intra_op_threads, thread_counts
 from gates.faults import register_all
 from gates.subject import subject_config, subject_config_path, subject_label, subject_weights
@@ -48,7 +49,8 @@ def bits(logprobs: torch.Tensor) -> list:
 
 def rollout_bits(arguments: dict) -> dict:
     """The engine's completions of a seeded workload: {completions: [{prompt, tokens,
-    temperature, bits}], mixed_steps (steps that mixed prefill and decode), threads, config}."""
+    temperature, bits}], mixed_steps (steps that mixed prefill and decode), threads, config,
+    boundaries (the contract's key block; the SSM chunk, None without Mamba layers)}."""
     config, contract, weights = _subject(arguments)
     with _threads("engine"):
         completions, engine = rollout(config, contract, weights, Workload(**arguments["workload"]),
@@ -58,6 +60,8 @@ def rollout_bits(arguments: dict) -> dict:
                              "bits": bits(c.logprob_tensor)}
                             for s, c in zip(scored_sequences(completions), completions)],
             "mixed_steps": engine.step_phases[("decode", "prefill")], "threads": threads,
+            "boundaries": {"key_block": key_block(contract),
+                           "ssm_chunk": ssm_chunk(config) if hasattr(config, "chunk_size") else None},
             "config": subject_label(types.SimpleNamespace(**arguments["subject"]), arguments["subject"]["size"])}
 
 

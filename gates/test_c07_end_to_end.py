@@ -3,16 +3,19 @@
 Passes when, on the model's cut, the engine under continuous batching (random arrivals, a
 small token budget so chunked prefill mixes with decodes) and the trainer's forward over the
 same tokens give max, mean and std of |dp| and k3 KL all exactly 0, with at least one mixed
-prefill/decode step; on the CPU the engine runs on 1 intra-op thread and the trainer on at
-least 2, as their pools may differ. The engine and the trainer each run in their own worker
-(gates/candidate.py): the trainer's worker receives only the tokens, and this process, which
-writes the verdict, loads no module of the code under test (a condition). Negative control:
-the fast contract fails it, and so does linear.planted_thread_split_k (a reduction split per
-thread).
+prefill/decode step and contexts that crossed the contract's key block (and the SSM chunk
+where the model has Mamba layers: gates/boundaries.py; else vacuous); on the CPU the engine
+runs on 1 intra-op thread and the trainer on at least 2, as their pools may differ. The
+engine and the trainer each run in their own worker (gates/candidate.py): the trainer's
+worker receives only the tokens, and this process, which writes the verdict, loads no module
+of the code under test (a condition). Negative controls: the fast contract fails it, so does
+linear.planted_thread_split_k (a reduction split per thread), and a contract whose key block
+no context reaches fails it as vacuous.
 """
 import torch
 
 from gates import device
+from gates.boundaries import coverage
 from gates.candidate import ask, candidate_modules, confinement
 from gates.inputs import fresh_seed
 from gates.mismatch import mismatch_stats
@@ -39,6 +42,11 @@ def test_engine_equals_trainer(gate):
                                                                   "trainer": trainer["threads"]})
     stats = mismatch_stats(logprobs(c["bits"] for c in engine["completions"]), logprobs(trainer["bits"]))
     gate.check("mixed prefill/decode steps occurred", engine["mixed_steps"] > 0, mixed_steps=engine["mixed_steps"])
+    block, chunk = engine["boundaries"]["key_block"], engine["boundaries"]["ssm_chunk"]
+    crossed = coverage([len(c["prompt"]) + len(c["tokens"]) for c in engine["completions"]], block, chunk or block)
+    gate.check(f"contexts crossed a key block ({block} keys){f' and an SSM chunk ({chunk} tokens)' if chunk else ''}",
+               crossed["key_blocks_crossed"] > 0 and (chunk is None or crossed["ssm_chunks_crossed"] > 0),
+               coverage=crossed)
     for figure in ("max_abs_dp", "mean_abs_dp", "std_abs_dp", "k3_kl"):
         gate.check(f"{figure} == 0", stats[figure] == 0.0, measured=stats[figure],
                    num_tokens=stats["num_tokens"])
