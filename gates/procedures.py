@@ -16,7 +16,8 @@ from gates import device
 from gates.boundaries import key_block, ssm_chunk
 from gates.case_calls import intra_op_threads, thread_counts
 from gates.faults import register_all
-from gates.subject import subject_config, subject_config_path, subject_label, subject_weights
+from gates.region_runs import every_case, expected_regions
+from gates.subject import subject_config, subject_config_path, subject_label, subject_model, subject_weights
 from gates.workload import EngineShape, Workload, make_requests, rollout, score_sequences, seeded_weights
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
@@ -82,6 +83,18 @@ def trainer_bits(arguments: dict) -> dict:
     return {"bits": [bits(s) for s in scores], "threads": threads}
 
 
+def c01_runs(arguments: dict) -> dict:
+    """One run of every case under `seeds` {case: seed} on the seeded model: {runs: {case:
+    {calls: [{key, outputs}], shapes}}, expected_regions, config} (gates/region_runs.py)."""
+    register_all()
+    device.select(arguments.get("device", "cpu"))
+    subject = types.SimpleNamespace(**arguments["subject"])
+    config = subject_config(subject, subject.size)
+    model = subject_model(subject, config, arguments["model_seed"]).requires_grad_(False).to(device.target())
+    return {"runs": every_case(model, load_contract(subject.contract), arguments["seeds"]),
+            "expected_regions": expected_regions(config), "config": subject_label(subject, subject.size)}
+
+
 def c10_subject(arguments: dict) -> dict:
     """What C10 times for {model, size, checkpoint} and saves in `folder`: {config (the shipped
     name, or the checkpoint's config as YAML there), graphs_refused (why this tree's engine
@@ -101,5 +114,5 @@ def environment(arguments: dict) -> dict:
     return deployment_fingerprint()
 
 
-PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c10_subject": c10_subject,
-              "environment": environment}
+PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c01_runs": c01_runs,
+              "c10_subject": c10_subject, "environment": environment}

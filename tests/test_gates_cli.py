@@ -21,7 +21,7 @@ def test_c07_passes_consistent_and_fails_fast(tmp_path, capsys):
     assert main(["gates", "--model", "qwen3", "--only", "C7", "--out", str(tmp_path / "ok")]) == EXIT_OK
     result = json.loads((tmp_path / "ok" / "C07.json").read_text())
     assert result["status"] == "pass" and result["contract"] == "consistent"
-    assert len(result["conditions"]) == 6 and result["environment"]["torch"] and result["inputs"][0]["seed"] >= 0
+    assert len(result["conditions"]) == 7 and result["environment"]["torch"] and result["inputs"][0]["seed"] >= 0
     code = main(["gates", "--model", "qwen3", "--only", "C07", "--contract", "fast", "--out", str(tmp_path / "bad")])
     assert code == EXIT_DIFFERENT
     failed = json.loads((tmp_path / "bad" / "C07.json").read_text())
