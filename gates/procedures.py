@@ -8,11 +8,12 @@ What runs is named as a gate's record does, `subject`: {"model", "contract", "ch
 `contract` and the `weights_file` the gate had saved once. `threads` picks the side's CPU pool ("engine" one thread, "trainer" at least two,
 gates/case_calls.py), so a reduction that follows the thread count shows.
 """
+import dataclasses
 import types
 
 import torch
 
-from gates import device
+from gates import device, rl_runs
 from gates.boundaries import key_block, ssm_chunk
 from gates.case_calls import intra_op_threads, thread_counts
 from gates.faults import register_all
@@ -95,6 +96,23 @@ def c01_runs(arguments: dict) -> dict:
             "expected_regions": expected_regions(config), "config": subject_label(subject, subject.size)}
 
 
+def c09_steps(arguments: dict) -> dict:
+    """GRPO steps on the subject (gates/rl_runs.py): `num_steps` of a fresh run, saved into
+    `save_to` after them when given; or, with `resume_from`, that run resumed and stepped once.
+    With `full_config`, also the family's full config loaded and validated."""
+    config, contract, weights = _subject(arguments)
+    seed = arguments["seed"]
+    if "resume_from" in arguments:
+        answer = rl_runs.resumed_step(config, contract, seed, arguments["resume_from"])
+    else:
+        answer = rl_runs.steps(config, contract, weights, seed, arguments["num_steps"],
+                               save_to=arguments.get("save_to"))
+    if arguments.get("full_config"):
+        answer["full_config"] = rl_runs.full_config(arguments["subject"]["model"])
+    return dict(answer, config=subject_label(types.SimpleNamespace(**arguments["subject"]), "cut"),
+                settings=dataclasses.asdict(rl_runs.settings(seed)))
+
+
 def c10_subject(arguments: dict) -> dict:
     """What C10 times for {model, size, checkpoint} and saves in `folder`: {config (the shipped
     name, or the checkpoint's config as YAML there), graphs_refused (why this tree's engine
@@ -115,4 +133,4 @@ def environment(arguments: dict) -> dict:
 
 
 PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c01_runs": c01_runs,
-              "c10_subject": c10_subject, "environment": environment}
+              "c09_steps": c09_steps, "c10_subject": c10_subject, "environment": environment}

@@ -3,7 +3,6 @@ candidate's kernels: one that patches the judge's record from inside its process
 that has the engine leave its log-prob bits in a file for the trainer to return. C07 asks an
 engine worker and a separate, confined trainer worker, and compares their answers itself."""
 import json
-import shutil
 
 import pytest
 
@@ -13,6 +12,7 @@ from harness.exit_codes import EXIT_DIFFERENT
 from harness.pristine import Isolation, export_apparatus
 from harness.stages.gates import run_gates, select
 from harness.workspace import open_repo
+from tests.candidate_trees import judge_workers_on, tree_with
 
 PATCH_THE_JUDGE = """
 import sys as _sys
@@ -52,19 +52,11 @@ _engine.Engine.generate, _trainer.Trainer.score = _leave, _take
 """
 
 
-def _tree_with(folder, cheat: str):
-    """A candidate tree: this repository's kernels with `cheat` run at their import."""
-    shutil.copytree(ROOT / "kernels", folder / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
-    init = folder / "kernels" / "__init__.py"
-    init.write_text(init.read_text() + cheat)
-    return folder
-
-
 def test_a_candidate_that_patches_the_judges_record_changes_no_verdict(tmp_path, capsys):
     """Under the fast contract C07 fails even though the candidate rewrites GateRecord.check
     to pass whatever it is given: the gate process never loads the candidate's modules, so
     the patch lands only in the workers, where no record lives."""
-    tree = _tree_with(tmp_path / "candidate", PATCH_THE_JUDGE)
+    tree = tree_with(tmp_path / "candidate", PATCH_THE_JUDGE)
     base = open_repo(ROOT).head.commit.hexsha
     isolation = Isolation(tree, export_apparatus(base, tmp_path / "run" / "apparatus"), base, tmp_path / "tamper.json")
     statuses = run_gates(select("C7"), model="qwen3", contract="fast", out=tmp_path / "out", isolation=isolation)
@@ -76,11 +68,9 @@ def test_a_candidate_that_patches_the_judges_record_changes_no_verdict(tmp_path,
     assert result["inputs"][0]["workers"].startswith("confined"), result["inputs"][0]["workers"]
 
 
-def _engine_then_trainer(apparatus, tree, monkeypatch) -> tuple:
+def _engine_then_trainer() -> tuple:
     """The fast contract's engine bits and its trainer's bits of the same tokens, each side
     asked in its own worker as C07 asks them."""
-    monkeypatch.setattr(candidate, "JUDGE_ROOT", apparatus)
-    monkeypatch.setenv("PYTHONPATH", str(tree))
     common = {"subject": {"model": "qwen3", "contract": "fast", "checkpoint": None, "size": "cut"},
               "model_seed": 7, "device": "cpu"}
     engine = candidate.ask("rollout_bits", dict(common, workload={"num_sequences": 4, "new_tokens": 8,
@@ -95,16 +85,14 @@ def test_an_engine_worker_cannot_leave_its_bits_for_the_trainer_worker(tmp_path,
     worker returns as its own, and the fast contract would agree with itself (the control);
     confined, the write is refused and the trainer's own bits differ."""
     assert confine.unavailable() is None, f"the judge's workers must run confined here: {confine.unavailable()}"
-    apparatus = tmp_path / "apparatus"
-    apparatus.mkdir()
-    (apparatus / "gates").symlink_to(ROOT / "gates", target_is_directory=True)
     drop = tmp_path / "drop.json"
-    tree = _tree_with(tmp_path / "candidate", LEAVE_BITS_FOR_THE_TRAINER.format(drop=str(drop)))
-    engine, trainer = _engine_then_trainer(apparatus, tree, monkeypatch)
+    judge_workers_on(tree_with(tmp_path / "candidate", LEAVE_BITS_FOR_THE_TRAINER.format(drop=str(drop))),
+                     tmp_path, monkeypatch)
+    engine, trainer = _engine_then_trainer()
     assert not drop.exists() and engine != trainer, "confined, the trainer computed its own (fast) bits"
     with monkeypatch.context() as unconfined:
         unconfined.setattr(confine, "unavailable", lambda: "switched off for the control")
-        engine, trainer = _engine_then_trainer(apparatus, tree, monkeypatch)
+        engine, trainer = _engine_then_trainer()
     assert drop.exists() and engine == trainer, "the cheat works where nothing confines the workers"
 
 

@@ -15,7 +15,6 @@ import yaml
 
 from gates import test_c09_rl_steps as c09
 from gates.conftest import GateRecord
-from gates.faults import resume_losing_rng_state
 from gates.hazards import VacuousGate
 from gates.test_c04_discrete import check_topk
 from gates.test_c05_graph import compile_uses
@@ -23,13 +22,18 @@ from harness.cli import EXIT_DIFFERENT, EXIT_OK, main
 from kernels.contract import load_contract
 from kernels.contract.contract import CONTRACT_DIR
 from kernels.contract.regions import CASES
-from kernels.trainer.rl_loop import GRPORun
+from tests.candidate_trees import judge_workers_on, tree_with
 
 TIE_RULE = "topk ids and slot order follow the unique key (lowest id wins ties)"
 COMBINE_ORDER = "moe_combine sums the slots in slot order (fp32, one rounding)"
 SAMPLER_BATCH = "sampler: each request draws the same tokens alone and in any batch and case"
 TOP_K_TIES = "sampler: top-k keeps the lowest ids of a tie across the k-th place (unique key)"
 SILU_CASES = "mlp_act SiLU(gate)*up: every case gives the same bits"
+LOSE_RNG_STATE_ON_RESUME = """
+from gates import faults as _faults
+from kernels.trainer import rl_loop as _rl_loop
+_rl_loop.GRPORun.resume = _faults.resume_losing_rng_state
+"""
 RESUMED_STEP = "the first step after resume equals the uninterrupted step 2 bitwise"
 RESUMED_WEIGHTS = "model and fp32 master weights after the resumed step equal the uninterrupted run's"
 ENGINE_DIFFS = {"engine == trainer_fwd (scores) log-probs, bitwise, every step",
@@ -75,7 +79,7 @@ def test_consistent_contract_passes(tmp_path, model):
     sizes = {c["name"].split("]")[0] + "]" for c in grads}
     assert sizes == ({"[cut]", "[cut-quant]"} if model == "nemotron" else {"[cut]"}), sizes
     c09 = results["C09"]
-    assert c09["inputs"][0]["num_steps"] == 20 and len(c09["conditions"]) == 8
+    assert c09["inputs"][0]["num_steps"] == 20 and len(c09["conditions"]) == 9
     if model == "qwen3":
         assert results["C05"]["not_applicable"] == ["no CUDA device: CUDA graphs need a GPU"]
         assert results["C05"]["inputs"][0]["torch_compile_uses"] == []
@@ -178,11 +182,14 @@ def test_c04_catches_a_scale_of_the_wrong_granularity(tmp_path):
 
 
 def test_c09_catches_a_resume_that_loses_rng_state(tmp_path, monkeypatch):
+    """The candidate's GRPORun.resume restarts the random stream (gates/faults.py); C09's
+    workers run that tree, and the resumed step and weights differ."""
     monkeypatch.setattr(c09, "NUM_STEPS", 4)  # the fault shows at the first resumed step
-    monkeypatch.setattr(GRPORun, "resume", resume_losing_rng_state)
+    judge_workers_on(tree_with(tmp_path / "candidate", LOSE_RNG_STATE_ON_RESUME), tmp_path, monkeypatch)
     record = GateRecord("C09", "qwen3", "consistent")
     with pytest.raises(AssertionError, match="condition"):
         c09.test_grpo_steps_and_resume(record, tmp_path)
     failed = {c["name"]: c for c in record.conditions if c["status"] == "fail"}
-    assert set(failed) == {RESUMED_STEP, RESUMED_WEIGHTS}  # engine == trainer still holds
+    loaded = "the judging process loaded no module of the code under test"  # this test process has
+    assert set(failed) == {RESUMED_STEP, RESUMED_WEIGHTS, loaded}  # engine == trainer still holds
     assert failed[RESUMED_STEP]["engine_logprobs"] > 0

@@ -1,0 +1,68 @@
+"""C09's runs, as its workers compute them (gates/candidate.py): GRPO steps of the rollout
+engine and the trainer on the seeded cut, each step's record reduced to what the judge
+compares (rewards and losses as floats, which JSON carries exactly; log-probs as int32 bit
+patterns) and the model and fp32 master weights as sha256 digests. The uninterrupted run, the
+run saved at its midpoint and its resumption from disk are three workers: a resume that
+depended on anything but the files on disk would not reproduce.
+"""
+import torch
+from hashlib import sha256
+
+from gates import device
+from kernels.models.config import load_model_config
+from kernels.models.registry import config_name
+from kernels.trainer.rl_loop import GRPORun, GRPOSettings
+
+
+def settings(seed: int) -> GRPOSettings:
+    return GRPOSettings(prompts_per_step=1, group_size=2, max_new_tokens=8, min_prompt_len=4,
+                        max_prompt_len=12, seed=seed, max_arrival_offset=3, engine_tokens_per_step=8)
+
+
+def _bits(tensors) -> list:
+    return [t.detach().float().cpu().contiguous().view(torch.int32).tolist() for t in tensors]
+
+
+def record(step) -> dict:
+    """One StepRecord as JSON data."""
+    return {"step": step.step, "rewards": [float(r) for r in step.rewards], "loss": float(step.loss),
+            "engine_logprobs": _bits(step.engine_logprobs), "trainer_logprobs": _bits(step.trainer_logprobs),
+            "update_logprobs": _bits(step.update_logprobs)}
+
+
+def state_digests(run) -> dict:
+    """sha256 of every model weight and fp32 master weight (named model.* and master.*)."""
+    tensors = {**{f"model.{k}": v for k, v in run.trainer.weights().items()},
+               **{f"master.{k}": v for k, v in run.trainer.optimizer.master.items()}}
+    return {name: sha256(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+            for name, t in tensors.items()}
+
+
+def steps(config, contract, weights, seed: int, num_steps: int, *, save_to=None) -> dict:
+    """`num_steps` steps of a fresh run: {records, states (after each step), mixed_steps};
+    the run saved into `save_to` after them when given."""
+    run = GRPORun(config, contract, settings(seed), weights=weights, device=device.target())
+    records, states = [], []
+    for _ in range(num_steps):
+        records.append(record(run.step()))
+        states.append(state_digests(run))
+    if save_to is not None:
+        run.save(save_to)
+    return {"records": records, "states": states, "mixed_steps": run.engine.step_phases[("decode", "prefill")]}
+
+
+def resumed_step(config, contract, seed: int, directory) -> dict:
+    """The run saved in `directory`, resumed and stepped once: {records: [its step], states}."""
+    run = GRPORun.resume(directory, config, contract, settings(seed), device=device.target())
+    return {"records": [record(run.step())], "states": [state_digests(run)]}
+
+
+def full_config(model: str) -> dict:
+    """The family's full config loaded and validated: its sizes, or the error."""
+    name = config_name(model, "full")
+    try:
+        full = load_model_config(name)
+    except ValueError as error:
+        return {"config": name, "error": str(error)}
+    return {"config": name, "num_layers": full.num_layers, "hidden_size": full.hidden_size,
+            "vocab_size": full.vocab_size}
