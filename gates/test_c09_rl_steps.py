@@ -9,8 +9,9 @@ second run saved at step N/2, resumed from disk in another process and stepped o
 reproduces the uninterrupted run's step N/2 bit for bit (rewards, engine, trainer and update
 log-probs, loss, and the model and fp32 master weights after it) with diff 0 on both sides.
 The three runs are workers (gates/rl_runs.py); this process, which writes the verdict,
-compares their answers and loads no module of the code under test (a condition). Negative
-control: the fast contract fails the diff conditions.
+compares their answers and loads no module of the code under test (a condition).
+Negative controls: the fast contract fails the diff conditions, and a resume that restarts
+the random stream (gates/faults.py) fails the resume conditions.
 """
 import torch
 
