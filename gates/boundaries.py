@@ -34,3 +34,13 @@ def coverage(lengths, block: int, chunk: int) -> dict:
             "either_side_of_a_key_block": {block, block + 1} <= ends,
             "ssm_chunk": chunk, "ssm_chunks_crossed": (longest - 1) // chunk,
             "either_side_of_an_ssm_chunk": {chunk, chunk + 1} <= ends}
+
+
+def check_crossed(gate, contexts, boundaries: dict) -> None:
+    """The condition that some context of `contexts` tokens crossed the key block, and the
+    SSM chunk where `boundaries` names one ({key_block, ssm_chunk or None}); else vacuous."""
+    block, chunk = boundaries["key_block"], boundaries["ssm_chunk"]
+    crossed = coverage(contexts, block, chunk or block)
+    gate.check(f"contexts crossed a key block ({block} keys){f' and an SSM chunk ({chunk} tokens)' if chunk else ''}",
+               crossed["key_blocks_crossed"] > 0 and (chunk is None or crossed["ssm_chunks_crossed"] > 0),
+               coverage=crossed)

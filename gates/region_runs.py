@@ -2,7 +2,8 @@
 fresh random tokens, every region call's outputs reduced to what the judge compares (shape,
 dtype, sha256 of the bytes, NaN count), in call order.
 
-What a run is, per case: engine_prefill, one prefill of three sequences then a chunked
+What a run is, per case (the longest sequence runs past the contract's key block,
+gates/boundaries.py): engine_prefill, one prefill of three sequences then a chunked
 prefill (segments starting past 0); engine_decode and engine_graph, a prefill then three
 steps decoding all three sequences (on CPU there is no graph capture, so engine_graph is the
 contract's graph binding run eagerly on the decode shapes; capture itself is C05's);
@@ -50,10 +51,10 @@ class Capture:
                            "outputs": [summary(t) for t in items if isinstance(t, torch.Tensor)]})
 
 
-def plan(case: str, seed: int, vocab_size: int) -> list:
+def plan(case: str, seed: int, vocab_size: int, key_block: int) -> list:
     """The forwards of one run: [(batch case, segment case, [(seq_id, start, tokens)])]."""
     rng = random.Random(seed)
-    lengths = [1, rng.randint(9, 20), rng.randint(17, 30)]
+    lengths = [1, rng.randint(9, 20), rng.randint(key_block + 1, key_block + 16)]
     prompts = [[rng.randrange(1, vocab_size) for _ in range(n)] for n in lengths]
     first = [(i, 0, p) for i, p in enumerate(prompts)]
     if case.startswith("trainer"):
@@ -91,14 +92,14 @@ def expected_regions(config) -> list:
                                          if kind not in present for r in regions})
 
 
-def every_case(model, contract, seeds: dict) -> dict:
+def every_case(model, contract, seeds: dict, key_block: int) -> dict:
     """{case: {calls, shapes}} of one run of every case under its seed, allocations poisoned."""
     was_on, was_warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True)
     try:
         runs = {}
         for case in CASES:
-            forwards = plan(case, seeds[case], model.config.vocab_size)
+            forwards = plan(case, seeds[case], model.config.vocab_size, key_block)
             with torch.no_grad():
                 runs[case] = {"calls": run(model, contract, forwards, sampling_seed=seeds[case]),
                               "shapes": [[(s, len(t)) for _, s, t in pieces] for _, _, pieces in forwards]}

@@ -5,7 +5,8 @@ trainer_bwd) of the model's cut, two runs of the same forwards on the same fresh
 tokens, each in its own worker process (gates/candidate.py), give bit-identical outputs at
 every region call (captured through a RegionDispatch observer, lm_head, logprob and sampler
 included; compared by the sha256 of their bytes), every region of the model ran in that case,
-and no output holds the NaN poison; this process, which writes the verdict, loads no module of
+no output holds the NaN poison, and some context crossed the contract's key block (and the
+SSM chunk where the model has one: gates/boundaries.py; else vacuous); this process, which writes the verdict, loads no module of
 the code under test (a condition). Negative control: a contract mapping o_proj to
 linear.planted_atomic_split_k (gates/faults.py) fails it; the fast contract passes it on CPU,
 since its CPU kernels are deterministic too.
@@ -19,6 +20,7 @@ allocation: the runs are under torch.use_deterministic_algorithms, which fills t
 new_empty with NaN (integers: their max), and a NaN in any output fails the gate.
 """
 from gates import device
+from gates.boundaries import check_crossed
 from gates.candidate import ask, candidate_modules, confinement
 from gates.inputs import fresh_seed
 
@@ -65,6 +67,8 @@ def test_repeated_runs_give_identical_bits(gate):
         poisoned = sum(output["nan"] for run in calls for call in run for output in call["outputs"])
         gate.check(f"{case}: no output holds the NaN poison", poisoned == 0, num_nan=poisoned)
     gate.inputs["num_outputs_compared"] = total
+    check_crossed(gate, [start + length for case in CASES for forward in first["runs"][case]["shapes"]
+                         for start, length in forward], first["boundaries"])
     loaded = candidate_modules()
     gate.check("the judging process loaded no module of the code under test", not loaded, loaded=loaded[:10])
     gate.verdict()

@@ -15,7 +15,7 @@ no context reaches fails it as vacuous.
 import torch
 
 from gates import device
-from gates.boundaries import coverage
+from gates.boundaries import check_crossed
 from gates.candidate import ask, candidate_modules, confinement
 from gates.inputs import fresh_seed
 from gates.mismatch import mismatch_stats
@@ -42,11 +42,7 @@ def test_engine_equals_trainer(gate):
                                                                   "trainer": trainer["threads"]})
     stats = mismatch_stats(logprobs(c["bits"] for c in engine["completions"]), logprobs(trainer["bits"]))
     gate.check("mixed prefill/decode steps occurred", engine["mixed_steps"] > 0, mixed_steps=engine["mixed_steps"])
-    block, chunk = engine["boundaries"]["key_block"], engine["boundaries"]["ssm_chunk"]
-    crossed = coverage([len(c["prompt"]) + len(c["tokens"]) for c in engine["completions"]], block, chunk or block)
-    gate.check(f"contexts crossed a key block ({block} keys){f' and an SSM chunk ({chunk} tokens)' if chunk else ''}",
-               crossed["key_blocks_crossed"] > 0 and (chunk is None or crossed["ssm_chunks_crossed"] > 0),
-               coverage=crossed)
+    check_crossed(gate, [len(c["prompt"]) + len(c["tokens"]) for c in engine["completions"]], engine["boundaries"])
     for figure in ("max_abs_dp", "mean_abs_dp", "std_abs_dp", "k3_kl"):
         gate.check(f"{figure} == 0", stats[figure] == 0.0, measured=stats[figure],
                    num_tokens=stats["num_tokens"])

@@ -8,6 +8,8 @@ import json
 import pytest
 import yaml
 
+from gates.boundaries import check_crossed
+from gates.conftest import GateRecord
 from harness.cli import EXIT_DIFFERENT, EXIT_OK, main
 from kernels.contract.contract import CONTRACT_DIR
 from kernels.contract.regions import CASES, REGION_FAMILY
@@ -52,7 +54,7 @@ def test_consistent_contract_passes(tmp_path, model):
     assert {name: r["status"] for name, r in results.items()} == {"C01": "pass", "C02": "pass", "C03": "pass"}
     assert code == EXIT_OK
     c01 = results["C01"]
-    assert c01["inputs"][0]["num_outputs_compared"] > 500 and len(c01["conditions"]) == 3 * len(CASES) + 1
+    assert c01["inputs"][0]["num_outputs_compared"] > 500 and len(c01["conditions"]) == 3 * len(CASES) + 2
     c02 = {c["name"].split(":")[0]: c for c in results["C02"]["conditions"] if "batch_rows" in c}
     sizes = ["[cut]"] + (["[cut-quant]"] if model == "nemotron" else [])  # the quantized cut ships for nemotron
     assert set(c02) == {f"{size} {case}" for size in sizes for case in CASES}
@@ -118,6 +120,21 @@ def test_c02_fails_as_vacuous_when_no_decode_probe_crosses_a_boundary(tmp_path, 
     assert list(failed) == ["[cut] decode probes end either side of a key block and past two key blocks "
                             "(else vacuous)"], set(failed)
     assert not next(iter(failed.values()))["either_side_of_a_key_block"]
+
+
+@pytest.mark.parametrize("contexts, boundaries, crossed", [
+    ([10, 31, 32], {"key_block": 32, "ssm_chunk": None}, False),  # the 32nd key still sits in block 0
+    ([10, 33], {"key_block": 32, "ssm_chunk": None}, True),
+    ([33], {"key_block": 64, "ssm_chunk": 16}, False),  # past two SSM chunks, short of the key block
+    ([65], {"key_block": 64, "ssm_chunk": 16}, True),
+])
+def test_the_crossing_condition_of_c01_and_c07_fails_when_no_context_crosses(contexts, boundaries, crossed):
+    """C01 and C07 (judged from workers) check the contexts their workers ran crossed the
+    contract's key block and the SSM chunk (gates/boundaries.py check_crossed); C07's negative
+    control through a contract is in tests/test_gates_cli.py."""
+    record = GateRecord("C01", "nemotron", "consistent")
+    check_crossed(record, contexts, boundaries)
+    assert [c["status"] for c in record.conditions] == ["pass" if crossed else "fail"], record.conditions
 
 
 def test_c02_catches_a_per_batch_activation_scale_on_the_quantized_cut(tmp_path):
