@@ -20,6 +20,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gates import confine, device
@@ -27,11 +28,13 @@ from gates import confine, device
 JUDGE_ROOT = Path(__file__).resolve().parent.parent  # the judge's copy: its gates/ resolve first
 PROGRAM = """
 import json, sys
-from gates.procedures import PROCEDURES
-answer = PROCEDURES[sys.argv[1]](json.loads(sys.stdin.read()))
+from gates.procedures import PROCEDURES, environment
+arguments = json.loads(sys.stdin.read())
+answer = {"answer": PROCEDURES[sys.argv[1]](arguments), "environment": environment(arguments)}
 with open(sys.argv[2], "w") as out:
     json.dump(answer, out)
 """
+reported_environment: dict | None = None  # the stack the last worker ran on (what a gate's JSON records)
 
 
 class WorkerFailed(RuntimeError):
@@ -51,7 +54,19 @@ def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None =
         if done.returncode != 0 or not answer_path.exists():
             raise WorkerFailed(f"worker for {procedure!r} exited {done.returncode} without an answer: "
                                f"{done.stderr[-3000:]}")
-        return json.loads(answer_path.read_text())
+        document = json.loads(answer_path.read_text())
+    global reported_environment
+    reported_environment = document["environment"]
+    return document["answer"]
+
+
+def ask_together(*asks) -> list:
+    """Answers of independent asks, each (procedure, arguments[, writable]), their workers
+    running at once (each its own process, as `ask`), in the order given."""
+    with ThreadPoolExecutor(max_workers=len(asks)) as pool:
+        futures = [pool.submit(ask, procedure, arguments, writable=rest[0] if rest else ())
+                   for procedure, arguments, *rest in asks]
+        return [future.result() for future in futures]
 
 
 def _caches() -> list:

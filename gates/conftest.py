@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import device
-from gates.candidate import ask
+from gates import candidate, device
 
 _RECORDS: dict = {}
 
@@ -52,11 +51,11 @@ def pytest_collection_finish(session):
 
 def _environment() -> dict:
     """The stack's deployment fingerprint, taken without loading the code under test here
-    when this process has not already (a worker reports it)."""
+    when this process has not already: the last worker's report, or a worker asked for it."""
     if "kernels" in sys.modules:
         from kernels.contract.identity import deployment_fingerprint
         return deployment_fingerprint()
-    return ask("environment", {"device": device.target()})
+    return candidate.reported_environment or candidate.ask("environment", {"device": device.target()})
 
 
 class GateRecord:

@@ -86,14 +86,18 @@ def trainer_bits(arguments: dict) -> dict:
 
 def c01_runs(arguments: dict) -> dict:
     """One run of every case under `seeds` {case: seed} on the seeded model: {runs: {case:
-    {calls: [{key, outputs}], shapes}}, expected_regions, config} (gates/region_runs.py)."""
+    {calls: [{key, outputs}], shapes}}, expected_regions, config, boundaries (the contract's
+    key block, the SSM chunk or None)} (gates/region_runs.py)."""
     register_all()
     device.select(arguments.get("device", "cpu"))
     subject = types.SimpleNamespace(**arguments["subject"])
     config = subject_config(subject, subject.size)
     model = subject_model(subject, config, arguments["model_seed"]).requires_grad_(False).to(device.target())
-    return {"runs": every_case(model, load_contract(subject.contract), arguments["seeds"]),
-            "expected_regions": expected_regions(config), "config": subject_label(subject, subject.size)}
+    contract = load_contract(subject.contract)
+    boundaries = {"key_block": key_block(contract), "ssm_chunk": ssm_chunk(config) if hasattr(config, "chunk_size") else None}
+    return {"runs": every_case(model, contract, arguments["seeds"], boundaries["key_block"]),
+            "expected_regions": expected_regions(config), "config": subject_label(subject, subject.size),
+            "boundaries": boundaries}
 
 
 def c09_steps(arguments: dict) -> dict:
@@ -127,7 +131,8 @@ def c10_subject(arguments: dict) -> dict:
 
 
 def environment(arguments: dict) -> dict:
-    """The deployment fingerprint of the worker's stack (what a gate's JSON records)."""
+    """The deployment fingerprint of the worker's stack (what a gate's JSON records; every
+    worker reports it beside its answer)."""
     device.select(arguments.get("device", "cpu"))
     return deployment_fingerprint()
 

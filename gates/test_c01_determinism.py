@@ -2,7 +2,7 @@
 
 Passes when, for every case (engine_prefill, engine_decode, engine_graph, trainer_fwd,
 trainer_bwd) of the model's cut, two runs of the same forwards on the same fresh random
-tokens, each in its own worker process (gates/candidate.py), give bit-identical outputs at
+tokens, each in its own worker process running beside the other (gates/candidate.py), give bit-identical outputs at
 every region call (captured through a RegionDispatch observer, lm_head, logprob and sampler
 included; compared by the sha256 of their bytes), every region of the model ran in that case,
 no output holds the NaN poison, and some context crossed the contract's key block (and the
@@ -21,7 +21,7 @@ new_empty with NaN (integers: their max), and a NaN in any output fails the gate
 """
 from gates import device
 from gates.boundaries import check_crossed
-from gates.candidate import ask, candidate_modules, confinement
+from gates.candidate import ask_together, candidate_modules, confinement
 from gates.inputs import fresh_seed
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
@@ -49,7 +49,7 @@ def test_repeated_runs_give_identical_bits(gate):
     model_seed, seeds = fresh_seed() % 1000, {case: fresh_seed() for case in CASES}
     subject = {"model": gate.model, "contract": gate.contract, "checkpoint": gate.checkpoint, "size": "cut"}
     asked = {"subject": subject, "model_seed": model_seed, "seeds": seeds, "device": device.target()}
-    first, second = ask("c01_runs", asked), ask("c01_runs", asked)  # two processes
+    first, second = ask_together(("c01_runs", asked), ("c01_runs", asked))  # two processes, at once
     gate.inputs = {"config": first["config"], "model_seed": model_seed, "seeds": seeds, "workers": confinement(),
                    "num_decode_steps": 3, "shapes": {case: first["runs"][case]["shapes"] for case in CASES}}
     total = 0

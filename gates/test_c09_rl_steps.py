@@ -16,7 +16,7 @@ the random stream (gates/faults.py) fails the resume conditions.
 import torch
 
 from gates import device
-from gates.candidate import ask, candidate_modules, confinement
+from gates.candidate import ask, ask_together, candidate_modules, confinement
 from gates.hazards import HazardEvidence
 from gates.inputs import fresh_seed
 from gates.mismatch import mismatch_stats
@@ -56,11 +56,11 @@ def test_grpo_steps_and_resume(gate, tmp_path):
     half = num_steps // 2
     subject = {"model": gate.model, "contract": gate.contract, "checkpoint": gate.checkpoint, "size": "cut"}
     common = {"subject": subject, "model_seed": seed % 1000, "seed": seed, "device": device.target()}
-    run = ask("c09_steps", dict(common, num_steps=num_steps, full_config=not gate.checkpoint))
     saves = tmp_path / "saves"  # the worker's checkpoint stages beside its target, then renames
     saves.mkdir()
     saved = saves / "checkpoint"
-    second = ask("c09_steps", dict(common, num_steps=half, save_to=str(saved)), writable=[saves])
+    run, second = ask_together(("c09_steps", dict(common, num_steps=num_steps, full_config=not gate.checkpoint)),
+                               ("c09_steps", dict(common, num_steps=half, save_to=str(saved)), [saves]))
     resumed = ask("c09_steps", dict(common, resume_from=str(saved)))
     records = run["records"]
     gate.inputs = {"seed": seed, "config": run["config"], "num_steps": num_steps, "save_after_steps": half,
