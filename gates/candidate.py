@@ -30,7 +30,8 @@ PROGRAM = """
 import json, sys
 from gates.procedures import PROCEDURES, environment
 arguments = json.loads(sys.stdin.read())
-answer = {"answer": PROCEDURES[sys.argv[1]](arguments), "environment": environment(arguments)}
+answer = {"answer": PROCEDURES[sys.argv[1]](arguments),
+          "environment": environment(arguments) if sys.argv[3] == "report" else None}
 with open(sys.argv[2], "w") as out:
     json.dump(answer, out)
 """
@@ -44,9 +45,11 @@ class WorkerFailed(RuntimeError):
 def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None = None) -> dict:
     """procedure(arguments) computed in a new worker on the judged tree: its JSON answer.
     `writable`: folders the procedure writes its files into, besides its own."""
+    global reported_environment
     with tempfile.TemporaryDirectory(prefix="bitwise-ask-") as folder:
         answer_path = Path(folder) / "answer.json"
-        command = [sys.executable, "-B", "-c", PROGRAM, procedure, str(answer_path)]
+        report = "report" if reported_environment is None else "known"  # the stack, once a process
+        command = [sys.executable, "-B", "-c", PROGRAM, procedure, str(answer_path), report]
         if confine.unavailable() is None:
             command = confine.argv_confined(shlex.join(command), [folder, *map(str, writable), *_caches()])
         done = subprocess.run(command, input=json.dumps(arguments), capture_output=True, text=True, cwd=JUDGE_ROOT,
@@ -55,8 +58,7 @@ def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None =
             raise WorkerFailed(f"worker for {procedure!r} exited {done.returncode} without an answer: "
                                f"{done.stderr[-3000:]}")
         document = json.loads(answer_path.read_text())
-    global reported_environment
-    reported_environment = document["environment"]
+    reported_environment = reported_environment or document["environment"]
     return document["answer"]
 
 

@@ -9,8 +9,8 @@ runs on 1 intra-op thread and the trainer on at least 2, as their pools may diff
 engine and the trainer each run in their own worker (gates/candidate.py): the trainer's
 worker receives only the tokens, and this process, which writes the verdict, loads no module
 of the code under test (a condition). Negative controls: the fast contract fails it, so does
-linear.planted_thread_split_k (a reduction split per thread), and a contract whose key block
-no context reaches fails it as vacuous.
+linear.planted_thread_split_k (a reduction split per thread), and contexts that stop short of
+the key block fail its crossing condition (tests/test_gate_c01_c03.py).
 """
 import torch
 

@@ -130,8 +130,8 @@ def test_c02_fails_as_vacuous_when_no_decode_probe_crosses_a_boundary(tmp_path, 
 ])
 def test_the_crossing_condition_of_c01_and_c07_fails_when_no_context_crosses(contexts, boundaries, crossed):
     """C01 and C07 (judged from workers) check the contexts their workers ran crossed the
-    contract's key block and the SSM chunk (gates/boundaries.py check_crossed); C07's negative
-    control through a contract is in tests/test_gates_cli.py."""
+    contract's key block and the SSM chunk (gates/boundaries.py check_crossed): contexts that
+    stop short of either fail the condition (the gates then fail as vacuous)."""
     record = GateRecord("C01", "nemotron", "consistent")
     check_crossed(record, contexts, boundaries)
     assert [c["status"] for c in record.conditions] == ["pass" if crossed else "fail"], record.conditions
