@@ -191,5 +191,7 @@ def test_c09_catches_a_resume_that_loses_rng_state(tmp_path, monkeypatch):
         c09.test_grpo_steps_and_resume(record, tmp_path)
     failed = {c["name"]: c for c in record.conditions if c["status"] == "fail"}
     loaded = "the judging process loaded no module of the code under test"  # this test process has
-    assert set(failed) == {RESUMED_STEP, RESUMED_WEIGHTS, loaded}  # engine == trainer still holds
+    # engine == trainer still holds; the weights after the resumed step may still agree when
+    # both steps' groups tie on reward (zero advantages: the update is the optimizer's moments)
+    assert {RESUMED_STEP, loaded} <= set(failed) <= {RESUMED_STEP, RESUMED_WEIGHTS, loaded}, set(failed)
     assert failed[RESUMED_STEP]["engine_logprobs"] > 0
