@@ -149,7 +149,7 @@ def linear_slow_repeat(x, w, *, row_multiple: int, out_dtype=None, repeats: int 
 def logprob_fast_in_a_worker(logits, targets, temperatures, *, full=False):
     """The consistent log-prob, but the engine-style log_softmax in a `python -c` process (what
     C10's timed and reference workers are): a path switched where it is timed. C10 must catch
-    it by its trainer, which scores in the gate's own process."""
+    it by its trainer, whose scores (trainer_fwd, left consistent) the engine's bits then miss."""
     variant = logprob.fast_log_softmax if sys.argv[0] == "-c" else logprob.consistent
     return variant(logits, targets, temperatures, full=full)
 
