@@ -1,12 +1,14 @@
 """C09's runs, as its workers compute them (gates/candidate.py): GRPO steps of the rollout
 engine and the trainer on the seeded cut, each step's record reduced to what the judge
-compares (rewards and losses as floats, which JSON carries exactly; log-probs as int32 bit
-patterns) and the model and fp32 master weights as sha256 digests. The uninterrupted run, the
+compares (rewards as floats, which JSON carries exactly; losses as float64 bit patterns, so a
+NaN loss compares as itself; log-probs as int32 bit patterns) and the model and fp32 master weights as sha256 digests. The uninterrupted run, the
 run saved at its midpoint and its resumption from disk are three workers: a resume that
 depended on anything but the files on disk would not reproduce.
 """
-import torch
+import struct
 from hashlib import sha256
+
+import torch
 
 from gates import device
 from kernels.models.config import load_model_config
@@ -26,6 +28,7 @@ def _bits(tensors) -> list:
 def record(step) -> dict:
     """One StepRecord as JSON data."""
     return {"step": step.step, "rewards": [float(r) for r in step.rewards], "loss": float(step.loss),
+            "loss_bits": struct.unpack("<q", struct.pack("<d", float(step.loss)))[0],  # a NaN's too
             "engine_logprobs": _bits(step.engine_logprobs), "trainer_logprobs": _bits(step.trainer_logprobs),
             "update_logprobs": _bits(step.update_logprobs)}
 

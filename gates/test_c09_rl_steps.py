@@ -35,10 +35,10 @@ def _differing(left: list, right: list) -> int:
 
 
 def _same_step(a: dict, b: dict) -> dict:
-    """{what: number of differing values} between two step records (floats compared exactly)."""
+    """{what: number of differing values} between two step records (the loss by its bits)."""
     return {"rewards": sum(x != y for x, y in zip(a["rewards"], b["rewards"])),
             **{side: _differing(a[side], b[side]) for side in ("engine_logprobs", *SIDES)},
-            "loss": int(a["loss"] != b["loss"] or str(a["loss"]) != str(b["loss"]))}
+            "loss": int(a["loss_bits"] != b["loss_bits"])}
 
 
 def _diff_figures(records, side: str) -> dict:
