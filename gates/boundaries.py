@@ -24,6 +24,12 @@ def ssm_chunk(config) -> int:
     return getattr(config, "chunk_size", DEFAULT_SSM_CHUNK)
 
 
+def boundaries(contract, config) -> dict:
+    """What a worker reports for check_crossed: the key block, the SSM chunk (None without
+    Mamba layers)."""
+    return {"key_block": key_block(contract), "ssm_chunk": ssm_chunk(config) if hasattr(config, "chunk_size") else None}
+
+
 def coverage(lengths, block: int, chunk: int) -> dict:
     """Which boundaries contexts of `lengths` tokens crossed: key blocks and SSM chunks (as
     counts of whole blocks before the longest context's last token), and whether some

@@ -92,3 +92,9 @@ def confinement() -> str:
 def candidate_modules() -> list:
     """The judged tree's modules this process has loaded (none, in a gate that only asks)."""
     return sorted(name for name in sys.modules if name == "kernels" or name.startswith("kernels."))
+
+
+def check_judge_clean(gate) -> None:
+    """The condition every gate judged from workers records before its verdict."""
+    loaded = candidate_modules()
+    gate.check("the judging process loaded no module of the code under test", not loaded, loaded=loaded[:10])

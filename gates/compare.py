@@ -1,6 +1,9 @@
 """Bit-pattern equality. Identity claims compare integer views, never allclose:
-torch.equal lets +0.0 equal -0.0 and NaN never equal itself; bits do neither."""
+torch.equal lets +0.0 equal -0.0 and NaN never equal itself; bits do neither. The judge's
+workers (gates/candidate.py) send fp32 values as int32 bit lists and whole tensors as sha256
+digests: the helpers at the end write and read them."""
 from dataclasses import dataclass
+from hashlib import sha256
 
 import torch
 
@@ -78,3 +81,26 @@ def bit_figures(left: list, right: list, labels: list) -> dict:
     first = next((f"{label}: {d}" for label, d in zip(labels, differences) if d is not None), None)
     return {"num_compared": sum(t.numel() for t in left),
             "num_differing": sum(d.num_differing for d in differences if d), "first_difference": first}
+
+
+def int32_bits(values: torch.Tensor) -> list:
+    """fp32 values as a list of int32 bit patterns (JSON carries them exactly)."""
+    return values.detach().float().cpu().contiguous().view(torch.int32).tolist()
+
+
+def from_int32_bits(bit_lists) -> list:
+    """fp32 tensors from lists of int32 bit patterns (int32_bits' inverse)."""
+    return [torch.tensor(bits, dtype=torch.int32).view(torch.float32) for bits in bit_lists]
+
+
+def tensor_digest(tensor: torch.Tensor) -> str:
+    """sha256 of the tensor's bytes (empty tensors included)."""
+    data = tensor.detach().cpu().contiguous()
+    return sha256(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"").hexdigest()
+
+
+def differing_values(left: list, right: list) -> int:
+    """Positions where two lists of int32 bit lists differ, a missing or extra value or list
+    counting as one."""
+    return sum(sum(a != b for a, b in zip(x, y)) + abs(len(x) - len(y)) for x, y in zip(left, right)) \
+        + abs(len(left) - len(right))

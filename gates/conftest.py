@@ -69,6 +69,10 @@ class GateRecord:
         self.conditions, self.inputs, self.not_applicable = [], {}, None
         self.judged = False
 
+    def subject(self, size: str = "cut") -> dict:
+        """What a worker runs (gates/procedures.py): this record's model, contract, checkpoint."""
+        return {"model": self.model, "contract": self.contract, "checkpoint": self.checkpoint, "size": size}
+
     def check(self, name: str, passed: bool, **figures) -> None:
         self.conditions.append({"name": name, "status": "pass" if passed else "fail", **figures})
 

@@ -14,8 +14,9 @@ import types
 import torch
 
 from gates import device, rl_runs
-from gates.boundaries import key_block, ssm_chunk
+from gates.boundaries import boundaries
 from gates.case_calls import intra_op_threads, thread_counts
+from gates.compare import int32_bits
 from gates.faults import register_all
 from gates.region_runs import every_case, expected_regions
 from gates.subject import subject_config, subject_config_path, subject_label, subject_model, subject_weights
@@ -27,26 +28,33 @@ from kernels.models.config import load_model_config
 from kernels.trainer.logprobs import ScoredSequence, scored_sequences
 
 
-def _subject(arguments: dict) -> tuple:
-    """(config, contract, weights) of the subject, on the asked device, faults registered."""
+def _named(arguments: dict) -> tuple:
+    """(subject, its config) of a gate-named subject, on the asked device, faults registered."""
     register_all()  # the contract under test may name a planted fault
     device.select(arguments.get("device", "cpu"))
+    subject = types.SimpleNamespace(**arguments["subject"])
+    return subject, subject_config(subject, subject.size)
+
+
+def _subject(arguments: dict) -> tuple:
+    """(config, contract, weights) of the subject: a C10 plan's or a gate-named one."""
     if "weights_file" in arguments:  # a C10 plan
+        register_all()
+        device.select(arguments.get("device", "cpu"))
         weights = torch.load(arguments["weights_file"], mmap=True, weights_only=True)
         return load_model_config(arguments["config"]), load_contract(arguments["contract"]), weights
-    subject = types.SimpleNamespace(**arguments["subject"])
-    config = subject_config(subject, subject.size)
+    subject, config = _named(arguments)
     return config, load_contract(subject.contract), subject_weights(subject, config, arguments["model_seed"])
+
+
+def _label(arguments: dict) -> str:
+    subject = arguments["subject"]
+    return subject_label(types.SimpleNamespace(**subject), subject["size"])
 
 
 def _threads(side: str):
     engine, trainer = thread_counts()
     return intra_op_threads(engine if side == "engine" else trainer)
-
-
-def bits(logprobs: torch.Tensor) -> list:
-    """fp32 log-probs as int32 bit patterns (JSON carries them exactly)."""
-    return logprobs.detach().float().cpu().contiguous().view(torch.int32).tolist()
 
 
 def rollout_bits(arguments: dict) -> dict:
@@ -59,12 +67,10 @@ def rollout_bits(arguments: dict) -> dict:
                                       EngineShape(**arguments.get("shape", {})))
         threads = torch.get_num_threads()
     return {"completions": [{"prompt": list(s.prompt), "tokens": list(s.completion), "temperature": s.temperature,
-                             "bits": bits(c.logprob_tensor)}
+                             "bits": int32_bits(c.logprob_tensor)}
                             for s, c in zip(scored_sequences(completions), completions)],
             "mixed_steps": engine.step_phases[("decode", "prefill")], "threads": threads,
-            "boundaries": {"key_block": key_block(contract),
-                           "ssm_chunk": ssm_chunk(config) if hasattr(config, "chunk_size") else None},
-            "config": subject_label(types.SimpleNamespace(**arguments["subject"]), arguments["subject"]["size"])}
+            "boundaries": boundaries(contract, config), "config": _label(arguments)}
 
 
 def trainer_bits(arguments: dict) -> dict:
@@ -81,23 +87,19 @@ def trainer_bits(arguments: dict) -> dict:
     with _threads("trainer"):
         scores = score_sequences(config, contract, weights, sequences)
         threads = torch.get_num_threads()
-    return {"bits": [bits(s) for s in scores], "threads": threads}
+    return {"bits": [int32_bits(s) for s in scores], "threads": threads}
 
 
 def c01_runs(arguments: dict) -> dict:
     """One run of every case under `seeds` {case: seed} on the seeded model: {runs: {case:
     {calls: [{key, outputs}], shapes}}, expected_regions, config, boundaries (the contract's
     key block, the SSM chunk or None)} (gates/region_runs.py)."""
-    register_all()
-    device.select(arguments.get("device", "cpu"))
-    subject = types.SimpleNamespace(**arguments["subject"])
-    config = subject_config(subject, subject.size)
+    subject, config = _named(arguments)
     model = subject_model(subject, config, arguments["model_seed"]).requires_grad_(False).to(device.target())
     contract = load_contract(subject.contract)
-    boundaries = {"key_block": key_block(contract), "ssm_chunk": ssm_chunk(config) if hasattr(config, "chunk_size") else None}
-    return {"runs": every_case(model, contract, arguments["seeds"], boundaries["key_block"]),
-            "expected_regions": expected_regions(config), "config": subject_label(subject, subject.size),
-            "boundaries": boundaries}
+    crossing = boundaries(contract, config)
+    return {"runs": every_case(model, contract, arguments["seeds"], crossing["key_block"]),
+            "expected_regions": expected_regions(config), "config": _label(arguments), "boundaries": crossing}
 
 
 def c09_steps(arguments: dict) -> dict:
@@ -113,7 +115,7 @@ def c09_steps(arguments: dict) -> dict:
                                save_to=arguments.get("save_to"))
     if arguments.get("full_config"):
         answer["full_config"] = rl_runs.full_config(arguments["subject"]["model"])
-    return dict(answer, config=subject_label(types.SimpleNamespace(**arguments["subject"]), "cut"),
+    return dict(answer, config=_label(arguments),
                 settings=dataclasses.asdict(rl_runs.settings(seed)))
 
 

@@ -12,11 +12,11 @@ The runs are under torch.use_deterministic_algorithms, which fills torch.empty a
 with NaN (integers: their max): a skipped write shows as poison in an output.
 """
 import random
-from hashlib import sha256
 
 import torch
 
 from gates import device
+from gates.compare import tensor_digest
 from kernels.models.batch import TokenBatch
 from kernels.models.dispatch import RegionDispatch
 from kernels.models.state import TransientCache
@@ -33,9 +33,8 @@ BLOCK_REGIONS = {"mamba": ("ssm_in_proj", "ssm_conv", "ssm_scan", "ssm_norm", "s
 
 def summary(tensor: torch.Tensor) -> dict:
     """What the judge compares of one output: its shape, dtype, bytes' digest and NaN count."""
-    data = tensor.detach().cpu().contiguous()
-    return {"shape": list(data.shape), "dtype": str(data.dtype),
-            "sha256": sha256(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"").hexdigest(),
+    data = tensor.detach().cpu()
+    return {"shape": list(data.shape), "dtype": str(data.dtype), "sha256": tensor_digest(data),
             "nan": int(data.isnan().sum()) if data.is_floating_point() else 0}
 
 

@@ -1,16 +1,15 @@
 """C09's runs, as its workers compute them (gates/candidate.py): GRPO steps of the rollout
 engine and the trainer on the seeded cut, each step's record reduced to what the judge
 compares (rewards as floats, which JSON carries exactly; losses as float64 bit patterns, so a
-NaN loss compares as itself; log-probs as int32 bit patterns) and the model and fp32 master weights as sha256 digests. The uninterrupted run, the
-run saved at its midpoint and its resumption from disk are three workers: a resume that
-depended on anything but the files on disk would not reproduce.
+NaN loss compares as itself; log-probs as int32 bit patterns) and the model and fp32 master
+weights as sha256 digests. The uninterrupted run, the run saved at its midpoint and its
+resumption from disk are three workers: a resume that depended on anything but the files on
+disk would not reproduce.
 """
 import struct
-from hashlib import sha256
-
-import torch
 
 from gates import device
+from gates.compare import int32_bits, tensor_digest
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
 from kernels.trainer.rl_loop import GRPORun, GRPOSettings
@@ -21,24 +20,19 @@ def settings(seed: int) -> GRPOSettings:
                         max_prompt_len=12, seed=seed, max_arrival_offset=3, engine_tokens_per_step=8)
 
 
-def _bits(tensors) -> list:
-    return [t.detach().float().cpu().contiguous().view(torch.int32).tolist() for t in tensors]
-
-
 def record(step) -> dict:
     """One StepRecord as JSON data."""
     return {"step": step.step, "rewards": [float(r) for r in step.rewards], "loss": float(step.loss),
             "loss_bits": struct.unpack("<q", struct.pack("<d", float(step.loss)))[0],  # a NaN's too
-            "engine_logprobs": _bits(step.engine_logprobs), "trainer_logprobs": _bits(step.trainer_logprobs),
-            "update_logprobs": _bits(step.update_logprobs)}
+            **{side: [int32_bits(t) for t in getattr(step, side)]
+               for side in ("engine_logprobs", "trainer_logprobs", "update_logprobs")}}
 
 
 def state_digests(run) -> dict:
     """sha256 of every model weight and fp32 master weight (named model.* and master.*)."""
     tensors = {**{f"model.{k}": v for k, v in run.trainer.weights().items()},
                **{f"master.{k}": v for k, v in run.trainer.optimizer.master.items()}}
-    return {name: sha256(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
-            for name, t in tensors.items()}
+    return {name: tensor_digest(t) for name, t in tensors.items()}
 
 
 def steps(config, contract, weights, seed: int, num_steps: int, *, save_to=None) -> dict:

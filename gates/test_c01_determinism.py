@@ -21,7 +21,7 @@ new_empty with NaN (integers: their max), and a NaN in any output fails the gate
 """
 from gates import device
 from gates.boundaries import check_crossed
-from gates.candidate import ask_together, candidate_modules, confinement
+from gates.candidate import ask_together, check_judge_clean, confinement
 from gates.inputs import fresh_seed
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
@@ -47,7 +47,7 @@ def first_difference(first_calls: list, second_calls: list) -> dict | None:
 
 def test_repeated_runs_give_identical_bits(gate):
     model_seed, seeds = fresh_seed() % 1000, {case: fresh_seed() for case in CASES}
-    subject = {"model": gate.model, "contract": gate.contract, "checkpoint": gate.checkpoint, "size": "cut"}
+    subject = gate.subject()
     asked = {"subject": subject, "model_seed": model_seed, "seeds": seeds, "device": device.target()}
     first, second = ask_together(("c01_runs", asked), ("c01_runs", asked))  # two processes, at once
     gate.inputs = {"config": first["config"], "model_seed": model_seed, "seeds": seeds, "workers": confinement(),
@@ -69,6 +69,5 @@ def test_repeated_runs_give_identical_bits(gate):
     gate.inputs["num_outputs_compared"] = total
     check_crossed(gate, [start + length for case in CASES for forward in first["runs"][case]["shapes"]
                          for start, length in forward], first["boundaries"])
-    loaded = candidate_modules()
-    gate.check("the judging process loaded no module of the code under test", not loaded, loaded=loaded[:10])
+    check_judge_clean(gate)
     gate.verdict()

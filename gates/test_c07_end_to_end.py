@@ -12,11 +12,10 @@ of the code under test (a condition). Negative controls: the fast contract fails
 linear.planted_thread_split_k (a reduction split per thread), and contexts that stop short of
 the key block fail its crossing condition (tests/test_gate_c01_c03.py).
 """
-import torch
-
 from gates import device
 from gates.boundaries import check_crossed
-from gates.candidate import ask, candidate_modules, confinement
+from gates.candidate import ask, check_judge_clean, confinement
+from gates.compare import from_int32_bits
 from gates.inputs import fresh_seed
 from gates.mismatch import mismatch_stats
 
@@ -24,14 +23,9 @@ CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the 
 NUM_SEQUENCES, NEW_TOKENS = 32, 32
 
 
-def logprobs(bit_lists) -> list:
-    """fp32 tensors from the int32 bit patterns a worker answered."""
-    return [torch.tensor(b, dtype=torch.int32).view(torch.float32) for b in bit_lists]
-
-
 def test_engine_equals_trainer(gate):
     seed = fresh_seed()
-    subject = {"model": gate.model, "contract": gate.contract, "checkpoint": gate.checkpoint, "size": "cut"}
+    subject = gate.subject()
     common = {"subject": subject, "model_seed": seed % 1000, "device": device.target()}
     workload = {"num_sequences": NUM_SEQUENCES, "new_tokens": NEW_TOKENS, "arrival_spread": 16, "seed": seed}
     gate.inputs = {"seed": seed, "workload": workload, "subject": subject, "workers": confinement()}
@@ -40,12 +34,11 @@ def test_engine_equals_trainer(gate):
     trainer = ask("trainer_bits", dict(common, sequences=sequences))
     gate.inputs.update(config=engine["config"], intra_op_threads={"engine": engine["threads"],
                                                                   "trainer": trainer["threads"]})
-    stats = mismatch_stats(logprobs(c["bits"] for c in engine["completions"]), logprobs(trainer["bits"]))
+    stats = mismatch_stats(from_int32_bits(c["bits"] for c in engine["completions"]), from_int32_bits(trainer["bits"]))
     gate.check("mixed prefill/decode steps occurred", engine["mixed_steps"] > 0, mixed_steps=engine["mixed_steps"])
     check_crossed(gate, [len(c["prompt"]) + len(c["tokens"]) for c in engine["completions"]], engine["boundaries"])
     for figure in ("max_abs_dp", "mean_abs_dp", "std_abs_dp", "k3_kl"):
         gate.check(f"{figure} == 0", stats[figure] == 0.0, measured=stats[figure],
                    num_tokens=stats["num_tokens"])
-    loaded = candidate_modules()
-    gate.check("the judging process loaded no module of the code under test", not loaded, loaded=loaded[:10])
+    check_judge_clean(gate)
     gate.verdict()

@@ -13,10 +13,9 @@ compares their answers and loads no module of the code under test (a condition).
 Negative controls: the fast contract fails the diff conditions, and a resume that restarts
 the random stream (gates/faults.py) fails the resume conditions.
 """
-import torch
-
 from gates import device
-from gates.candidate import ask, ask_together, candidate_modules, confinement
+from gates.candidate import ask, ask_together, check_judge_clean, confinement
+from gates.compare import differing_values, from_int32_bits
 from gates.hazards import HazardEvidence
 from gates.inputs import fresh_seed
 from gates.mismatch import mismatch_stats
@@ -26,35 +25,27 @@ NUM_STEPS = 20
 SIDES = {"trainer_logprobs": "trainer_fwd (scores)", "update_logprobs": "trainer_bwd (the update's forward)"}
 
 
-def _floats(bit_lists) -> list:
-    return [torch.tensor(bits, dtype=torch.int32).view(torch.float32) for bits in bit_lists]
-
-
-def _differing(left: list, right: list) -> int:
-    return sum(sum(a != b for a, b in zip(x, y)) + abs(len(x) - len(y)) for x, y in zip(left, right))
-
-
 def _same_step(a: dict, b: dict) -> dict:
     """{what: number of differing values} between two step records (the loss by its bits)."""
     return {"rewards": sum(x != y for x, y in zip(a["rewards"], b["rewards"])),
-            **{side: _differing(a[side], b[side]) for side in ("engine_logprobs", *SIDES)},
+            **{side: differing_values(a[side], b[side]) for side in ("engine_logprobs", *SIDES)},
             "loss": int(a["loss_bits"] != b["loss_bits"])}
 
 
 def _diff_figures(records, side: str) -> dict:
     """Engine vs one trainer side over all steps: the steps that differ, the mismatch figures,
     and max |dp| of each step (the report plots it over the steps)."""
-    differing = [r["step"] for r in records if _differing(r["engine_logprobs"], r[side])]
-    stats = mismatch_stats([lp for r in records for lp in _floats(r["engine_logprobs"])],
-                           [lp for r in records for lp in _floats(r[side])])
-    per_step = [mismatch_stats(_floats(r["engine_logprobs"]), _floats(r[side]))["max_abs_dp"] for r in records]
+    differing = [r["step"] for r in records if differing_values(r["engine_logprobs"], r[side])]
+    stats = mismatch_stats([lp for r in records for lp in from_int32_bits(r["engine_logprobs"])],
+                           [lp for r in records for lp in from_int32_bits(r[side])])
+    per_step = [mismatch_stats(from_int32_bits(r["engine_logprobs"]), from_int32_bits(r[side]))["max_abs_dp"] for r in records]
     return {"steps_differing": differing, "num_steps": len(records), "per_step_max_abs_dp": per_step, **stats}
 
 
 def test_grpo_steps_and_resume(gate, tmp_path):
     num_steps, seed = NUM_STEPS, fresh_seed()
     half = num_steps // 2
-    subject = {"model": gate.model, "contract": gate.contract, "checkpoint": gate.checkpoint, "size": "cut"}
+    subject = gate.subject()
     common = {"subject": subject, "model_seed": seed % 1000, "seed": seed, "device": device.target()}
     saves = tmp_path / "saves"  # the worker's checkpoint stages beside its target, then renames
     saves.mkdir()
@@ -94,7 +85,6 @@ def test_grpo_steps_and_resume(gate, tmp_path):
     gate.check("after resume: engine == trainer and update log-probs, bitwise",
                not (after[0]["steps_differing"] or after[1]["steps_differing"]),
                trainer=after[0], update=after[1])
-    loaded = candidate_modules()
-    gate.check("the judging process loaded no module of the code under test", not loaded, loaded=loaded[:10])
+    check_judge_clean(gate)
     evidence.require(*hazards)
     gate.verdict()

@@ -48,7 +48,8 @@ from pathlib import Path
 
 from gates import device
 from gates.baseline import ROOT, RUN_PATHS, export_commit, no_baseline, read_frozen
-from gates.candidate import ask, candidate_modules, confinement
+from gates.candidate import ask, check_judge_clean, confinement
+from gates.compare import differing_values
 from gates.cpu_timing import timed_environment
 from gates.inputs import fresh_seed
 from gates.ratio_verdict import decide
@@ -124,8 +125,7 @@ def trainer_mismatches(asked: dict, seed: int, bits: list) -> int:
     a worker of its own."""
     scored = ask("trainer_bits", dict(asked, workload=dict(asked["workload"], seed=seed),
                                       completion_tokens=[tokens for tokens, _ in bits]))["bits"]
-    return sum(sum(a != b for a, b in zip(ours, theirs)) + abs(len(ours) - len(theirs))
-               for ours, (_, theirs) in zip(scored, bits)) + abs(len(scored) - len(bits))
+    return differing_values(scored, [theirs for _, theirs in bits])
 
 
 def sample(answer: dict, tokens_per_run: int, target: str) -> dict:
@@ -213,6 +213,5 @@ def test_throughput_against_the_frozen_baseline(gate):
         gate.check_inconclusive(name, **measured)
     else:
         gate.check(name, verdict.status == "pass", **measured)
-    loaded = candidate_modules()
-    gate.check("the judging process loaded no module of the code under test", not loaded, loaded=loaded[:10])
+    check_judge_clean(gate)
     gate.verdict()
