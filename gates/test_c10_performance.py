@@ -177,7 +177,8 @@ def test_throughput_against_the_frozen_baseline(gate):
                     figures[key][side].append(value)
                 figures["digests"][side].append([run["digest"] for run in answer["runs"]])
                 figures["process_s"][side].append(round(answer["process_s"], 1))
-                figures["machine"][side].append({**answer["machine"], "worker_reported": answer["worker_reported"]})
+                figures["machine"][side].append({**answer["machine"], "worker_reported": answer["worker_reported"],
+                                                 "phases": answer["phases"]})
             pair_ratios = [c / b for b, c in zip(figures["tokens_per_s"]["baseline"],
                                                  figures["tokens_per_s"]["candidate"])]
             if len(pair_ratios) >= PAIRS:

@@ -60,7 +60,10 @@ def completions_bits(completions) -> list:
 
 
 _PROGRAM = """
-import gc, json, os, subprocess, sys, time, kernels, torch
+import time
+phases, phase_started = {{}}, time.perf_counter()
+import gc, json, os, subprocess, sys, kernels, torch
+phases["import_s"] = time.perf_counter() - phase_started
 from gates.faults import register_all
 from gates.workload import Workload, make_engine, make_requests
 from kernels.contract import load_contract
@@ -77,9 +80,13 @@ if asked.get("device", "cpu") != "cpu":  # the CPU baseline's tree predates gate
     sync = torch.cuda.synchronize
 config, contract = load_model_config(asked["config"]), load_contract(asked["contract"])
 weights, workload = mapped_weights(asked), Workload(**asked["workload"])
+phase_started = time.perf_counter()
 engine = make_engine(config, contract, weights, workload, **options)
+sync()
+phases["build_s"], phase_started = time.perf_counter() - phase_started, time.perf_counter()
 engine.generate(make_requests(workload, config.vocab_size))
 sync()
+phases["warm_run_s"] = time.perf_counter() - phase_started
 gc.collect()
 gc.freeze()  # the warm engine's objects leave the collector's generations, as serving engines do
 recorded = asked.get("device", "cpu") != "cpu"
@@ -104,6 +111,7 @@ for line in sys.stdin:
                  "bits": completions_bits(completions) if words[2:] == ["bits"] else None}})
     print("{prefix}READY", flush=True)  # bookkeeping done: the next run's clock may start
 print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reported": runs,
+                                   "phases": phases,
                                    "machine": {{"cores": sorted(os.sched_getaffinity(0)), "before": before}}}}),
       flush=True)
 """.format(prefix=PREFIX, helpers="".join(getsource(f) for f in (
