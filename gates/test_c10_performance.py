@@ -10,7 +10,8 @@ baseline/frozen-cuda.json on CUDA), exported from git (`git archive`: that commi
 and gates/, nothing of the working tree) and run in its own process, while the candidate runs
 the current tree in its own process (gates/timed_worker.py); both generate the plan's workload
 on the same seeded weights (saved once, mapped by every process) on an engine warmed by one
-run of it (engine built, weights copied, graphs captured: untimed; then gc.freeze), and then,
+run of it, and on CUDA two more seeds' (engine built, weights copied, graphs captured and
+kernels compiled for the shapes those arrivals give: untimed; then gc.freeze), and then,
 a sample, the plan's `repeats` runs (5 on CUDA, where one run is ~0.5 s) under seeds drawn
 only when the judge says go, the same for both sides of a pair; interleaved (baseline,
 candidate, ...; 3 pairs first, BITWISE_C10_PAIRS changes the count and the inputs record
@@ -94,6 +95,7 @@ def plan(target: str, seed: int, subject: dict) -> dict:
                 "workload": {"num_sequences": 16, "new_tokens": 24, "arrival_spread": 4, "seed": seed}}
     return {"config": subject["config"], "device": target,
             "workload": {"num_sequences": 64, "new_tokens": 64, "arrival_spread": 8, "seed": seed}, "repeats": 5,
+            "warm_seeds": [fresh_seed(), fresh_seed()],  # arrival patterns beyond the first: shapes compiled untimed
             "cores": timing_cores(),  # both sides on the same host cores
             "shape": {"tokens_per_step": 4096, "max_running": 64, "block_size": 16},
             "engine": {"cuda_graphs": not subject["graphs_refused"]}}

@@ -1,8 +1,9 @@
 """C10's timed worker: a process on one source tree's kernels that generates workloads on a
 warmed engine when the judge says go, timed by the judge from outside.
 
-The worker builds the engine, warms it on the plan's own workload (Triton compiles, decode
-graphs captured, weights copied: untimed), freezes the collector, says `C10 READY` and then
+The worker builds the engine, warms it on the plan's own workload and on the plan's
+`warm_seeds` (Triton compiles, decode graphs captured, weights copied: untimed; each run
+records what it compiled inside the clock), freezes the collector, says `C10 READY` and then
 reads `GO <seed>` lines: each runs the plan's workload under a seed the judge draws only then,
 so no output can be prepared before the clock starts, answers `C10 DONE <digest>` (sha256
 of every completion's tokens and log-prob bits), records what it keeps of the run (its own
@@ -54,6 +55,15 @@ def completions_digest(completions) -> str:
     return digest.hexdigest()
 
 
+def compiled_state(engine) -> dict:
+    """What the engine has compiled so far: decode graphs captured and the entries of Triton's
+    on-disk cache. A timed run that moves either paid for a compile inside the judge's clock."""
+    import os
+    captured = getattr(getattr(engine, "graphs", None), "_graphs", None)
+    cache = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    return {"graphs": len(captured or ()), "triton_cache_entries": len(os.listdir(cache)) if cache.is_dir() else 0}
+
+
 def completions_bits(completions) -> list:
     """[tokens, log-prob int32 bit patterns] of every completion: what the trainer must score."""
     return [[list(c.tokens), c.logprob_tensor.float().cpu().view(torch.int32).tolist()] for c in completions]
@@ -69,6 +79,7 @@ from gates.workload import Workload, make_engine, make_requests
 from kernels.contract import load_contract
 from kernels.models.config import load_model_config
 from hashlib import sha256
+from pathlib import Path
 {helpers}
 asked = json.loads(sys.argv[1])
 register_all()  # the contract under test may name a planted fault
@@ -85,6 +96,8 @@ engine = make_engine(config, contract, weights, workload, **options)
 sync()
 phases["build_s"], phase_started = time.perf_counter() - phase_started, time.perf_counter()
 engine.generate(make_requests(workload, config.vocab_size))
+for warm_seed in asked.get("warm_seeds", ()):  # more arrival patterns: shapes the first run missed
+    engine.generate(make_requests(Workload(**dict(asked["workload"], seed=warm_seed)), config.vocab_size))
 sync()
 phases["warm_run_s"] = time.perf_counter() - phase_started
 gc.collect()
@@ -98,7 +111,7 @@ for line in sys.stdin:
         break
     run_workload = Workload(**dict(asked["workload"], seed=int(words[1])))
     engine.step_count = 0  # both trees' engines count arrival steps from here
-    collections = [g["collections"] for g in gc.get_stats()]
+    collections, compiled = [g["collections"] for g in gc.get_stats()], compiled_state(engine)
     started, cpu_started = time.perf_counter(), time.process_time()
     completions = engine.generate(make_requests(run_workload, config.vocab_size))
     sync()
@@ -108,6 +121,7 @@ for line in sys.stdin:
     runs.append({{"wall_s": wall_s, "cpu_s": cpu_s, "tokens": sum(len(c.tokens) for c in completions),
                  "gc_collections": [g["collections"] - c for g, c in zip(gc.get_stats(), collections)],
                  "after": machine_state() if recorded else None,
+                 "compiled_before": compiled, "compiled_after": compiled_state(engine),
                  "bits": completions_bits(completions) if words[2:] == ["bits"] else None}})
     print("{prefix}READY", flush=True)  # bookkeeping done: the next run's clock may start
 print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reported": runs,
@@ -115,7 +129,7 @@ print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reporte
                                    "machine": {{"cores": sorted(os.sched_getaffinity(0)), "before": before}}}}),
       flush=True)
 """.format(prefix=PREFIX, helpers="".join(getsource(f) for f in (
-    rollout_options, mapped_weights, completions_digest, completions_bits, hold_to_cores, host_state, machine_state)))
+    rollout_options, mapped_weights, completions_digest, compiled_state, completions_bits, hold_to_cores, host_state, machine_state)))
 
 
 def cpu_seconds(pid: int) -> float:
