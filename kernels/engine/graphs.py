@@ -1,4 +1,6 @@
-"""CUDA graphs for the engine's decode steps: one captured forward per padded batch size.
+"""CUDA graphs for the engine's decode steps: one captured forward per padded batch size,
+every size captured at the first decode step (largest first, the smaller ones reusing its
+memory pool), so no later step pays for a capture.
 
 A decode step of B sequences replays the graph captured for the smallest size >= B. The
 graph reads everything that changes from step to step from static device buffers filled
@@ -89,8 +91,9 @@ class DecodeGraphs:
         size = next(s for s in self.sizes if s >= count)
         if self.mamba.moved():
             self._graphs.clear()
-        if size not in self._graphs:
-            self._graphs[size] = self._capture(size)
+        if size not in self._graphs:  # every size at once, as serving engines start: no capture mid-run
+            for each in sorted(set(self.sizes) - set(self._graphs), reverse=True):  # largest first: one pool
+                self._graphs[each] = self._capture(each)
         graph, hidden, sampled, advances = self._graphs[size]
         if not self.mamba.fill(segments, size, advances):
             self.eager_steps += 1
