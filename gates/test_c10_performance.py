@@ -11,11 +11,12 @@ and gates/, nothing of the working tree) and run in its own process, while the c
 the current tree in its own process (gates/timed_worker.py); both generate the plan's workload
 on the same seeded weights (saved once, mapped by every process) on an engine warmed by one
 run of it, and on CUDA two more seeds' (engine built, weights copied, graphs captured and
-kernels compiled for the shapes those arrivals give: untimed; then gc.freeze), and then,
-a sample, the plan's `repeats` runs (5 on CUDA, where one run is ~0.5 s) under seeds drawn
-only when the judge says go, the same for both sides of a pair; interleaved (baseline,
-candidate, ...; 3 pairs first, BITWISE_C10_PAIRS changes the count and the inputs record
-it), every raw sample and each run's seed in the result; and every timed candidate run's
+kernels compiled for the shapes those arrivals give: untimed; then gc.freeze), and then, a
+sample, the plan's `repeats` runs (5 on CUDA, where one run is ~0.5 s; first one untimed
+process per side of WARM_UP_SEEDS seeds, so that what it compiled is in the on-disk caches)
+under seeds drawn only when the judge says go, the same for both sides of a pair;
+interleaved (baseline, candidate, ...; 3 pairs first, BITWISE_C10_PAIRS changes the count
+and the inputs record it), every raw sample and each run's seed in the result; and every timed candidate run's
 outputs (tokens and log-prob bits) equal an untimed reference worker's for its seed, the
 candidate's trainer scores the reference's first completions to the engine's log-prob bits
 (so a path switched while timed, a patched clock, cached or early answers cannot pass), and
@@ -77,6 +78,7 @@ def _run_in_tree(tree, program: str, argument: str, *, what: str) -> str:
     return result.stdout.strip()
 
 
+WARM_UP_SEEDS = 4  # runs of the untimed warm-up process each side starts with on a GPU
 GPU_SIZES = {"qwen3": "full", "nemotron": "wide-cut"}  # full width: a cut only measures launch overhead there
 
 
@@ -170,6 +172,10 @@ def test_throughput_against_the_frozen_baseline(gate):
         sides = {"baseline": (baseline_tree, dict(shared, contract="fast"), None),
                  "candidate": (ROOT, dict(shared, contract=os.path.abspath(gate.contract)
                                           if os.path.exists(gate.contract) else gate.contract), apparatus)}
+        if target != "cpu":  # a process per side first, untimed: compiles land in the on-disk caches
+            gate.inputs["warm_up_process_s"] = {
+                side: round(drive(tree, side_asked, [fresh_seed() for _ in range(WARM_UP_SEEDS)], cwd=cwd)["process_s"], 1)
+                for side, (tree, side_asked, cwd) in sides.items()}
         verdict = None
         while verdict is None or (verdict.status == "inconclusive" and len(seeds) < MAX_PAIRS):
             seeds.append([fresh_seed() for _ in range(repeats)])  # drawn now: nothing prepared
