@@ -56,12 +56,24 @@ def completions_digest(completions) -> str:
 
 
 def compiled_state(engine) -> dict:
-    """What the engine has compiled so far: decode graphs captured and the entries of Triton's
-    on-disk cache. A timed run that moves either paid for a compile inside the judge's clock."""
+    """What the engine has compiled so far: how many decode graphs it captured, and the entries
+    of Triton's on-disk cache (directory name: kernel name)."""
     import os
     captured = getattr(getattr(engine, "graphs", None), "_graphs", None)
     cache = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
-    return {"graphs": len(captured or ()), "triton_cache_entries": len(os.listdir(cache)) if cache.is_dir() else 0}
+    entries = {}
+    for entry in cache.iterdir() if cache.is_dir() else ():
+        names = [f.stem for f in entry.glob("*.json") if not f.name.startswith("__grp__")]
+        entries[entry.name] = names[0] if names else "?"
+    return {"graphs": len(captured or ()), "triton": entries}
+
+
+def compiled_since(before: dict, engine) -> dict:
+    """Decode graphs captured and Triton kernels compiled (by name) since `before`: what a
+    timed run paid for inside the judge's clock."""
+    after = compiled_state(engine)
+    return {"graphs": after["graphs"] - before["graphs"],
+            "triton_kernels": sorted(name for key, name in after["triton"].items() if key not in before["triton"])}
 
 
 def completions_bits(completions) -> list:
@@ -121,7 +133,7 @@ for line in sys.stdin:
     runs.append({{"wall_s": wall_s, "cpu_s": cpu_s, "tokens": sum(len(c.tokens) for c in completions),
                  "gc_collections": [g["collections"] - c for g, c in zip(gc.get_stats(), collections)],
                  "after": machine_state() if recorded else None,
-                 "compiled_before": compiled, "compiled_after": compiled_state(engine),
+                 "compiled": compiled_since(compiled, engine),
                  "bits": completions_bits(completions) if words[2:] == ["bits"] else None}})
     print("{prefix}READY", flush=True)  # bookkeeping done: the next run's clock may start
 print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reported": runs,
@@ -129,7 +141,8 @@ print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reporte
                                    "machine": {{"cores": sorted(os.sched_getaffinity(0)), "before": before}}}}),
       flush=True)
 """.format(prefix=PREFIX, helpers="".join(getsource(f) for f in (
-    rollout_options, mapped_weights, completions_digest, compiled_state, completions_bits, hold_to_cores, host_state, machine_state)))
+    rollout_options, mapped_weights, completions_digest, compiled_state, compiled_since,
+    completions_bits, hold_to_cores, host_state, machine_state)))
 
 
 def cpu_seconds(pid: int) -> float:

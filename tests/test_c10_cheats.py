@@ -1,7 +1,8 @@
 """C10 against cheats in the candidate's kernels: a patched clock, outputs replayed from the
 warm run, the fast path taken where it is timed. The judge times its workers from outside
 (gates/timed_worker.py), draws each run's seed only at GO, and has the trainer score what the
-engine produced in its own process; each test plants one cheat and shows what catches it."""
+engine produced in its own process; each test plants one cheat and shows what catches it.
+And the record beside the verdict: each timed run names what it compiled inside the clock."""
 import json
 import shutil
 
@@ -98,3 +99,29 @@ def test_the_fast_path_taken_in_timed_workers_fails_the_gate(tmp_path, monkeypat
     assert trainer["status"] == "fail" and trainer["differing_logprobs"] > 0, trainer
     timed = next(c for name, c in conditions.items() if name.startswith("every timed candidate run"))
     assert timed["status"] == "pass", "the switched path agrees with itself: only the trainer can see it"
+
+
+COMPILES_EACH_RUN = """
+import os as _os, pathlib as _pathlib
+from kernels.engine import engine as _engine
+_generate = _engine.Engine.generate
+def _compiling(self, requests, _count=[0]):
+    _count[0] += 1  # what a Triton compile leaves: an entry with the kernel's metadata
+    entry = _pathlib.Path(_os.environ["TRITON_CACHE_DIR"]) / f"entry{_count[0]}"
+    entry.mkdir(parents=True)
+    (entry / "_planted_kernel.json").write_text("{}")
+    (entry / "__grp___planted_kernel.json").write_text("{}")
+    return _generate(self, requests)
+_engine.Engine.generate = _compiling
+"""
+
+
+def test_every_run_names_what_it_compiled_inside_the_clock(plan, tmp_path, monkeypatch):
+    """The record that tells a slow run's compile from noise: each timed run lists the
+    kernels that entered Triton's cache during it; the warm runs' entries are not counted."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    seeds = [fresh_seed(), fresh_seed()]
+    compiling = drive(_tree_with(tmp_path, COMPILES_EACH_RUN), plan, seeds)["worker_reported"]
+    assert [run["compiled"] for run in compiling] == [{"graphs": 0, "triton_kernels": ["_planted_kernel"]}] * 2
+    clean = drive(ROOT, plan, seeds)["worker_reported"]
+    assert [run["compiled"] for run in clean] == [{"graphs": 0, "triton_kernels": []}] * 2
