@@ -14,7 +14,10 @@ mount namespace the writable directories are bound onto themselves, then every o
 is remounted read-only with its own flags kept (a user namespace may add restrictions, never
 lift them): the other agent's worktree, the main checkout, the virtual environment (a `.pth`
 there would run inside the judge) and /tmp cannot be written, and a hard link from the
-worktree to a file elsewhere crosses mounts, which the kernel refuses.
+worktree to a file elsewhere crosses mounts, which the kernel refuses. The command itself
+then runs in a nested user and mount namespace: root there still, but the mounts it inherits
+from a namespace its user does not own are locked (the kernel's MNT_LOCK_*), so it cannot
+remount one writable again or unmount it to show what lies beneath.
 Where this cannot be set up, `unavailable()` says why and commands run unconfined; callers
 name that, never silently.
 """
@@ -41,7 +44,7 @@ printf '%s\n' "$mounts" | while read -r _ _ _ _ point options _; do
     mount -o "remount,bind,$(printf '%s' "$options" | sed 's/^rw\(,\|$\)/ro\1/')" "$point"
 done
 cd "$PWD"  # the working directory again, through its writable mount
-exec /bin/sh -c "$command"
+exec unshare --user --map-root-user --mount /bin/sh -c "$command"
 """
 
 

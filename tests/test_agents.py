@@ -320,8 +320,9 @@ def test_a_command_leaves_no_process_behind_and_reaches_no_network(worktree):
 
 def test_a_command_writes_only_its_worktree_git_and_scratch(tmp_path):
     """Outside the worktree, the repository's git directory and the command's own TMPDIR
-    nothing can be written (a sibling worktree, /tmp, the virtual environment), a hard link to
-    a file elsewhere is refused, and the agent can still commit."""
+    nothing can be written (a sibling worktree, /tmp, the virtual environment), not even after
+    remounting a mount writable (root of its namespace, it may try), a hard link to a file
+    elsewhere is refused, and the agent can still commit."""
     import git
     from gates import confine
     assert confine.unavailable() is None, f"agents' commands must run confined here: {confine.unavailable()}"
@@ -337,7 +338,8 @@ def test_a_command_writes_only_its_worktree_git_and_scratch(tmp_path):
     run = worktree_tools(root, command_timeout_s=60)["run_command"].handler
     venv_site = Path(sys.prefix) / f"cheat-{os.getpid()}.pth"
     for command in (f"echo cheat > {other}/kernel.py", f"touch {venv_site}", "touch /tmp/left-behind",
-                    f"ln {other}/kernel.py linked.py"):
+                    f"ln {other}/kernel.py linked.py",
+                    f"mount -o remount,bind,rw / ; mount -o remount,bind,rw {other} ; echo cheat > {other}/kernel.py"):
         out = run({"command": command})
         assert not out.startswith("exit code: 0"), (command, out)
         assert "Read-only file system" in out or "cross-device" in out, (command, out)
