@@ -278,9 +278,12 @@ def test_claude_code_options(worktree, tmp_path, monkeypatch):
     assert options.cwd == str(worktree) and options.cli_path == str(cli) and options.model == "claude-sonnet-5"
     assert options.setting_sources == ["project"] and options.skills == "all"
     assert (options.max_turns, options.max_budget_usd, options.permission_mode) == (7, 3.0, "dontAsk")
-    assert "mcp__harness__run_gates" in options.allowed_tools and "Bash" in options.allowed_tools
-    assert "WebFetch" not in options.tools and list(options.mcp_servers) == ["harness"]
-    assert options.env["BASH_MAX_TIMEOUT_MS"] == "120000"
+    assert {"mcp__harness__run_gates", "mcp__harness__run_command", "mcp__harness__write_file",
+            "mcp__harness__edit_file"} <= set(options.allowed_tools)
+    unconfined = {"Bash", "Edit", "Write", "WebFetch"}  # they would run outside the sandbox
+    assert not unconfined & (set(options.tools) | set(options.allowed_tools)) and unconfined <= set(
+        options.disallowed_tools)
+    assert list(options.mcp_servers) == ["harness"]
 
 
 def test_none_backend_and_unknown_names(worktree):

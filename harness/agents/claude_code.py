@@ -1,24 +1,31 @@
 """The `claude-code` backend: the Claude Agent SDK runs Claude Code with the worktree as cwd and
 the worktree's .claude/ settings and skills (setting_sources=["project"]: not the user's own).
-Built-in tools are limited and pre-approved under permission_mode "dontAsk" (no person to ask);
-extra tools are served in-process as MCP server "harness" (mcp__harness__<name>). The SDK caps
+Claude Code's own Bash, Edit and Write are not given: they would run in the harness's
+process tree, unconfined. Commands and writes go through the worktree tools the anthropic
+backend uses (harness/agents/worktree_tools.py: paths inside the worktree, commands confined
+by gates/confine.py with an allow-listed environment), served in-process as MCP server
+"harness" (mcp__harness__<name>) with the role's extra tools; the built-ins kept only read.
+Everything is pre-approved under permission_mode "dontAsk" (no person to ask). The SDK caps
 turns and cost; tokens are counted here from the stream, and the agent's wall-clock budget
-(max_wall_s) cancels the query. Credentials are checked when the backend is made. Bash is
-not sandboxed: the harness checks the worktree. Needs the SDK (it bundles a `claude` CLI) or
-a `claude` on PATH.
+(max_wall_s) cancels the query and cuts a command's timeout. Credentials are checked when the
+backend is made. Needs the SDK (it bundles a `claude` CLI) or a `claude` on PATH.
 """
 import asyncio
 import dataclasses
 import os
 import shutil
+import time
 import traceback
 from contextlib import aclosing
 from functools import partial
 from pathlib import Path
 
 from harness.agents.base import AgentResult, AgentTask, Tool, append_transcript
+from harness.agents.worktree_tools import worktree_tools
 
-BUILTIN_TOOLS = ["Read", "Edit", "Write", "Glob", "Grep", "Bash", "Skill"]
+BUILTIN_TOOLS = ["Read", "Glob", "Grep", "Skill"]  # reading only: commands and writes are confined tools
+UNCONFINED_TOOLS = ["Bash", "BashOutput", "KillShell", "Edit", "MultiEdit", "Write", "NotebookEdit", "WebFetch",
+                    "WebSearch", "Task"]
 MCP_SERVER = "harness"
 INSTALL_SDK = "pip install claude-agent-sdk (or pip install -e '.[agents]'), or pass --agent none"
 INSTALL_CLI = ("install Claude Code (npm install -g @anthropic-ai/claude-code) or pass cli_path=/path/to/claude, "
@@ -92,18 +99,17 @@ class ClaudeCodeBackend:
         self.model = model or os.environ.get("BITWISE_AGENT_MODEL") or None  # None: the CLI's default
 
     def options(self, task: AgentTask):
-        sdk, limits = self._sdk, task.limits
-        mcp_names = [f"mcp__{MCP_SERVER}__{name}" for name in task.extra_tools]
-        servers = {MCP_SERVER: sdk.create_sdk_mcp_server(MCP_SERVER, tools=[
-            _mcp_tool(sdk, tool) for tool in task.extra_tools.values()])} if task.extra_tools else {}
-        timeout_ms = str(int(limits.command_timeout_s * 1000))
+        sdk, limits, started = self._sdk, task.limits, time.monotonic()
+        tools = {**worktree_tools(task.worktree, limits.command_timeout_s,
+                                  lambda: limits.max_wall_s - (time.monotonic() - started)), **task.extra_tools}
+        server = sdk.create_sdk_mcp_server(MCP_SERVER, tools=[_mcp_tool(sdk, tool) for tool in tools.values()])
         return sdk.ClaudeAgentOptions(
             cwd=str(task.worktree), cli_path=self.cli_path, model=task.model or self.model,
             system_prompt={"type": "preset", "preset": "claude_code"},
-            setting_sources=["project"], skills="all",
-            tools=list(BUILTIN_TOOLS), allowed_tools=BUILTIN_TOOLS + mcp_names, permission_mode="dontAsk",
-            mcp_servers=servers, max_turns=limits.max_turns, max_budget_usd=limits.max_cost_usd,
-            env={"BASH_DEFAULT_TIMEOUT_MS": timeout_ms, "BASH_MAX_TIMEOUT_MS": timeout_ms},
+            setting_sources=["project"], skills="all", tools=list(BUILTIN_TOOLS),
+            allowed_tools=BUILTIN_TOOLS + [f"mcp__{MCP_SERVER}__{name}" for name in tools],
+            disallowed_tools=list(UNCONFINED_TOOLS), permission_mode="dontAsk",
+            mcp_servers={MCP_SERVER: server}, max_turns=limits.max_turns, max_budget_usd=limits.max_cost_usd,
         )
 
     def run(self, task: AgentTask) -> AgentResult:
