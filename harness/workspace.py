@@ -2,18 +2,23 @@
 
 Repo root and current commit, a clean-tree guard, tags, ref resolution, committing named
 paths only, and detached worktrees at a commit (the frozen baseline is measured from one,
-under `.worktrees/`, which .gitignore hides so it never makes the main tree dirty). Every
+under `.worktrees/`, which .gitignore hides so it never makes the main tree dirty). Agents
+work in clones of their own, which the harness reads only from outside (TreeView): git run
+inside a repository runs that repository's config, and an agent can write its clone's. Every
 git failure a person can cause (unknown ref, existing tag, dirty tree) is a ValueError.
 """
 import os
+import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import git
 
 WORKTREES_DIR = ".worktrees"
 # git's worktree bookkeeping (.git/worktrees, its lock files) does not take two `worktree add`
-# at once: the two agents' threads create theirs one after the other.
+# at once, and threads sharing one Repo were seen to hang in concurrent git calls: the two
+# agents' threads create their worktrees and clones one after the other.
 _WORKTREE_LOCK = threading.Lock()
 
 
@@ -138,48 +143,90 @@ def _worktree_paths(repo: git.Repo) -> set:
             if line.startswith("worktree ")}
 
 
-def branch_worktree(repo: git.Repo, branch: str, path, start: str) -> Path:
-    """A worktree at `path` on `branch` (created at `start` if new); an existing one is reused
-    as it is (a resumed run keeps the agent's commits and edits)."""
+def agent_clone(repo: git.Repo, branch: str, path, start: str) -> Path:
+    """An agent's own repository at `path`, on `branch` made at `start`: a clone that borrows
+    this repository's objects read-only (--shared) and has its own refs, config and hooks, so
+    nothing the agent's confined commands write there (a config that runs a command, a moved
+    tag, an object file rewritten in place) reaches the harness's git directory. An existing
+    clone is reused as it is (a resumed run keeps the agent's commits and edits)."""
     path = Path(path).resolve()
-    with _WORKTREE_LOCK:
-        return _branch_worktree(repo, branch, path, start)
-
-
-def _branch_worktree(repo: git.Repo, branch: str, path: Path, start: str) -> Path:
-    repo.git.worktree("prune")
-    if path.exists() and path in _worktree_paths(repo):
+    if (path / ".git").is_dir():
         return path
     if path.exists() and any(path.iterdir()):
-        raise ValueError(f"{path} exists and is not a worktree of {repo_root(repo)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if branch in {head.name for head in repo.heads}:
-        repo.git.worktree("add", str(path), branch)
-    else:
-        repo.git.worktree("add", "-b", branch, str(path), resolve(repo, start))
+        raise ValueError(f"{path} exists and is not an agent's clone")
+    with _WORKTREE_LOCK:
+        start = resolve(repo, start)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        repo.git.clone("--quiet", "--shared", "--no-checkout", repo.common_dir, str(path))
+    clone = git.Repo(path)  # made just now by the harness: its config is git's own
+    clone.git.update_environment(**HARNESS_GIT_ENV)
+    clone.git.checkout("--quiet", "-b", branch, start)
+    reader = repo.config_reader()
+    with clone.config_writer() as writer:  # the harness's identity for the agent's commits
+        for key in ("name", "email"):
+            if reader.has_option("user", key):
+                writer.set_value("user", key, reader.get_value("user", key))
     return path
 
 
-def commits_since(tree, base: str) -> list:
-    """[{sha, subject, body}] of the commits on `tree`'s HEAD after `base`, oldest first."""
-    repo = open_repo(tree)
-    return [{"sha": c.hexsha, "subject": c.summary, "body": c.message}
-            for c in reversed(list(repo.iter_commits(f"{base}..HEAD")))]
+def fetch_head(repo: git.Repo, tree, ref: str) -> str:
+    """The commit at `tree`'s HEAD, fetched into `repo` as `ref`: git reads the tree's
+    repository through upload-pack, which runs nothing of that repository's config."""
+    try:
+        repo.git.fetch("--quiet", "--no-tags", "--force", "--update-head-ok", str(tree), f"+HEAD:{ref}")
+    except git.GitCommandError as error:
+        raise ValueError(f"{tree}: its HEAD cannot be read: {error.stderr.strip()}") from error
+    return repo.commit(ref).hexsha
 
 
-def changed_paths(tree, base: str) -> list:
-    """Paths that differ from `base` in `tree`: committed, staged, unstaged or untracked."""
-    repo = open_repo(tree)
-    changed = repo.git.diff("--name-only", base).split()
-    untracked = repo.git.ls_files("--others", "--exclude-standard").split()
-    return sorted(set(changed) | set(untracked))
+class TreeView:
+    """A tree read from outside: its HEAD fetched into a scratch repository of the harness's
+    (upload-pack reads the tree's repository and runs nothing of its config), and its files
+    compared there through a temporary index. So a tree whose git directory an agent could
+    write (an fsmonitor, a filter driver, a pager in its config) is read without running any
+    of it, which a git command inside the tree would do."""
+
+    def __init__(self, scratch: Path, tree: Path):
+        self.tree, self._scratch = tree, scratch
+        self.repo = git.Repo.init(scratch / "view.git", bare=True)
+        self.repo.git.update_environment(**HARNESS_GIT_ENV)
+        own = git_common_dir(Path(__file__))  # None in an exported copy of the harness
+        if own is not None:  # fetch only what is new
+            (scratch / "view.git" / "objects" / "info" / "alternates").write_text(f"{own / 'objects'}\n")
+        self.head = fetch_head(self.repo, tree, "refs/view/head")
+
+    def commits_since(self, base: str) -> list:
+        """[{sha, subject, body}] of the commits after `base` up to the tree's HEAD, oldest first."""
+        return [{"sha": c.hexsha, "subject": c.summary, "body": c.message}
+                for c in reversed(list(self.repo.iter_commits(f"{base}..{self.head}")))]
+
+    def differing_paths(self, commit: str) -> list:
+        """Paths that differ from `commit` in the tree: changed by the commits since it, or edited,
+        deleted or untracked (not ignored) against the tree's HEAD."""
+        committed = self.repo.git.diff("--name-only", "--no-renames", commit, self.head).splitlines()
+        env = {"GIT_INDEX_FILE": str(self._scratch / "index"), "GIT_WORK_TREE": str(self.tree)}
+        self.repo.git.read_tree(self.head, env=env)  # the HEAD's files as the index: what is not committed
+        status = self.repo.git.status("--porcelain", "--untracked-files=all", "--no-renames", env=env)
+        edited = {line[3:] for line in status.splitlines() if line[1:2].strip()}  # the work tree's column
+        return sorted(set(committed) | edited)
+
+    def files_at(self, commit: str) -> set:
+        return set(self.repo.git.ls_tree("-r", "--name-only", commit).split("\n"))
+
+    def tag(self, name: str) -> str | None:
+        """The commit the tree's repository's tag `name` names, or None without one."""
+        listing = self.repo.git.ls_remote("--tags", str(self.tree), f"refs/tags/{name}")
+        shas = dict(reversed(line.split()) for line in listing.splitlines() if line.strip())
+        return shas.get(f"refs/tags/{name}^{{}}") or shas.get(f"refs/tags/{name}")
+
+    def replace_refs(self) -> list:
+        """The tree's repository's `git replace` refs, as it advertises them."""
+        listing = self.repo.git.ls_remote(str(self.tree), "refs/replace/*")
+        return [line.split()[1] for line in listing.splitlines() if line.strip()]
 
 
-def files_at(tree, commit: str) -> set:
-    """Every file path in `commit`."""
-    return set(open_repo(tree).git.ls_tree("-r", "--name-only", commit).split("\n"))
-
-
-def replace_refs(tree) -> list:
-    """The `git replace` refs of the repository holding `tree` (shared by all its worktrees)."""
-    return open_repo(tree).git.for_each_ref("--format=%(refname)", "refs/replace/").split()
+@contextmanager
+def read_from_outside(tree):
+    """A TreeView of `tree`, its scratch repository removed after."""
+    with tempfile.TemporaryDirectory(prefix="bitwise-view-") as scratch:
+        yield TreeView(Path(scratch), Path(tree).resolve())

@@ -322,8 +322,9 @@ def test_a_command_leaves_no_process_behind_and_reaches_no_network(worktree):
 
 
 def test_a_command_writes_only_its_worktree_git_and_scratch(tmp_path):
-    """Outside the worktree, the repository's git directory and the command's own TMPDIR
-    nothing can be written (a sibling worktree, /tmp, the virtual environment), not even after
+    """Outside the agent's clone (its own git directory with it) and the command's own TMPDIR
+    nothing can be written (a sibling worktree, /tmp, the virtual environment, the harness's
+    git directory, whose config git would run), not even after
     remounting a mount writable (root of its namespace, it may try), a hard link to a file
     elsewhere is refused, and the agent can still commit."""
     import git
@@ -333,15 +334,15 @@ def test_a_command_writes_only_its_worktree_git_and_scratch(tmp_path):
     (tmp_path / "repo" / "a.py").write_text("A = 1\n")
     repo.index.add(["a.py"])
     repo.index.commit("one")
-    root = tmp_path / "wt"
-    repo.git.worktree("add", "-q", "-b", "agent", str(root))
+    from harness.workspace import agent_clone, open_repo
+    root = agent_clone(open_repo(tmp_path / "repo"), "agent", tmp_path / "wt", "HEAD")
     other = tmp_path / "other-worktree"
     other.mkdir()
     (other / "kernel.py").write_text("SAFE = True\n")
     run = worktree_tools(root, command_timeout_s=60)["run_command"].handler
     venv_site = Path(sys.prefix) / f"cheat-{os.getpid()}.pth"
     for command in (f"echo cheat > {other}/kernel.py", f"touch {venv_site}", "touch /tmp/left-behind",
-                    f"ln {other}/kernel.py linked.py",
+                    f"ln {other}/kernel.py linked.py", f"git config -f {repo.git_dir}/config core.fsmonitor true",
                     f"mount -o remount,bind,rw / ; mount -o remount,bind,rw {other} ; echo cheat > {other}/kernel.py"):
         out = run({"command": command})
         assert not out.startswith("exit code: 0"), (command, out)
@@ -350,4 +351,5 @@ def test_a_command_writes_only_its_worktree_git_and_scratch(tmp_path):
     out = run({"command": "echo t > $TMPDIR/t && cat $TMPDIR/t && echo B = 2 > b.py && git add b.py"
                           " && git -c user.name=a -c user.email=a@b commit -qm two && git log --format=%s -1"})
     assert out == "exit code: 0\nt\ntwo\n", out
-    assert repo.commit("agent").message.strip() == "two"
+    assert git.Repo(root).commit("agent").message.strip() == "two" and "fsmonitor" not in (
+        Path(repo.git_dir) / "config").read_text()

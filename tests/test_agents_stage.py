@@ -1,13 +1,14 @@
-"""The agents stage's robustness, without a model: two worktrees made at once, an agent that
+"""The agents stage's robustness, without a model: agents' clones made at once, an agent that
 crashes or ends in error leaves the stage incomplete (a resume runs it again, not the agent
 that finished)."""
 import subprocess
 import threading
 import types
+from pathlib import Path
 
 from harness.stages import agents as agents_stage
 from harness.stages.run import RunState
-from harness.workspace import branch_worktree, open_repo
+from harness.workspace import agent_clone, open_repo
 
 
 def _repo(tmp_path):
@@ -19,13 +20,15 @@ def _repo(tmp_path):
     return repo
 
 
-def test_two_worktrees_made_at_once_both_exist(tmp_path):
+def test_agents_clones_made_at_once_exist_each_with_its_own_git_directory(tmp_path):
+    """Made at once, each clone is on its branch with a git directory of its own (what its
+    agent may write), borrowing the harness's objects read-only."""
     repo = open_repo(_repo(tmp_path))
     made, errors = {}, []
 
     def make(name):
         try:
-            made[name] = branch_worktree(repo, f"bitwise/{name}", tmp_path / "trees" / name, "HEAD")
+            made[name] = agent_clone(repo, f"bitwise/{name}", tmp_path / "trees" / name, "HEAD")
         except Exception as error:  # what the test reports
             errors.append(f"{name}: {type(error).__name__}: {error}")
     for round_ in range(4):  # a race shows up now and then: several rounds of new worktrees
@@ -37,8 +40,11 @@ def test_two_worktrees_made_at_once_both_exist(tmp_path):
         assert not any(thread.is_alive() for thread in threads), "worktree creation hung"
     assert not errors, errors
     assert len(made) == 24
-    listed = repo.git.worktree("list", "--porcelain")
-    assert all(str(path) in listed and (path / ".git").exists() for path in made.values()), listed
+    for name, path in made.items():
+        clone = open_repo(path)
+        assert Path(clone.common_dir).resolve() == (path / ".git").resolve() and clone.active_branch.name == f"bitwise/{name}"
+        assert (path / ".git" / "objects" / "info" / "alternates").read_text().strip() == str(
+            Path(repo.common_dir).resolve() / "objects")
 
 
 def _state(tmp_path):

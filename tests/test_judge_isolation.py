@@ -11,7 +11,7 @@ from harness.cli import main
 from harness.exit_codes import EXIT_DIFFERENT
 from harness.pristine import Isolation
 from harness.stages import agents as agents_stage
-from harness.workspace import branch_worktree, open_repo
+from harness.workspace import agent_clone, open_repo
 from tests.test_agents_stage import _repo
 
 
@@ -32,7 +32,7 @@ def test_the_verdict_judges_a_fresh_checkout_of_the_last_commit(tmp_path):
     _commit(root, "base")
     repo = open_repo(root)
     base = repo.head.commit.hexsha
-    worktree = branch_worktree(repo, "bitwise/r/consistent", tmp_path / "trees" / "r-consistent", base)
+    worktree = agent_clone(repo, "bitwise/r/consistent", tmp_path / "trees" / "r-consistent", base)
     (worktree / "kernels" / "op.py").write_text("SCALE = 2.0  # committed fix\n")
     _commit(worktree, "fix", "-a")
     (worktree / "kernels" / "op.py").write_text("SCALE = 3.0  # uncommitted\n")
@@ -172,3 +172,40 @@ def test_an_exit_hook_that_rewrites_the_verdict_is_caught(tmp_path, monkeypatch,
     failed = {c["name"] for c in kept["conditions"] if c["status"] == "fail"}
     assert "the verdict file is the document the gate process sent" in failed
     assert len(failed) > 1, "the gate's own failed conditions are kept"
+
+
+def test_the_harness_never_runs_the_config_of_an_agents_clone(tmp_path):
+    """An agent can write its clone's git config: an fsmonitor and a filter driver there run
+    with any git command inside the clone (the control shows it), but the harness reads the
+    clone from outside (harness/workspace.py TreeView), so the scan, the judged checkout and
+    the uncommitted check run none of it."""
+    from harness.tamper import scan
+    from harness.workspace import read_from_outside
+    root = _repo(tmp_path)
+    (root / "kernels").mkdir()
+    (root / "kernels" / "op.py").write_text("SCALE = 1.0\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    _commit(root, "base")
+    repo = open_repo(root)
+    base = repo.head.commit.hexsha
+    clone = agent_clone(repo, "bitwise/r/consistent", tmp_path / "trees" / "r-consistent", base)
+    marker = tmp_path / "ran-agent-config"
+    for key, value in (("core.fsmonitor", f"touch {marker}-fsmonitor; false #"),
+                       ("filter.evil.clean", f"touch {marker}-clean; cat"), ("filter.evil.smudge", f"touch {marker}-smudge; cat")):
+        subprocess.run(["git", "config", key, value], cwd=clone, check=True)
+    (clone / ".gitattributes").write_text("* filter=evil\n")
+    (clone / "kernels" / "op.py").write_text("SCALE = 2.0\n")
+    subprocess.run(["git", "-c", "core.fsmonitor=false", "add", "-A"], cwd=clone, check=True)
+    _commit(clone, "fix")
+    for leftover in tmp_path.glob("ran-agent-config*"):
+        leftover.unlink()  # the agent's own git commands ran its filter: that is its business
+    (clone / "kernels" / "op.py").write_text("SCALE = 3.0  # uncommitted\n")
+    assert scan(clone, base, None) == []
+    with read_from_outside(clone) as view:
+        assert view.differing_paths(view.head) == ["kernels/op.py"]
+        assert set(view.differing_paths(base)) == {".gitattributes", "kernels/op.py"}
+    judged = agents_stage._judged_checkout(repo, clone, "r-consistent")
+    assert (judged / "kernels" / "op.py").read_text() == "SCALE = 2.0\n"
+    assert not list(tmp_path.glob("ran-agent-config*")), "the harness ran a command from the agent's git config"
+    subprocess.run(["git", "status", "--porcelain"], cwd=clone, check=True, capture_output=True)
+    assert list(tmp_path.glob("ran-agent-config*")), "control: git inside the clone runs its config"

@@ -63,7 +63,7 @@ class AgentTask:
     role: str
     """Which agent this is, e.g. "baseline" or "consistent"; recorded in the transcript."""
     worktree: Path
-    """The agent's git worktree: the cwd of its commands and the root its file tools confine to."""
+    """The agent's own clone: the cwd of its commands and the root its file tools confine to."""
     instructions: str
     """The task text; the system prompt of the anthropic backend, the prompt of claude-code."""
     model: str = ""

@@ -1,8 +1,10 @@
-"""`harness run --agent anthropic|claude-code`: two agents at once, each in its own worktree.
+"""`harness run --agent anthropic|claude-code`: two agents at once, each in its own clone.
 
-The baseline agent and the consistent agent each get a git worktree on their own branch
-(bitwise/<run>/<role>, under .worktrees/), their own budget and transcript, and the harness
-tools (harness/agent_roles.py). The main checkout is never touched. The frozen baseline's
+The baseline agent and the consistent agent each get their own repository (a clone sharing
+this one's objects read-only, on branch bitwise/<run>/<role>, under .worktrees/), their own
+budget and transcript, and the harness tools (harness/agent_roles.py). The main checkout and
+its git directory are never writable to them, and the harness never runs git inside their
+clones (harness/workspace.py TreeView): it fetches their HEAD and reads it from outside. The frozen baseline's
 record is copied outside the repository when the run starts and re-checked before every gate
 run. When an agent stops: the baseline agent's last commit is frozen on its branch and put
 up for human review (agents/baseline/review.md); the consistent agent's branch is revalidated
@@ -25,8 +27,8 @@ from harness.secrets import redact
 from harness.stages import freeze as freeze_stage
 from harness.stages import gates as gates_stage
 from harness.tamper import startup_files, write_report
-from harness.workspace import (WORKTREES_DIR, branch_worktree, commits_since, current_commit, dirty_paths,
-                               open_repo, repo_root, worktree_at)
+from harness.workspace import (WORKTREES_DIR, agent_clone, fetch_head, open_repo, read_from_outside, repo_root,
+                               worktree_at)
 
 ROLES = ("baseline", "consistent")
 
@@ -52,7 +54,8 @@ def _startup_outside(state) -> dict:
 def _brief(role: str, args, state, worktree: Path, base: str) -> str:
     brief = agent_roles.BRIEFS[role].format(model=args.model, contract=args.contract, rules=agent_roles.RULES,
                                             situation=agent_roles.situation(state.out))
-    done = commits_since(worktree, base)
+    with read_from_outside(worktree) as view:
+        done = view.commits_since(base)
     if done:  # a resumed run: the conversation is new, the worktree is not
         brief += "\n\nThis run was interrupted and resumed. Your branch already has these commits:\n" + "\n".join(
             f"- {c['sha'][:12]} {c['subject']}" for c in done)
@@ -65,11 +68,15 @@ def _after_baseline(role_dir: Path, worktree: Path, base: str, run_name: str, fr
     violations = write_report(role_dir / "tamper" / "after.json", worktree, base, frozen_outside, startup)
     if violations:
         return f"not frozen; TAMPERING: {violations}"
-    commits = commits_since(worktree, base)
+    with read_from_outside(worktree) as view:
+        commits, uncommitted = view.commits_since(base), view.differing_paths(view.head)
     if not commits:
         return "made no commit: the frozen baseline stays as it was"
-    if dirty_paths(open_repo(worktree)):
-        return f"left uncommitted changes: not frozen ({dirty_paths(open_repo(worktree))[:5]})"
+    if uncommitted:
+        return f"left uncommitted changes: not frozen ({uncommitted[:5]})"
+    repo = open_repo(Path(__file__))  # frozen on the harness's own checkout of the commit: no git in the clone
+    worktree = _branch_checkout(repo, worktree, f"bitwise/{run_name}/baseline",
+                                repo_root(repo) / WORKTREES_DIR / f"{run_name}-baseline-frozen")
     frozen = freeze_stage.freeze(worktree, tag=f"baseline-{run_name}")
     (role_dir / "review.md").write_text(
         f"# Baseline for human review\n\nThe baseline agent's work is frozen as tag `{frozen['tag']}` at "
@@ -79,12 +86,22 @@ def _after_baseline(role_dir: Path, worktree: Path, base: str, run_name: str, fr
     return f"frozen as {frozen['tag']} for human review"
 
 
+def _branch_checkout(repo, clone: Path, branch: str, path: Path) -> Path:
+    """A worktree of the harness's repository at `path`, on `branch` set to the clone's HEAD
+    (made by the harness, its config the harness's): where the frozen record is committed."""
+    if path.exists():  # a resumed run: made again from the clone's HEAD
+        repo.git.worktree("remove", "--force", str(path))
+    fetch_head(repo, clone, f"refs/heads/{branch}")
+    repo.git.worktree("add", "--quiet", str(path), branch)
+    return path
+
+
 def _judged_checkout(repo, worktree: Path, name: str) -> Path:
     """A fresh detached worktree of the agent's last commit: the verdict is about the commit
     alone, not uncommitted edits or files git ignores (a forged __pycache__). A __pycache__
     that came with the commit is removed (the tamper scan names it)."""
-    judged = worktree_at(repo, current_commit(open_repo(worktree)),
-                         repo_root(repo) / WORKTREES_DIR / f"{name}-judged")
+    head = fetch_head(repo, worktree, f"refs/bitwise/judged/{name}")  # its objects, for the checkout
+    judged = worktree_at(repo, head, repo_root(repo) / WORKTREES_DIR / f"{name}-judged")
     for cache in sorted(judged.rglob("__pycache__"), reverse=True):
         shutil.rmtree(cache, ignore_errors=True)
     return judged
@@ -94,12 +111,13 @@ def _revalidate(role_dir: Path, worktree: Path, isolation: Isolation, args, froz
     """Every gate from the pristine copy against a clean checkout of the agent's last commit;
     the tamper scan reads the agent's own worktree (uncommitted files included)."""
     violations = write_report(isolation.tamper_report, worktree, isolation.base, frozen_outside, startup)
-    uncommitted = dirty_paths(open_repo(worktree))
+    with read_from_outside(worktree) as view:
+        uncommitted = view.differing_paths(view.head)
     statuses = gates_stage.run_gates(gates_stage.select(args.gates), model=args.model, contract=args.contract,
                                      out=role_dir / "revalidate", isolation=isolation)
     failed = [name for name, status in statuses.items() if status == "fail"]
     return (f"revalidated: {'all gates pass or n/a' if not failed else 'failed ' + ', '.join(failed)}"
-            f" (commit {current_commit(open_repo(isolation.tree))[:12]})"
+            f" (commit {open_repo(isolation.tree).head.commit.hexsha[:12]})"
             + (f"; uncommitted changes not judged: {uncommitted[:5]}" if uncommitted else "")
             + (f"; TAMPERING: {violations}" if violations else ""))
 
@@ -107,8 +125,8 @@ def _revalidate(role_dir: Path, worktree: Path, isolation: Isolation, args, froz
 def _run_role(role, backend, args, state, base, apparatus, frozen_outside) -> str:
     repo = open_repo(Path(__file__))  # the repository this harness belongs to
     run_name = state.out.name
-    worktree = branch_worktree(repo, f"bitwise/{run_name}/{role}",
-                               repo_root(repo) / WORKTREES_DIR / f"{run_name}-{role}", base)
+    worktree = agent_clone(repo, f"bitwise/{run_name}/{role}", repo_root(repo) / WORKTREES_DIR / f"{run_name}-{role}",
+                           base)
     role_dir = state.out / "agents" / role
     role_dir.mkdir(parents=True, exist_ok=True)
 
@@ -132,7 +150,8 @@ def _run_role(role, backend, args, state, base, apparatus, frozen_outside) -> st
              _revalidate(role_dir, worktree, Isolation(_judged_checkout(repo, worktree, f"{run_name}-{role}"),
                                                        apparatus, base, role_dir / "tamper" / "revalidate.json"),
                          args, frozen_outside, startup))
-    (role_dir / "commits.json").write_text(redact(json.dumps(commits_since(worktree, base), indent=2)))
+    with read_from_outside(worktree) as view:
+        (role_dir / "commits.json").write_text(redact(json.dumps(view.commits_since(base), indent=2)))
     (role_dir / "result.json").write_text(redact(json.dumps({
         "role": role, "status": result.status, "turns": result.turns, "input_tokens": result.input_tokens,
         "output_tokens": result.output_tokens, "cost_usd": result.cost_usd, "final_text": result.final_text,

@@ -6,7 +6,7 @@ summarises it (harness/run_directory.md). run.json records every stage's status 
 ends, so `harness run --out RUN_DIR` on an interrupted run skips what is done (gates one by
 one) and re-runs the stage that was cut off. With `--agent none` (the default, no credentials)
 nobody edits `kernels/`: the report tells the person what to fix; with `--agent anthropic` or
-`claude-code` two agents work in their own worktrees (harness/stages/agents.py).
+`claude-code` two agents work in their own clones (harness/stages/agents.py).
 """
 import json
 import os
