@@ -4,9 +4,10 @@ baseline: makes the fast path fast (correct against the float64 references), the
 the harness freezes its last commit and puts it up for human review.
 consistent: walks the gates C00..C10 against the frozen baseline: locate -> shrink -> fix ->
 revalidate, one logical fix per commit with the gate results in the message.
-The harness tools judge the agent's worktree from the pristine copy of gates/ and harness/,
-after a tamper scan (harness/pristine.py, harness/tamper.py); their results are also saved
-under the agent's directory in the run.
+The harness tools judge the agent's last commit, checked out by the harness (no git runs in
+the agent's clone, whose config the agent can write; uncommitted edits are not judged), from
+the pristine copy of gates/ and harness/, after a tamper scan (harness/pristine.py,
+harness/tamper.py); their results are also saved under the agent's directory in the run.
 """
 import json
 import subprocess
@@ -21,7 +22,7 @@ RULES = """Rules (the harness checks them and fails gate C00 on any violation):
 - Never edit gates/, harness/ or baseline/ (the frozen baseline), and add no conftest.py,
   sitecustomize.py, usercustomize.py or .pth file. The gates run from the harness's own copy.
 - One logical fix per commit (`git commit -am "<what> (gates: C03 pass, C07 pass)"`), with the
-  gate results in the message. Performance claims only from the frozen baseline's figures.
+  gate results in the message. The harness tools judge your last commit: commit, then run them. Performance claims only from the frozen baseline's figures.
 - The skill .agents/skills/bitwise-align/SKILL.md and the guides/ describe the procedure."""
 
 BRIEFS = {
@@ -70,7 +71,8 @@ def _run_gates_tool(role_dir: Path, isolation_for, model: str, contract: str, fr
         table = gates_stage.format_table(statuses, out)
         return table + (f"\ntamper scan: {violations}" if violations else "")
 
-    return Tool("run_gates", "Run the gates against your worktree from the harness's pristine copy; "
+    return Tool("run_gates", "Run the gates against your last commit (commit first: uncommitted edits are not "
+                "judged) from the harness's pristine copy; "
                 "`only` is e.g. 'C3,C7' (default all). Returns the table and the failed conditions; the "
                 "C<NN>.json files are listed by path.",
                 {"type": "object", "properties": {"only": {"type": "string"}}}, handler)

@@ -2,7 +2,7 @@
 `anthropic` client, loopback only): in a snapshot of this repository with a fault planted in
 the consistent contract (SiLU*up rounded twice in decode), the consistent agent reads the
 repro, edits the fault out of kernels/, is killed mid-run with the harness, and after the
-restart continues in its worktree, revalidates and commits; all gates then pass when the
+restart continues in its clone, commits and runs the gates; all gates then pass when the
 harness revalidates. At the same time the baseline agent edits gates/, adds a conftest.py and
 rewrites the frozen record: the tamper scan catches it and its work is not frozen. The main
 checkout is never touched; the report shows both agents."""
@@ -103,8 +103,8 @@ def test_two_agents_fix_resume_and_tamper(tmp_path):
         _kill_harness(process, run_dir),
         # after the restart: a new conversation in the same worktree
         [tool_use("run_command", command=f"{sys.executable} -m pytest -q -p no:cacheprovider {repro}")],
-        [tool_use("run_gates", only="C0,C7")],
         [tool_use("run_command", command='git commit -qam "Decode SiLU*up rounds once (gates: C00 pass, C07 pass)"')],
+        [tool_use("run_gates", only="C0,C7")],  # the tools judge the last commit
         [text("All gates pass.")],
     ]
     baseline = [

@@ -130,8 +130,8 @@ def _run_role(role, backend, args, state, base, apparatus, frozen_outside) -> st
     role_dir = state.out / "agents" / role
     role_dir.mkdir(parents=True, exist_ok=True)
 
-    def isolation_for(report: Path) -> Isolation:
-        return Isolation(worktree, apparatus, base, report)
+    def isolation_for(report: Path) -> Isolation:  # the tools judge the clone's last commit, checked out here
+        return Isolation(_judged_checkout(repo, worktree, f"{run_name}-{role}"), apparatus, base, report)
 
     work_dir = worktree / "runs"  # git-ignored: what the harness hands the agent to read
     if (state.out / "repros").exists():
