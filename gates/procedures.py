@@ -14,12 +14,14 @@ import types
 import torch
 
 from gates import device, rl_runs
+from gates.batch_runs import case_runs, probes_for
 from gates.boundaries import boundaries
 from gates.case_calls import intra_op_threads, thread_counts
 from gates.compare import int32_bits
 from gates.faults import register_all
 from gates.region_runs import every_case, expected_regions
-from gates.subject import subject_config, subject_config_path, subject_label, subject_model, subject_weights
+from gates.subject import (shipped_sizes, subject_config, subject_config_path, subject_label, subject_model,
+                           subject_weights)
 from gates.workload import EngineShape, Workload, make_requests, rollout, score_sequences, seeded_weights
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
@@ -102,6 +104,23 @@ def c01_runs(arguments: dict) -> dict:
             "expected_regions": expected_regions(config), "config": _label(arguments), "boundaries": crossing}
 
 
+def sizes(arguments: dict) -> dict:
+    """{sizes}: what a gate that runs every shipped size runs for {model, checkpoint}."""
+    return {"sizes": shipped_sizes(arguments["model"], arguments["checkpoint"])}
+
+
+def c02_runs(arguments: dict) -> dict:
+    """Every case's probes alone and in batches under `seeds` {case: seed} on the seeded model
+    (gates/batch_runs.py): {cases: {case: {alone, batches, threads}}, probes, boundaries, config}."""
+    subject, config = _named(arguments)
+    model = subject_model(subject, config, arguments["model_seed"]).requires_grad_(False).to(device.target())
+    contract = load_contract(subject.contract)
+    probes = probes_for(contract, config)
+    return {"cases": {case: case_runs(model, contract, case, seed, probes) for case, seed in arguments["seeds"].items()},
+            "probes": {kind: [list(p) for p in kind_probes] for kind, kind_probes in probes.items()},
+            "boundaries": boundaries(contract, config), "config": _label(arguments)}
+
+
 def c09_steps(arguments: dict) -> dict:
     """GRPO steps on the subject (gates/rl_runs.py): `num_steps` of a fresh run, saved into
     `save_to` after them when given; or, with `resume_from`, that run resumed and stepped once.
@@ -139,5 +158,6 @@ def environment(arguments: dict) -> dict:
     return deployment_fingerprint()
 
 
-PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c01_runs": c01_runs,
+PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c01_runs": c01_runs, "sizes": sizes,
+              "c02_runs": c02_runs,
               "c09_steps": c09_steps, "c10_subject": c10_subject, "environment": environment}

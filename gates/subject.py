@@ -68,10 +68,15 @@ def subject_config_path(gate, size: str, directory) -> str:
 SIZES = ("cut", "cut-quant")  # what a gate that runs every shipped size of a family runs
 
 
+def shipped_sizes(model: str, checkpoint) -> list:
+    """The sizes a gate that runs every shipped size runs: the cut, and the quantized cut where
+    the family ships one; "checkpoint" alone with --checkpoint."""
+    shipped = MODEL_CONFIGS.get(model, {"cut": None})
+    return ["checkpoint"] if checkpoint else [size for size in SIZES if size in shipped]
+
+
 def parametrize_sizes(metafunc):
-    """A gate module's pytest_generate_tests: one run per SIZES entry the family ships (the
-    cut, and the quantized cut where there is one), or "checkpoint" with --checkpoint."""
+    """A gate module's pytest_generate_tests: one run per shipped size (shipped_sizes)."""
     if "size" in metafunc.fixturenames:
-        shipped = MODEL_CONFIGS.get(metafunc.config.getoption("--model"), {"cut": None})
-        checkpoint = metafunc.config.getoption("--checkpoint")
-        metafunc.parametrize("size", ["checkpoint"] if checkpoint else [size for size in SIZES if size in shipped])
+        metafunc.parametrize("size", shipped_sizes(metafunc.config.getoption("--model"),
+                                                   metafunc.config.getoption("--checkpoint")))

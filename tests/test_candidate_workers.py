@@ -18,13 +18,16 @@ PATCH_THE_JUDGE = """
 import sys as _sys
 from kernels.engine import engine as _engine
 _generate = _engine.Engine.generate
-def _generate_and_pass_every_check(self, requests):
+def _pass_every_check():
     judge = _sys.modules.get("gates.conftest")  # the gate process's record, where it is loaded
     if judge is not None:
         judge.GateRecord.check = lambda record, name, passed, **figures: record.conditions.append(
             {"name": name, "status": "pass", **figures})
+def _generate_and_pass_every_check(self, requests):
+    _pass_every_check()
     return _generate(self, requests)
 _engine.Engine.generate = _generate_and_pass_every_check
+_pass_every_check()  # at import too: a gate process that imports the kernels is patched before it checks
 """
 LEAVE_BITS_FOR_THE_TRAINER = """
 import json as _json
@@ -53,14 +56,15 @@ _engine.Engine.generate, _trainer.Trainer.score = _leave, _take
 
 
 def test_a_candidate_that_patches_the_judges_record_changes_no_verdict(tmp_path, capsys):
-    """Under the fast contract C07 fails even though the candidate rewrites GateRecord.check
-    to pass whatever it is given: the gate process never loads the candidate's modules, so
-    the patch lands only in the workers, where no record lives."""
+    """Under the fast contract C02 and C07 fail even though the candidate rewrites
+    GateRecord.check to pass whatever it is given, at import and in the engine: the gate
+    process never loads the candidate's modules, so the patch lands only in the workers,
+    where no record lives."""
     tree = tree_with(tmp_path / "candidate", PATCH_THE_JUDGE)
     base = open_repo(ROOT).head.commit.hexsha
     isolation = Isolation(tree, export_apparatus(base, tmp_path / "run" / "apparatus"), base, tmp_path / "tamper.json")
-    statuses = run_gates(select("C7"), model="qwen3", contract="fast", out=tmp_path / "out", isolation=isolation)
-    assert statuses == {"C07": "fail"}, capsys.readouterr().out
+    statuses = run_gates(select("C2,C7"), model="qwen3", contract="fast", out=tmp_path / "out", isolation=isolation)
+    assert statuses == {"C02": "fail", "C07": "fail"}, capsys.readouterr().out
     result = json.loads((tmp_path / "out" / "C07.json").read_text())
     status = {c["name"]: c["status"] for c in result["conditions"]}
     assert status["max_abs_dp == 0"] == "fail" and status["k3_kl == 0"] == "fail"
