@@ -20,19 +20,25 @@ def _commit(repo, message, *args):
                    cwd=repo, check=True, capture_output=True)
 
 
-def test_the_verdict_judges_a_fresh_checkout_of_the_last_commit(tmp_path):
-    """Uncommitted edits and a forged (git-ignored) __pycache__ in the agent's worktree are not
-    in the judged tree; bytecode that came with a commit is removed there and named by the scan."""
-    from harness.tamper import scan
+def _agent_on_a_kernel(tmp_path, ignore: str = "") -> tuple:
+    """(the harness's repo, its base commit, an agent's clone of it): one kernels/op.py."""
     root = _repo(tmp_path)
-    (root / ".gitignore").write_text("__pycache__/\n")
+    if ignore:
+        (root / ".gitignore").write_text(ignore)
     (root / "kernels").mkdir()
     (root / "kernels" / "op.py").write_text("SCALE = 1.0\n")
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
     _commit(root, "base")
     repo = open_repo(root)
     base = repo.head.commit.hexsha
-    worktree = agent_clone(repo, "bitwise/r/consistent", tmp_path / "trees" / "r-consistent", base)
+    return repo, base, agent_clone(repo, "bitwise/r/consistent", tmp_path / "trees" / "r-consistent", base)
+
+
+def test_the_verdict_judges_a_fresh_checkout_of_the_last_commit(tmp_path):
+    """Uncommitted edits and a forged (git-ignored) __pycache__ in the agent's worktree are not
+    in the judged tree; bytecode that came with a commit is removed there and named by the scan."""
+    from harness.tamper import scan
+    repo, base, worktree = _agent_on_a_kernel(tmp_path, ignore="__pycache__/\n")
     (worktree / "kernels" / "op.py").write_text("SCALE = 2.0  # committed fix\n")
     _commit(worktree, "fix", "-a")
     (worktree / "kernels" / "op.py").write_text("SCALE = 3.0  # uncommitted\n")
@@ -181,14 +187,7 @@ def test_the_harness_never_runs_the_config_of_an_agents_clone(tmp_path):
     the uncommitted check run none of it."""
     from harness.tamper import scan
     from harness.workspace import read_from_outside
-    root = _repo(tmp_path)
-    (root / "kernels").mkdir()
-    (root / "kernels" / "op.py").write_text("SCALE = 1.0\n")
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    _commit(root, "base")
-    repo = open_repo(root)
-    base = repo.head.commit.hexsha
-    clone = agent_clone(repo, "bitwise/r/consistent", tmp_path / "trees" / "r-consistent", base)
+    repo, base, clone = _agent_on_a_kernel(tmp_path)
     marker = tmp_path / "ran-agent-config"
     for key, value in (("core.fsmonitor", f"touch {marker}-fsmonitor; false #"),
                        ("filter.evil.clean", f"touch {marker}-clean; cat"), ("filter.evil.smudge", f"touch {marker}-smudge; cat")):
