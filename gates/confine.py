@@ -1,7 +1,7 @@
 """Commands confined: their own user, mount, PID and network namespaces (util-linux
 `unshare`, unprivileged), with every mount read-only but the directories named writable.
-Agents' shell commands run so (harness/agents/worktree_tools.py: their worktree, the
-repository's git directory, their own TMPDIR), and so do the judge's workers
+Agents' shell commands run so (harness/agents/worktree_tools.py: their own clone, its git
+directory inside it, their own TMPDIR), and so do the judge's workers
 (gates/candidate.py: each its own scratch folder, so an engine worker cannot leave files for
 a trainer worker to read).
 

@@ -1,12 +1,12 @@
-"""The tools an agent gets on its worktree: read_file, list_dir, write_file, edit_file, run_command.
+"""The tools an agent gets on its clone: read_file, list_dir, write_file, edit_file, run_command.
 
-A path is resolved (symlinks followed, `..` collapsed) and must land inside the worktree, else
-the tool answers "error: ..." and touches nothing. run_command runs confined
-(gates/confine.py: nothing it starts outlives it, no network, nothing writable but
-the worktree, the repository's git directory for its commits and a scratch TMPDIR removed
-after the command) with an allow-listed environment (harness/secrets.py: no credential). The
-harness still checks the worktree and runs the gates from its own pristine copy rather than
-trusting these tools.
+A path is resolved (symlinks followed, `..` collapsed) and must land inside the worktree (the
+agent's own clone), else the tool answers "error: ..." and touches nothing. run_command runs
+confined (gates/confine.py: nothing it starts outlives it, no network, nothing writable but
+the worktree, its git directory inside it, and a scratch TMPDIR removed after the command;
+a git worktree's shared git directory would stay read-only) with an allow-listed environment
+(harness/secrets.py: no credential). The harness still reads the clone only from outside and
+runs the gates from its own pristine copy rather than trusting these tools.
 """
 import os
 import signal
@@ -17,7 +17,6 @@ from pathlib import Path
 from gates import confine
 from harness.agents.base import Tool
 from harness.secrets import allowed_environment
-from harness.workspace import git_common_dir
 
 MAX_READ_CHARS = 100_000
 MAX_OUTPUT_CHARS = 20_000
@@ -87,7 +86,7 @@ def run_command(root: Path, max_timeout_s, command: str, timeout_s: float | None
     with tempfile.TemporaryDirectory(prefix="agent-tmp-") as scratch:
         # no credential of the harness reaches an agent's shell; its temporary files go to its own scratch
         env = allowed_environment(TMPDIR=scratch)
-        writable = [Path(root).resolve(), scratch, *filter(None, [git_common_dir(root)])]  # git: its commits
+        writable = [Path(root).resolve(), scratch]  # an agent's clone: its commits go to its own .git
         # Own session, so the whole process group can be killed: children of the shell would
         # otherwise keep the pipe open and communicate() would wait for them. Inside its own PID
         # namespace (gates/confine.py) even a setsid daemon ends with the shell.
