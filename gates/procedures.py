@@ -19,6 +19,7 @@ from gates.boundaries import boundaries
 from gates.case_calls import intra_op_threads, thread_counts
 from gates.compare import int32_bits
 from gates.faults import register_all
+from gates.phase_runs import every_phase
 from gates.region_runs import every_case, expected_regions
 from gates.subject import (shipped_sizes, subject_config, subject_config_path, subject_label, subject_model,
                            subject_weights)
@@ -121,6 +122,14 @@ def c02_runs(arguments: dict) -> dict:
             "boundaries": boundaries(contract, config), "config": _label(arguments)}
 
 
+def c03_phases(arguments: dict) -> dict:
+    """Every phase's position digests under `seed` on the seeded model (gates/phase_runs.py),
+    with the config's label."""
+    subject, config = _named(arguments)
+    model = subject_model(subject, config, arguments["model_seed"]).requires_grad_(False).to(device.target())
+    return dict(every_phase(model, load_contract(subject.contract), config, arguments["seed"]), config=_label(arguments))
+
+
 def c09_steps(arguments: dict) -> dict:
     """GRPO steps on the subject (gates/rl_runs.py): `num_steps` of a fresh run, saved into
     `save_to` after them when given; or, with `resume_from`, that run resumed and stepped once.
@@ -159,5 +168,5 @@ def environment(arguments: dict) -> dict:
 
 
 PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c01_runs": c01_runs, "sizes": sizes,
-              "c02_runs": c02_runs,
+              "c02_runs": c02_runs, "c03_phases": c03_phases,
               "c09_steps": c09_steps, "c10_subject": c10_subject, "environment": environment}

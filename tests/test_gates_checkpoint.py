@@ -44,7 +44,8 @@ def test_gates_pass_on_a_checkpoint_and_the_fast_contract_fails_there(checkpoint
         result = json.loads((out / f"{name}.json").read_text())
         assert result["status"] == "pass" and result["checkpoint"] == checkpoint and result["model"] == "qwen3"
     c03 = json.loads((out / "C03.json").read_text())
-    assert all(c["name"].startswith("[checkpoint]") for c in c03["conditions"]), "C03 ran a shipped size"
+    assert all(c["name"].startswith("[checkpoint]") for c in c03["conditions"]
+               if "judging process" not in c["name"]), "C03 ran a shipped size"
     assert json.loads((out / "C07.json").read_text())["inputs"][0]["config"] == f"checkpoint {checkpoint}"
     fast = tmp_path / "fast"
     assert main(["gates", "--checkpoint", checkpoint, "--contract", "fast", "--only", "C2",

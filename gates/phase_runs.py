@@ -1,0 +1,149 @@
+"""C03's phases, as its worker computes them (gates/candidate.py): per token of random
+sequences, the final hidden state, the logits and every layer's attention and ssm_scan output
+of each phase, reduced to what the judge compares: one sha256 per position's row.
+
+The phases run through the model API with a TransientCache, the trainer's cache (its KV
+keeps decode(encode(k)) under FP8 KV, the bits the paged store reads back): full prefill is
+one engine_prefill forward from position 0; chunked prefill forwards segments starting at
+c, 2c, ... (c = 5 and Q-1, Q, Q+1 for the SSM chunk Q, so chunks end before, at and after a
+chunk boundary); decode is a 1-token prompt, then one engine_decode step per token; all
+sequences of a phase share its forwards (batch invariance itself is C02's). The longest
+sequence runs past KEY_BLOCKS_CROSSED of the widest key block the contract's attention pins.
+The real Engine (paged KV cache, continuous batching with chunked prompts mixed with decodes)
+records the same rows, and trainer_fwd scores the tokens the engine ended with.
+"""
+import os
+import random
+
+import torch
+
+from gates import device
+from gates.boundaries import coverage, key_block, ssm_chunk
+from gates.compare import tensor_digest
+from gates.workload import Workload, make_requests
+from kernels.engine.engine import Engine
+from kernels.models.batch import Segment, TokenBatch
+from kernels.models.dispatch import RegionDispatch
+from kernels.models.state import TransientCache
+
+REGIONS = ("attention", "ssm_scan")  # per-sequence regions whose rows are compared per token
+NUM_SEQUENCES, MIN_LENGTH = 2, 17
+KEY_BLOCKS_VARIABLE = "BITWISE_C03_KEY_BLOCKS"  # tests set 0: the probes cross too little (vacuous)
+ENGINE_TOKENS_PER_STEP, ENGINE_BLOCK_SIZE = 12, 16
+
+
+class Recorder:
+    """Observer plus forward bookkeeping: each segment's rows of the final hidden state,
+    logits and REGIONS outputs, by (quantity, sequence) and start position."""
+
+    def __init__(self):
+        self.rows, self.batch, self.num_chunks = {}, None, 0
+
+    def begin(self, batch) -> None:
+        self.batch = batch
+        self.num_chunks += sum(s.start > 0 and s.case == "engine_prefill" for s in batch.segments)
+
+    def __call__(self, call) -> None:
+        region, layer = call.region, call.layer
+        if region in REGIONS:  # one call over a case's segments, rows numbered as they say
+            segments = next(a for a in call.args if isinstance(a, tuple) and a and isinstance(a[0], Segment))
+            for segment in segments:
+                self._put(f"{region}@layer{layer}", segment, call.output[segment.rows])
+
+    def end(self, hidden, logits) -> None:
+        for segment in self.batch.segments:
+            self._put("hidden", segment, hidden[segment.rows])
+            self._put("logits", segment, logits[segment.rows])
+
+    def _put(self, quantity, segment, rows) -> None:
+        self.rows.setdefault((quantity, segment.seq_id), {})[segment.start] = rows.detach().clone()
+
+    def sequences(self) -> dict:
+        """{(quantity, seq): rows of positions 0.. in order}; ValueError on a gap."""
+        joined = {}
+        for key, by_start in self.rows.items():
+            position, parts = 0, []
+            for start in sorted(by_start):
+                if start != position:
+                    raise ValueError(f"{key}: rows from {position} missing (next start {start})")
+                parts.append(by_start[start])
+                position += by_start[start].shape[0]
+            joined[key] = torch.cat(parts)
+        return joined
+
+
+def _run_phase(model, contract, steps) -> dict:
+    """Forwards over steps [(batch case, segment case, pieces)] on one fresh cache."""
+    recorder = Recorder()
+    dispatch = RegionDispatch(contract, [recorder])
+    cache = TransientCache.for_case(model.config, steps[0][0])
+    with torch.no_grad():
+        for batch_case, segment_case, pieces in steps:
+            batch = TokenBatch.from_sequences(pieces, batch_case, segment_case, device=device.target())
+            recorder.begin(batch)
+            hidden = model(batch, dispatch, cache)
+            recorder.end(hidden, model.logits(hidden, dispatch, batch_case))
+    return recorder.sequences()
+
+
+def phase_steps(tokens: list, chunk_size: int | None = None, decode: bool = False) -> list:
+    """The forwards of one phase over sequences `tokens` (seq id = index)."""
+    longest = max(map(len, tokens))
+
+    def step(case, lo, size):
+        return case, case, [(s, lo, ids[lo:lo + size]) for s, ids in enumerate(tokens) if lo < len(ids)]
+
+    if decode:  # a one-token prompt, then one decode step per position
+        return [step("engine_prefill", 0, 1)] + [step("engine_decode", t, 1) for t in range(1, longest)]
+    size = chunk_size or longest
+    return [step("engine_prefill", lo, size) for lo in range(0, longest, size)]
+
+
+def _engine_run(config, contract, model, seed):
+    """(recorded rows, the tokens each request ended with, engine facts) of one generate."""
+    recorder = Recorder()
+    workload = Workload(num_sequences=3, new_tokens=6, min_prompt_len=ENGINE_TOKENS_PER_STEP + 1,
+                        max_prompt_len=30, arrival_spread=3, seed=seed)
+    requests = make_requests(workload, config.vocab_size)
+    engine = Engine(config, contract, model.state_dict(), block_size=ENGINE_BLOCK_SIZE,
+                    num_blocks=3 * -(-(30 + 6) // ENGINE_BLOCK_SIZE),
+                    max_tokens_per_step=ENGINE_TOKENS_PER_STEP, max_running=3, observers=[recorder],
+                    device=device.target())
+    engine.model.register_forward_pre_hook(lambda module, args: recorder.begin(args[0]))
+    engine.model.register_forward_hook(lambda module, args, hidden: recorder.end(
+        hidden, module.logits(hidden, engine.dispatch, args[0].case)))
+    completions = engine.generate(requests)
+    tokens = [list(c.request.prompt) + c.tokens for c in completions]
+    facts = {"num_steps": engine.step_count, "mixed_steps": engine.step_phases[("decode", "prefill")],
+             "chunks_past_position_0": recorder.num_chunks, "kv_cache_dtype": config.kv_cache_dtype,
+             "block_size": ENGINE_BLOCK_SIZE, "tokens_per_step": ENGINE_TOKENS_PER_STEP}
+    return recorder.sequences(), tokens, facts
+
+
+def position_digests(rows: dict) -> dict:
+    """{"quantity|seq": [sha256 of each position's row]} of a phase's recorded rows."""
+    return {f"{quantity}|{seq}": [tensor_digest(row.cpu()) for row in tensor] for (quantity, seq), tensor in rows.items()}
+
+
+def every_phase(model, contract, config, seed: int) -> dict:
+    """{inputs, full, phases: [{name, num_forwards, rows}], engine: {rows, reference, facts}}:
+    each phase's position digests under `seed`, and the engine's beside trainer_fwd's."""
+    rng = random.Random(seed)
+    block, chunk = key_block(contract), ssm_chunk(config)
+    longest = int(os.environ.get(KEY_BLOCKS_VARIABLE, "3")) * block + rng.randint(1, max(1, block // 2))
+    lengths = [longest] + [rng.randint(MIN_LENGTH, max(MIN_LENGTH, 2 * block)) for _ in range(NUM_SEQUENCES - 1)]
+    tokens = [[rng.randrange(1, config.vocab_size) for _ in range(n)] for n in lengths]
+    chunk_sizes = (5, chunk - 1, chunk, chunk + 1)
+    phases = [(f"chunked prefill, chunks of {c}", phase_steps(tokens, chunk_size=c)) for c in chunk_sizes]
+    phases.append(("token-by-token decode", phase_steps(tokens, decode=True)))
+    phases.append(("trainer_fwd", [("trainer_fwd", "trainer_fwd", [(s, 0, ids) for s, ids in enumerate(tokens)])]))
+    engine_rows, engine_tokens, facts = _engine_run(config, contract, model, seed)
+    reference = _run_phase(model, contract, [("trainer_fwd", "trainer_fwd",
+                                              [(s, 0, ids[:-1]) for s, ids in enumerate(engine_tokens)])])
+    return {"inputs": {"lengths": lengths, "chunk_sizes": list(chunk_sizes), "kv_cache_dtype": config.kv_cache_dtype,
+                       "coverage": coverage(lengths, block, chunk), "has_ssm": hasattr(config, "chunk_size")},
+            "full": position_digests(_run_phase(model, contract, phase_steps(tokens))),
+            "phases": [{"name": name, "num_forwards": len(steps),
+                        "rows": position_digests(_run_phase(model, contract, steps))} for name, steps in phases],
+            "engine": {"rows": position_digests(engine_rows), "reference": position_digests(reference),
+                       "facts": {"sequence_lengths": [len(t) for t in engine_tokens], **facts}}}
