@@ -208,3 +208,17 @@ def test_the_harness_never_runs_the_config_of_an_agents_clone(tmp_path):
     assert not list(tmp_path.glob("ran-agent-config*")), "the harness ran a command from the agent's git config"
     subprocess.run(["git", "status", "--porcelain"], cwd=clone, check=True, capture_output=True)
     assert list(tmp_path.glob("ran-agent-config*")), "control: git inside the clone runs its config"
+
+
+def test_the_baseline_agents_commit_is_frozen_on_a_checkout_the_harness_makes(tmp_path):
+    """The baseline agent's branch in the harness's repository is set to the clone's HEAD and
+    checked out there (where the frozen record is committed); a resumed run makes it again."""
+    repo, base, clone = _agent_on_a_kernel(tmp_path)
+    (clone / "kernels" / "op.py").write_text("SCALE = 4.0  # faster\n")
+    _commit(clone, "faster", "-a")
+    head = open_repo(clone).head.commit.hexsha
+    path = tmp_path / "frozen"
+    for _ in range(2):  # the second time as a resumed run would
+        checkout = agents_stage._branch_checkout(repo, clone, "bitwise/r/baseline", path)
+        assert open_repo(checkout).head.commit.hexsha == head == repo.commit("bitwise/r/baseline").hexsha
+        assert (checkout / "kernels" / "op.py").read_text() == "SCALE = 4.0  # faster\n"
