@@ -55,9 +55,24 @@ def completions_digest(completions) -> str:
     return digest.hexdigest()
 
 
-def compiled_state(engine) -> dict:
-    """What the engine has compiled so far: how many decode graphs it captured, and the entries
-    of Triton's on-disk cache (directory name: kernel name)."""
+def record_specializations() -> list:
+    """The list Triton's jit_cache_hook appends to: every kernel specialization this process
+    compiles or loads from disk (name, launch options and each argument's key: `i32` for an
+    integer it does not specialise on, `i32D` for one divisible by 16, a constant's value)."""
+    seen = []
+    try:
+        from triton import knobs
+        knobs.runtime.jit_cache_hook = lambda **call: seen.append(call.get("repr", "?")) and None  # None: compile
+    except (ImportError, AttributeError):  # no Triton, or one from before knobs
+        pass
+    return seen
+
+
+def compiled_state(engine, specialized: list) -> dict:
+    """What the engine has compiled so far: how many decode graphs it captured, the entries
+    of Triton's on-disk cache (directory name: kernel name), how many specializations Triton
+    has made or loaded in this process and how many blocks the CUDA caching allocator has
+    asked the driver for."""
     import os
     captured = getattr(getattr(engine, "graphs", None), "_graphs", None)
     cache = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
@@ -65,15 +80,19 @@ def compiled_state(engine) -> dict:
     for entry in cache.iterdir() if cache.is_dir() else ():
         names = [f.stem for f in entry.glob("*.json") if not f.name.startswith("__grp__")]
         entries[entry.name] = names[0] if names else "?"
-    return {"graphs": len(captured or ()), "triton": entries}
+    mallocs = torch.cuda.memory_stats().get("segment.all.allocated", 0) if torch.cuda.is_initialized() else 0
+    return {"graphs": len(captured or ()), "triton": entries, "specialized": len(specialized), "cuda_mallocs": mallocs}
 
 
-def compiled_since(before: dict, engine) -> dict:
-    """Decode graphs captured and Triton kernels compiled (by name) since `before`: what a
-    timed run paid for inside the judge's clock."""
-    after = compiled_state(engine)
+def compiled_since(before: dict, engine, specialized: list) -> dict:
+    """Decode graphs captured, Triton kernels compiled (by name), specializations made or
+    loaded (Triton's description) and driver allocations since `before`: what a timed run paid
+    for inside the judge's clock."""
+    after = compiled_state(engine, specialized)
     return {"graphs": after["graphs"] - before["graphs"],
-            "triton_kernels": sorted(name for key, name in after["triton"].items() if key not in before["triton"])}
+            "triton_kernels": sorted(name for key, name in after["triton"].items() if key not in before["triton"]),
+            "specializations": specialized[before["specialized"]:],
+            "cuda_mallocs": after["cuda_mallocs"] - before["cuda_mallocs"]}
 
 
 def completions_bits(completions) -> list:
@@ -93,6 +112,7 @@ from kernels.models.config import load_model_config
 from hashlib import sha256
 from pathlib import Path
 {helpers}
+specialized = record_specializations()
 asked = json.loads(sys.argv[1])
 register_all()  # the contract under test may name a planted fault
 hold_to_cores(asked.get("cores"))
@@ -123,7 +143,7 @@ for line in sys.stdin:
         break
     run_workload = Workload(**dict(asked["workload"], seed=int(words[1])))
     engine.step_count = 0  # both trees' engines count arrival steps from here
-    collections, compiled = [g["collections"] for g in gc.get_stats()], compiled_state(engine)
+    collections, compiled = [g["collections"] for g in gc.get_stats()], compiled_state(engine, specialized)
     started, cpu_started = time.perf_counter(), time.process_time()
     completions = engine.generate(make_requests(run_workload, config.vocab_size))
     sync()
@@ -133,15 +153,15 @@ for line in sys.stdin:
     runs.append({{"wall_s": wall_s, "cpu_s": cpu_s, "tokens": sum(len(c.tokens) for c in completions),
                  "gc_collections": [g["collections"] - c for g, c in zip(gc.get_stats(), collections)],
                  "after": machine_state() if recorded else None,
-                 "compiled": compiled_since(compiled, engine),
+                 "compiled": compiled_since(compiled, engine, specialized),
                  "bits": completions_bits(completions) if words[2:] == ["bits"] else None}})
     print("{prefix}READY", flush=True)  # bookkeeping done: the next run's clock may start
 print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reported": runs,
-                                   "phases": phases,
+                                   "phases": phases, "specializations": specialized,
                                    "machine": {{"cores": sorted(os.sched_getaffinity(0)), "before": before}}}}),
       flush=True)
 """.format(prefix=PREFIX, helpers="".join(getsource(f) for f in (
-    rollout_options, mapped_weights, completions_digest, compiled_state, compiled_since,
+    rollout_options, mapped_weights, completions_digest, record_specializations, compiled_state, compiled_since,
     completions_bits, hold_to_cores, host_state, machine_state)))
 
 

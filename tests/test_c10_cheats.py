@@ -111,6 +111,8 @@ def _compiling(self, requests, _count=[0]):
     entry.mkdir(parents=True)
     (entry / "_planted_kernel.json").write_text("{}")
     (entry / "__grp___planted_kernel.json").write_text("{}")
+    from triton import knobs as _knobs  # what Triton tells its hook before it compiles
+    _knobs.runtime.jit_cache_hook(repr=f"_planted_kernel[num_warps=4](rows: i32, width: {_count[0]})")
     return _generate(self, requests)
 _engine.Engine.generate = _compiling
 """
@@ -118,10 +120,15 @@ _engine.Engine.generate = _compiling
 
 def test_every_run_names_what_it_compiled_inside_the_clock(plan, tmp_path, monkeypatch):
     """The record that tells a slow run's compile from noise: each timed run lists the
-    kernels that entered Triton's cache during it; the warm runs' entries are not counted."""
+    kernels that entered Triton's cache during it and the specializations Triton's hook saw
+    (which argument's value made a new one); the warm runs' are not counted."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     seeds = [fresh_seed(), fresh_seed()]
     compiling = drive(_tree_with(tmp_path, COMPILES_EACH_RUN), plan, seeds)["worker_reported"]
-    assert [run["compiled"] for run in compiling] == [{"graphs": 0, "triton_kernels": ["_planted_kernel"]}] * 2
+    warm_runs = 1 + len(plan.get("warm_seeds", ()))
+    assert [run["compiled"] for run in compiling] == [
+        {"graphs": 0, "triton_kernels": ["_planted_kernel"], "cuda_mallocs": 0,
+         "specializations": [f"_planted_kernel[num_warps=4](rows: i32, width: {warm_runs + n})"]} for n in (1, 2)]
     clean = drive(ROOT, plan, seeds)["worker_reported"]
-    assert [run["compiled"] for run in clean] == [{"graphs": 0, "triton_kernels": []}] * 2
+    assert [run["compiled"] for run in clean] == [
+        {"graphs": 0, "triton_kernels": [], "specializations": [], "cuda_mallocs": 0}] * 2
