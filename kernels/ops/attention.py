@@ -99,9 +99,11 @@ def fast_split_kv(q, k, v, segments, kv, *, scale, tokens_per_split: int, max_sp
 def _splits_to_fill(device, programs: int, max_splits: int) -> int:
     """Flash-decoding's heuristic: split the contexts only as far as it takes to give every
     SM two programs (a batch that fills the GPU gets no splits): a count that follows the
-    batch, as tuned engines choose it."""
+    batch, as tuned engines choose it), rounded down to a power of two so that a few
+    compiled kernels serve every batch."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(max_splits, (2 * sms) // max(1, programs)))
+    fill = max(1, min(max_splits, (2 * sms) // max(1, programs)))
+    return 1 << (fill.bit_length() - 1)
 
 
 def _split_kv(q, segment, keys, values, *, scale, tokens_per_split, max_splits, workspace_dtype=torch.float32):

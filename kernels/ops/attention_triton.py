@@ -23,6 +23,8 @@ segments of a flat q (one launch for a whole step), and K/V read from the engine
 pool through block tables (`consistent_paged`: the same values in the same walk, so the same
 bits). With MAX_SPLITS > 1 it is the fast contract's flash-decoding instead
 (`split_kv_paged`): each program walks one split and writes an unnormalised partial.
+What follows a step's arrivals (the block table's width, where the packed index fields
+start) is launched unspecialised: a new arrival pattern never compiles inside a run.
 Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
 """
 import torch
@@ -35,7 +37,8 @@ LAUNCH_TABLE = {(128, torch.bfloat16): (4, 2), (128, torch.float16): (4, 2), (64
 DEFAULT_LAUNCH = (4, 2)
 
 
-@triton.jit(do_not_specialize=["num_tokens_arg", "query_start_arg", "page_size", "tokens_per_split"])
+@triton.jit(do_not_specialize=["num_tokens_arg", "query_start_arg", "page_size", "tokens_per_split", "stride_table"],
+            do_not_specialize_on_alignment=["rows_ptr", "lengths_ptr", "starts_ptr", "table_ptr"])
 def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, m_ptr, l_ptr, rows_ptr, lengths_ptr, starts_ptr, table_ptr,
                       num_tokens_arg, query_start_arg, scale, page_size, tokens_per_split,
                       stride_qt, stride_qh, stride_kb, stride_kc, stride_kh, stride_vb, stride_vc, stride_vh,

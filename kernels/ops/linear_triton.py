@@ -14,7 +14,8 @@ or the tensor-memory-accelerator kernel (`kernel="tma"`, one program per tile, o
 zeros, as the masked loads give them). Whether the tensor-core instruction Triton picks for a
 tile shape and load path keeps the order inside one BLOCK_K step is an empirical claim:
 benchmarks/gpu_gemm.py checks every variant bit for bit against every other, for every M, on
-the device.
+the device. M and the persistent grid's size are launched unspecialised (Triton would key on
+M == 1, M % 16 and a constant grid size): a step of a new row count never compiles inside a run.
 Reference: gates/reference/linear.py. Imports Triton, so only CUDA machines import this file.
 """
 import functools
@@ -56,7 +57,7 @@ def _grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return first_m + (tile % group) % group_m, (tile % group) // group_m
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
                  K_PER_SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -72,14 +73,14 @@ def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
     tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], total.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _gemm_tma_kernel(x_desc, w_desc, y_desc, M, N, K, NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr,
+@triton.jit(do_not_specialize=["M", "num_programs"])
+def _gemm_tma_kernel(x_desc, w_desc, y_desc, M, N, K, num_programs, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, OUT_DTYPE: tl.constexpr,
                      FLATTEN: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """One slice (all of K) per tile, tiles loaded by the tensor memory accelerator; program p
-    computes tiles p, p + NUM_PROGRAMS, ... (one tile each when the grid covers them all)."""
+    computes tiles p, p + num_programs, ... (one tile each when the grid covers them all)."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, num_programs, flatten=FLATTEN):
         pid_m, pid_n = _grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
         total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
@@ -89,7 +90,7 @@ def _gemm_tma_kernel(x_desc, w_desc, y_desc, M, N, K, NUM_PROGRAMS: tl.constexpr
         y_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], total.to(OUT_DTYPE))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def _slice_kernel(x_ptr, w_ptr, partial_ptr, M, N, K, stride_xm, stride_wn,
                   K_PER_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
@@ -140,7 +141,7 @@ def _gemm_tma(x, w, y, config, block_k, persistent, precision):
     programs = min(tiles, _sm_count(x.device)) if persistent else tiles
     _gemm_tma_kernel[(programs,)](
         TensorDescriptor.from_tensor(x, [block_m, block_k]), TensorDescriptor.from_tensor(w, [block_n, block_k]),
-        TensorDescriptor.from_tensor(y, [block_m, block_n]), M, N, K, NUM_PROGRAMS=programs, BLOCK_M=block_m,
+        TensorDescriptor.from_tensor(y, [block_m, block_n]), M, N, K, programs, BLOCK_M=block_m,
         BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, OUT_DTYPE=_TL_DTYPES[y.dtype], FLATTEN=persistent,
         INPUT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
     return y
