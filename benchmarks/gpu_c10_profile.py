@@ -18,6 +18,7 @@ commit and the environment are written before the table is printed.
 """
 import argparse
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -27,7 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from gates import device  # noqa: E402
-from gates.test_c10_performance import plan  # noqa: E402
+from gates.procedures import c10_subject  # noqa: E402
+from gates.test_c10_performance import plan, subject_size  # noqa: E402
 from gates.timed_worker import rollout_options  # noqa: E402
 from gates.workload import Workload, make_engine, make_requests, seeded_weights  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
@@ -168,8 +170,11 @@ def main() -> int:
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     record = {**provenance(), "args": vars(args), "models": {}}
     for model in args.models.split(","):
-        asked = plan(model, args.device, args.seed)
-        config = load_model_config(asked["config"])
+        with tempfile.TemporaryDirectory(prefix="c10-profile-") as folder:  # the subject's config only
+            subject = c10_subject({"model": model, "size": subject_size(model, args.device), "checkpoint": None,
+                                   "folder": folder})
+            asked = plan(args.device, args.seed, subject)
+            config = load_model_config(asked["config"])
         progress(f"{model}: seeding {asked['config']}'s weights")
         weights, workload = seeded_weights(config), Workload(**asked["workload"])
         engines = {}
