@@ -26,9 +26,11 @@ from gates.subject import (shipped_sizes, subject_config, subject_config_path, s
 from gates.workload import EngineShape, Workload, make_requests, rollout, score_sequences, seeded_weights
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
+from kernels.engine.engine import Engine
 from kernels.engine.graphs import graphs_unsupported
 from kernels.models.config import load_model_config
 from kernels.trainer.logprobs import ScoredSequence, scored_sequences
+from kernels.trainer.trainer import Trainer
 
 
 def _named(arguments: dict) -> tuple:
@@ -91,6 +93,22 @@ def trainer_bits(arguments: dict) -> dict:
         scores = score_sequences(config, contract, weights, sequences)
         threads = torch.get_num_threads()
     return {"bits": [int32_bits(s) for s in scores], "threads": threads}
+
+
+def c00_side(arguments: dict) -> dict:
+    """One side of C00, built as a run builds it: the trainer from the subject's seeded weights,
+    saving what weight sync sends (Trainer.weights) into `weights_file`; or the engine from
+    that file. {identities (semantic, numerical_policy, deployment), comm, config}."""
+    subject, config = _named(arguments)
+    contract, target = load_contract(subject.contract), device.target()
+    if arguments["side"] == "trainer":
+        side = Trainer(config, contract, weights=subject_weights(subject, config, arguments["model_seed"]),
+                       device=target)
+        torch.save(side.weights(), arguments["weights_file"])
+    else:
+        weights = torch.load(arguments["weights_file"], weights_only=True)
+        side = Engine(config, contract, weights, device=target)
+    return {"identities": side.identities(), "comm": side.comm, "config": _label(arguments)}
 
 
 def c01_runs(arguments: dict) -> dict:
@@ -167,6 +185,7 @@ def environment(arguments: dict) -> dict:
     return deployment_fingerprint()
 
 
-PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c01_runs": c01_runs, "sizes": sizes,
+PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c00_side": c00_side, "c01_runs": c01_runs,
+              "sizes": sizes,
               "c02_runs": c02_runs, "c03_phases": c03_phases,
               "c09_steps": c09_steps, "c10_subject": c10_subject, "environment": environment}

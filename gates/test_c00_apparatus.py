@@ -11,36 +11,41 @@ present, the fast path's content hash recomputed from that commit's files equal 
 recorded one, so is the hash of every file of its kernels/ and gates/ (files_hash, where the
 record has one; an older record's figures say it has none), and the tag, where it exists
 here, pointing at that commit; and, when the harness judges an agent's worktree (BITWISE_TAMPER), its tamper scan found nothing
-(harness/tamper.py). Negative control: a trainer with other weights, another contract or
+(harness/tamper.py). Each side is built in a worker of its own (gates/candidate.py): the
+trainer from the seeded weights, the engine from the weights the trainer's worker saved, as
+weight sync sends them; this process, which writes the verdict, loads no module of the code
+under test (a condition). Negative control: a trainer with other weights, another contract or
 another transport fails the identity condition, another transport also the comm condition
 (tests/test_gate_c00_c10.py); a missing or altered frozen record fails the baseline
 condition (tests/test_freeze_profile.py).
 """
 import os
+import tempfile
 
+from gates import device
 from gates.apparatus import ROOT, identity_mismatches, modified_judging_files, tamper_violations
 from gates.baseline import verify_frozen
+from gates.candidate import ask, check_judge_clean, confinement
 from gates.inputs import fresh_seed
-from gates import device
-from gates.subject import subject_config, subject_label, subject_weights
-from kernels.contract import load_contract
-from kernels.engine.engine import Engine
-from kernels.trainer.trainer import Trainer
+
+CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 
 
 def test_apparatus(gate):
-    config = subject_config(gate)
-    contract = load_contract(gate.contract)
     seed = fresh_seed()
-    gate.inputs = {"seed": seed, "config": subject_label(gate)}
-    trainer = Trainer(config, contract, weights=subject_weights(gate, config, seed), device=device.target())
-    engine = Engine(config, contract, trainer.weights(), device=device.target())
-    engine_ids, trainer_ids = engine.identities(), trainer.identities()
+    gate.inputs = {"seed": seed, "workers": confinement()}
+    with tempfile.TemporaryDirectory(prefix="c00-sync-") as folder:  # the trainer's weights, synced by file
+        asked = {"subject": gate.subject(), "model_seed": seed % 1000, "device": device.target(),
+                 "weights_file": f"{folder}/weights.pt"}
+        trainer = ask("c00_side", dict(asked, side="trainer"), writable=[folder])
+        engine = ask("c00_side", dict(asked, side="engine"))
+    gate.inputs["config"] = trainer["config"]
+    engine_ids, trainer_ids = engine["identities"], trainer["identities"]
     mismatches = identity_mismatches(engine_ids, trainer_ids)
     gate.check("identities equal (semantic, numerical_policy, deployment)", not mismatches,
                mismatches=mismatches, engine=engine_ids, trainer=trainer_ids)
-    gate.check("engine and trainer use the same comm backend and transport", engine.comm == trainer.comm,
-               engine=engine.comm, trainer=trainer.comm)
+    gate.check("engine and trainer use the same comm backend and transport", engine["comm"] == trainer["comm"],
+               engine=engine["comm"], trainer=trainer["comm"])
     base = os.environ.get("BITWISE_BASE", "HEAD")
     modified = modified_judging_files(base)
     gate.check("gates/ and harness/ unmodified since the base commit", not modified, base=base, modified=modified)
@@ -50,4 +55,5 @@ def test_apparatus(gate):
     if violations is not None:
         gate.check("the harness's tamper scan of the tree under judgement found nothing", not violations,
                    violations=violations, tree=str(ROOT))
+    check_judge_clean(gate)
     gate.verdict()

@@ -16,6 +16,7 @@ from harness.cli import EXIT_DIFFERENT, main
 from kernels.contract import load_contract
 from kernels.contract.identity import identities
 from kernels.models.config import load_model_config
+from tests.candidate_trees import judge_workers_on, tree_with
 
 
 def test_identity_check_names_what_differs():
@@ -31,13 +32,20 @@ def test_identity_check_names_what_differs():
                                                 comm_transport="tcp on eth0")) == ["deployment"]
 
 
-def test_c00_fails_when_the_sides_use_another_transport(monkeypatch):
-    class NcclTrainer(c00.Trainer):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.comm = {"comm_backend": "nccl", "comm_transport": "nccl 2.21.5 NCCL_ALGO=auto"}
+NCCL_TRAINER = """
+from kernels.trainer import trainer as _trainer
+_built = _trainer.Trainer.__init__
+def _on_nccl(self, *args, **kwargs):
+    _built(self, *args, **kwargs)
+    self.comm = {"comm_backend": "nccl", "comm_transport": "nccl 2.21.5 NCCL_ALGO=auto"}
+_trainer.Trainer.__init__ = _on_nccl
+"""
 
-    monkeypatch.setattr(c00, "Trainer", NcclTrainer)
+
+def test_c00_fails_when_the_sides_use_another_transport(tmp_path, monkeypatch):
+    """A candidate whose trainer reports NCCL while its engine has no comm: both sides are
+    built in the candidate's workers, and the judge sees the transports differ."""
+    judge_workers_on(tree_with(tmp_path / "candidate", NCCL_TRAINER), tmp_path, monkeypatch)
     monkeypatch.setattr(c00, "verify_frozen", lambda **_: ([], {}))  # not what this test is about
     record = GateRecord("C00", "qwen3", "consistent")
     with pytest.raises(AssertionError, match="condition"):
@@ -45,6 +53,7 @@ def test_c00_fails_when_the_sides_use_another_transport(monkeypatch):
     status = {c["name"]: c for c in record.conditions}
     comm = status["engine and trainer use the same comm backend and transport"]
     assert comm["status"] == "fail" and comm["engine"]["comm_backend"] == "none"
+    assert comm["trainer"]["comm_backend"] == "nccl"
     identities_condition = status["identities equal (semantic, numerical_policy, deployment)"]
     assert identities_condition["status"] == "fail" and identities_condition["mismatches"] == ["deployment"]
 
@@ -75,6 +84,7 @@ def test_c00_through_the_harness(tmp_path):
     expected = "pass" if not modified_judging_files() else "fail"
     assert status["gates/ and harness/ unmodified since the base commit"] == expected
     assert status["baseline frozen and its hash verified"] == ("pass" if read_frozen() else "fail")
+    assert status["the judging process loaded no module of the code under test"] == "pass"
 
 
 def test_c10_fails_when_the_floor_is_out_of_reach(tmp_path, monkeypatch):
