@@ -13,7 +13,7 @@ import types
 
 import torch
 
-from gates import device, rl_runs
+from gates import device, graph_runs, rl_runs
 from gates.batch_runs import case_runs, probes_for
 from gates.boundaries import boundaries
 from gates.case_calls import intra_op_threads, thread_counts
@@ -148,6 +148,19 @@ def c03_phases(arguments: dict) -> dict:
     return dict(every_phase(model, load_contract(subject.contract), config, arguments["seed"]), config=_label(arguments))
 
 
+def c05_graph_facts(arguments: dict) -> dict:
+    """What C05 needs before any run: the sources to scan and why no graphs, if so (gates/graph_runs.py)."""
+    subject, config = _named(arguments)
+    return graph_runs.graph_facts(config, load_contract(subject.contract))
+
+
+def c05_rollout(arguments: dict) -> dict:
+    """C05's rollout under `seed`, eager or graphed (`cuda_graphs`; gates/graph_runs.py)."""
+    config, contract, weights = _subject(arguments)
+    return dict(graph_runs.graph_run(config, contract, weights, arguments["seed"], arguments["cuda_graphs"]),
+                config=_label(arguments))
+
+
 def c09_steps(arguments: dict) -> dict:
     """GRPO steps on the subject (gates/rl_runs.py): `num_steps` of a fresh run, saved into
     `save_to` after them when given; or, with `resume_from`, that run resumed and stepped once.
@@ -188,4 +201,5 @@ def environment(arguments: dict) -> dict:
 PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c00_side": c00_side, "c01_runs": c01_runs,
               "sizes": sizes,
               "c02_runs": c02_runs, "c03_phases": c03_phases,
+              "c05_graph_facts": c05_graph_facts, "c05_rollout": c05_rollout,
               "c09_steps": c09_steps, "c10_subject": c10_subject, "environment": environment}

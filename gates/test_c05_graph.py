@@ -16,32 +16,27 @@ some replayed row must have been sampled inside the graph. For a hybrid model th
 some replayed row must have completed its SSM chunk (a scan that re-plays its chunk folds it
 in place inside the graph), or the comparison misses that path and fails. An engine that
 launches decode steps ahead (token ids read on the device) must have launched some, or the
-comparison misses that path and fails. Negative control:
+comparison misses that path and fails. The eager and the graphed run are separate workers
+(gates/graph_runs.py), so neither can hand its outputs to the other; the sources are scanned
+here, as text; this process, which writes the verdict, loads no module of the code under
+test (a condition). Negative control:
 the planted fault `attention.planted_graph_baked_block_kv` (gates/faults.py: the walk's key
 block chosen on the host from the step's longest context, which a capture bakes at its dummy
 context) fails it on the GPU (benchmarks/gpu_gates.sh runs it); a scanned source that calls
 torch.compile fails it anywhere (tests/test_gate_c04_c09.py).
 """
 import ast
-import inspect
 from pathlib import Path
 
 import torch
 
-from gates.compare import first_bit_difference
+from gates import device
+from gates.candidate import ask, check_judge_clean, confinement
+from gates.graph_runs import WORKLOAD
 from gates.inputs import fresh_seed
-from gates.subject import subject_config, subject_weights
-from gates.workload import EngineShape, Workload, rollout
-from kernels.contract import load_contract
-from kernels.contract.identity import policy_source_files
-from kernels.engine.graph_head import tensor_draw
-from kernels.engine.graphs import graphs_unsupported
-from kernels.ops import registry
 
+CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 COMPILERS = ("compile", "_dynamo")
-# decode batches pass through sizes between the captured ones (e.g. 3, 5-7, 9-15): padded replays
-WORKLOAD = dict(num_sequences=13, new_tokens=24, min_prompt_len=4, max_prompt_len=40, arrival_spread=9)
-SHAPE = EngineShape(tokens_per_step=48, max_running=13, block_size=16)
 
 
 def _uses_compile(node) -> bool:
@@ -60,53 +55,55 @@ def compile_uses(paths) -> list:
             for node in ast.walk(ast.parse(Path(path).read_text())) if _uses_compile(node)]
 
 
-def scanned_sources(contract) -> list:
-    """The policy sources and the file of every implementation the contract binds."""
-    bound = {inspect.getsourcefile(registry.implementation(b.impl)) for b in contract.bindings.values()}
-    return sorted({str(p) for p in policy_source_files()} | bound)
+def bit_differences(eager: list, graphed: list) -> dict:
+    """Figures of two runs' completions [[tokens, log-prob bits]]: the requests whose tokens
+    differ, and for the others the first log-prob whose bits differ."""
+    tokens = [i for i, (e, g) in enumerate(zip(eager, graphed)) if e[0] != g[0]]
+    logprobs = [f"request {i}, token {next(t for t, (a, b) in enumerate(zip(e[1], g[1])) if a != b)}"
+                for i, (e, g) in enumerate(zip(eager, graphed)) if e[0] == g[0] and e[1] != g[1]]
+    return {"sequences": len(eager), "tokens": sum(len(e[0]) for e in eager),
+            "token_mismatch_requests": tokens + ([f"{len(eager)} vs {len(graphed)} requests"]
+                                                 if len(eager) != len(graphed) else []),
+            "logprob_differences": logprobs[:5], "num_logprob_differences": len(logprobs)}
 
 
 def test_graph_replay_equals_eager(gate):
-    contract = load_contract(gate.contract)
-    sources = scanned_sources(contract)
-    uses = compile_uses(sources)
-    gate.inputs = {"scanned_sources": len(sources), "torch_compile_uses": uses}
+    asked = {"subject": gate.subject(), "model_seed": 0, "device": device.target()}
+    facts = ask("c05_graph_facts", asked)
+    uses = compile_uses(facts["sources"])
+    gate.inputs = {"scanned_sources": len(facts["sources"]), "torch_compile_uses": uses, "workers": confinement()}
     if uses:
         gate.check("the consistent path uses no torch.compile (else this gate must compare it with eager)",
                    False, torch_compile_uses=uses)
         gate.verdict()
     if not torch.cuda.is_available():
         gate.n_a("no CUDA device: CUDA graphs need a GPU")
-    config = subject_config(gate)
-    reason = graphs_unsupported(config, None)
-    if reason:
-        gate.n_a(f"the engine captures no decode graphs for this model: {reason}")
+    if facts["graphs_refused"]:
+        gate.n_a(f"the engine captures no decode graphs for this model: {facts['graphs_refused']}")
     seed = fresh_seed()
     gate.inputs.update(seed=seed, workload=WORKLOAD)
-    weights, workload = subject_weights(gate, config), Workload(**WORKLOAD, seed=seed)
-    eager, _ = rollout(config, contract, weights, workload, SHAPE, device="cuda", cuda_graphs=False)
-    graphed, engine = rollout(config, contract, weights, workload, SHAPE, device="cuda", cuda_graphs=True)
-    replays, padded = dict(engine.graphs.replays), engine.graphs.padded_replays
+    asked = dict(asked, model_seed=seed % 1000, seed=seed)
+    eager = ask("c05_rollout", dict(asked, cuda_graphs=False))
+    graphed = ask("c05_rollout", dict(asked, cuda_graphs=True))
+    gate.inputs["config"] = graphed["config"]
+    ran = graphed["graphs"]
     gate.check("decode steps were replayed from CUDA graphs, padded batches among them",
-               sum(replays.values()) > 0 and padded > 0, replays_by_size=replays, padded_replays=padded)
-    if tensor_draw(engine.dispatch, "engine_graph") is not None:  # the head is captured too
+               sum(ran["replays_by_size"].values()) > 0 and ran["padded_replays"] > 0,
+               replays_by_size=ran["replays_by_size"], padded_replays=ran["padded_replays"])
+    if ran["head_captured"]:  # the head is captured too
         gate.check("replayed rows were sampled inside the graph (lm_head, draw, log-prob captured)",
-                   engine.graphs.rows_sampled_in_graph > 0, rows_sampled_in_graph=engine.graphs.rows_sampled_in_graph,
-                   head_replays=engine.graphs.head_replays)
-    if engine.look_ahead:  # decode steps launched before their predecessor was collected
+                   ran["rows_sampled_in_graph"] > 0, rows_sampled_in_graph=ran["rows_sampled_in_graph"],
+                   head_replays=ran["head_replays"])
+    if ran["look_ahead"]:  # decode steps launched before their predecessor was collected
         gate.check("decode steps were launched ahead, their token ids read on the device",
-                   engine.steps_launched_ahead > 0, steps_launched_ahead=engine.steps_launched_ahead,
-                   rows_dropped=engine.rows_dropped)
-    mamba = engine.graphs.mamba
-    if mamba.buffered_in_graph:  # a scan that buffers its chunk was captured
-        gate.check("replayed rows completed SSM chunks, folded inside the graph", mamba.folded_in_graph > 0,
-                   rows_buffered_in_graph=mamba.buffered_in_graph, rows_folded_in_graph=mamba.folded_in_graph,
-                   eager_steps=engine.graphs.eager_steps)
-    differing = [c.request.request_id for c, e in zip(graphed, eager) if c.tokens != e.tokens]
-    logprobs = [first_bit_difference(e.logprob_tensor, c.logprob_tensor)
-                for c, e in zip(graphed, eager) if c.tokens == e.tokens]
+                   ran["steps_launched_ahead"] > 0, steps_launched_ahead=ran["steps_launched_ahead"],
+                   rows_dropped=ran["rows_dropped"])
+    if ran["rows_buffered_in_graph"]:  # a scan that buffers its chunk was captured
+        gate.check("replayed rows completed SSM chunks, folded inside the graph", ran["rows_folded_in_graph"] > 0,
+                   rows_buffered_in_graph=ran["rows_buffered_in_graph"],
+                   rows_folded_in_graph=ran["rows_folded_in_graph"], eager_steps=ran["eager_steps"])
+    figures = bit_differences(eager["completions"], graphed["completions"])
     gate.check("every sampled token and log-prob bit of the graphed run equals the eager run's",
-               not differing and all(d is None for d in logprobs),
-               sequences=len(eager), tokens=sum(len(e.tokens) for e in eager), token_mismatch_requests=differing,
-               logprob_differences=[str(d) for d in logprobs if d is not None][:5])
+               not figures["token_mismatch_requests"] and not figures["num_logprob_differences"], **figures)
+    check_judge_clean(gate)
     gate.verdict()

@@ -17,7 +17,8 @@ from gates import test_c09_rl_steps as c09
 from gates.conftest import GateRecord
 from gates.hazards import VacuousGate
 from gates.test_c04_discrete import check_topk
-from gates.test_c05_graph import compile_uses
+from gates.inputs import fresh_seed
+from gates.test_c05_graph import bit_differences, compile_uses
 from harness.cli import EXIT_DIFFERENT, EXIT_OK, main
 from kernels.contract import load_contract
 from kernels.contract.contract import CONTRACT_DIR
@@ -143,6 +144,22 @@ def test_compile_scan_finds_torch_compile(tmp_path):
                         "def f(x):\n    return x\n\n\ng = torch.compile(f)\n")
     assert compile_uses([clean]) == []
     assert compile_uses([compiled]) == [f"{compiled}:{line}" for line in (2, 3, 9)]
+
+
+def test_c05_compares_every_token_and_log_prob_bit():
+    """C05's comparison of the eager and graphed workers' answers, on fresh random bits: equal
+    runs agree; one flipped low bit, one other token and a missing request are each named."""
+    generator = torch.Generator().manual_seed(fresh_seed())
+    run = [[torch.randint(0, 1000, (9,), generator=generator).tolist(),
+            torch.randn(9, generator=generator).view(torch.int32).tolist()] for _ in range(4)]
+    same = bit_differences(run, [[list(t), list(b)] for t, b in run])
+    assert same["token_mismatch_requests"] == [] and same["num_logprob_differences"] == 0 and same["tokens"] == 36
+    flipped = [[list(t), list(b)] for t, b in run]
+    flipped[2][1][5] ^= 1
+    flipped[3][0][0] += 1
+    found = bit_differences(run, flipped)
+    assert found["token_mismatch_requests"] == [3] and found["logprob_differences"] == ["request 2, token 5"]
+    assert bit_differences(run, run[:3])["token_mismatch_requests"] == ["4 vs 3 requests"]
 
 
 def test_c04_catches_a_rounding_done_twice(tmp_path):
