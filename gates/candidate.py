@@ -62,6 +62,18 @@ def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None =
     return document["answer"]
 
 
+def ask_tensors(procedure: str, arguments: dict, tensors: dict) -> dict:
+    """procedure(arguments) on `tensors` ({name: tensor}, saved for the worker as
+    `inputs_file`): the {name: tensor} it saved as `outputs_file`, read back as data only
+    (torch.load with weights_only: a file the worker wrote runs no code here)."""
+    import torch
+    with tempfile.TemporaryDirectory(prefix="bitwise-tensors-") as folder:
+        inputs, outputs = Path(folder) / "inputs.pt", Path(folder) / "outputs.pt"
+        torch.save({name: t.detach().cpu().contiguous() for name, t in tensors.items()}, inputs)
+        ask(procedure, dict(arguments, inputs_file=str(inputs), outputs_file=str(outputs)), writable=[folder])
+        return torch.load(outputs, weights_only=True)
+
+
 def ask_together(*asks) -> list:
     """Answers of independent asks, each (procedure, arguments[, writable]), their workers
     running at once (each its own process, as `ask`), in the order given."""

@@ -5,7 +5,6 @@ gates count what they contain (gates/hazards.py) before they trust a pass.
 import torch
 
 from gates.reference import quant as ref_quant
-from kernels.ops.sampler import SamplingParams
 
 
 def tied_scores(gen, num_rows, num_experts, top_k):
@@ -24,11 +23,13 @@ def tied_scores(gen, num_rows, num_experts, top_k):
 
 
 def sampler_inputs(gen, vocab_size, dtype, num_requests):
-    """Logits on 6 levels (exact ties everywhere, the maximum included); mixed settings, own seeds."""
+    """Logits on 6 levels (exact ties everywhere, the maximum included); mixed settings (the
+    fields of kernels.ops.sampler.SamplingParams), own seeds."""
     logits = (torch.randint(0, 6, (num_requests, vocab_size), generator=gen).float() / 4).to(dtype)
-    kinds = (SamplingParams(0.0), SamplingParams(1.0), SamplingParams(0.7, top_k=50), SamplingParams(1.0, top_p=0.9))
-    params = [SamplingParams(k.temperature, k.top_k, k.top_p, seed=int(torch.randint(2**62, (1,), generator=gen)))
-              for k in (kinds[i % len(kinds)] for i in range(num_requests))]
+    kinds = ({"temperature": 0.0}, {"temperature": 1.0}, {"temperature": 0.7, "top_k": 50},
+             {"temperature": 1.0, "top_p": 0.9})
+    params = [dict(kinds[i % len(kinds)], seed=int(torch.randint(2**62, (1,), generator=gen)))
+              for i in range(num_requests)]
     return logits, params, [int(i) for i in torch.randint(0, 64, (num_requests,), generator=gen)]
 
 

@@ -13,7 +13,7 @@ import types
 
 import torch
 
-from gates import device, graph_runs, rl_runs
+from gates import device, discrete_runs, graph_runs, rl_runs
 from gates.batch_runs import case_runs, probes_for
 from gates.boundaries import boundaries
 from gates.case_calls import intra_op_threads, thread_counts
@@ -148,6 +148,21 @@ def c03_phases(arguments: dict) -> dict:
     return dict(every_phase(model, load_contract(subject.contract), config, arguments["seed"]), config=_label(arguments))
 
 
+def c04_facts(arguments: dict) -> dict:
+    """The subject's regions, dtype and sizes: what C04 crafts its inputs from."""
+    return discrete_runs.subject_facts(_named(arguments)[1])
+
+
+def c04_outputs(arguments: dict) -> dict:
+    """C04's `call` on the tensors in `inputs_file`, its outputs saved to `outputs_file`
+    (gates/discrete_runs.py): {names: what was saved}."""
+    subject, config = _named(arguments)
+    tensors = torch.load(arguments["inputs_file"], weights_only=True)
+    result = discrete_runs.outputs(config, load_contract(subject.contract), arguments["call"], tensors)
+    torch.save({name: t.detach().cpu().contiguous() for name, t in result.items()}, arguments["outputs_file"])
+    return {"names": sorted(result)}
+
+
 def c05_graph_facts(arguments: dict) -> dict:
     """What C05 needs before any run: the sources to scan and why no graphs, if so (gates/graph_runs.py)."""
     subject, config = _named(arguments)
@@ -200,6 +215,7 @@ def environment(arguments: dict) -> dict:
 
 PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c00_side": c00_side, "c01_runs": c01_runs,
               "sizes": sizes,
-              "c02_runs": c02_runs, "c03_phases": c03_phases,
+              "c02_runs": c02_runs, "c03_phases": c03_phases, "c04_facts": c04_facts,
+              "c04_outputs": c04_outputs,
               "c05_graph_facts": c05_graph_facts, "c05_rollout": c05_rollout,
               "c09_steps": c09_steps, "c10_subject": c10_subject, "environment": environment}

@@ -15,43 +15,61 @@ moe_combine, weight/act quant; nemotron: mlp_act). Negative control: the fast co
 it (torch.topk ties, batch-seeded sampler draws, a per-tensor activation scale), as do the
 planted faults topk.planted_highest_id_wins, moe_combine.planted_reverse_order,
 sampler.planted_keeps_every_tie and activation.planted_inference_two_roundings (two
-roundings in inference mode only).
+roundings in inference mode only). The inputs are crafted here; the contract's ops run in a
+worker (gates/discrete_runs.py) that hands back their outputs as tensors, and this process,
+which compares them and writes the verdict, loads no module of the code under test (a
+condition).
 """
 import torch
 
 from gates import device
+from gates.candidate import ask, ask_tensors, check_judge_clean, confinement
 from gates.compare import first_bit_difference
-from gates.case_calls import as_tuple, per_case, runtime_mode
 from gates.crafted import distinct_fp8_scales, fp8_crafted, sampler_inputs, tied_scores, tied_top_logits
 from gates.hazards import HazardEvidence, count_negative_zeros, count_topk_boundary_ties
 from gates.inputs import fresh_seed, generator
 from gates.reference import moe as ref_moe
 from gates.reference import quant as ref_quant
-from gates.subject import subject_config
-from kernels.contract import load_contract
-from kernels.contract.regions import CASES
-from kernels.engine.cache import PagedKVCache
-from kernels.models.batch import Segment
-from kernels.models.state import ContiguousKV
-from kernels.ops.sampler import SamplingParams
 
+CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 NUM_ROWS = 64
+CASES = ("engine_prefill", "engine_decode", "engine_graph", "trainer_fwd", "trainer_bwd")
+"""kernels/contract/regions.py's cases, named here so the judge imports none of the kernels."""
 
 
-def _config(gate):
-    return subject_config(gate)
+def _facts(gate) -> dict:
+    """The subject's regions, dtype (a torch dtype) and sizes, asked of a worker."""
+    facts = ask("c04_facts", {"subject": gate.subject(), "device": device.target()})
+    gate.inputs = {"workers": confinement()}
+    return dict(facts, dtype=getattr(torch, facts["dtype"]))
 
 
-def _require_region(gate, config, region, why):
+def _outputs(gate, call: dict, **tensors) -> dict:
+    """{case: tuple of output tensors} of `call` on the tensors (or, for the sampler, {run:
+    tokens}), computed by the contract in a worker."""
+    found = ask_tensors("c04_outputs", {"subject": gate.subject(), "device": device.target(), "call": call}, tensors)
+    if call["kind"] == "sampler":
+        return found
+    grouped = {}
+    for name in sorted(found, key=lambda n: (n.rpartition("/")[0], int(n.rpartition("/")[2]))):
+        grouped.setdefault(name.rpartition("/")[0], []).append(found[name])
+    return {case: tuple(ts) for case, ts in grouped.items()}
+
+
+def _require_region(gate, facts, region, why):
     """A region the model does not use: an n/a condition with the reason, then the test ends."""
-    if region not in config.REGIONS:
+    if region not in facts["regions"]:
         gate.check_n_a(region, reason := f"{gate.model} has no {region} region: {why}")
         gate.n_a(reason)
 
 
+def _as_tuple(output):
+    return tuple(output) if isinstance(output, (tuple, list)) else (output,)
+
+
 def _difference(actual, expected) -> str:
     """'identical', or the first differing element of each tensor pair that differs."""
-    diffs = [first_bit_difference(a, e) for a, e in zip(as_tuple(actual), as_tuple(expected))]
+    diffs = [first_bit_difference(a, e) for a, e in zip(_as_tuple(actual), _as_tuple(expected))]
     return "; ".join(str(d) for d in diffs if d is not None) or "identical"
 
 
@@ -62,6 +80,11 @@ def _check_equal(gate, name, outputs, expected=None):
     gate.check(name, all(text == "identical" for text in differences.values()), **differences)
 
 
+def _verdict(gate):
+    check_judge_clean(gate)
+    gate.verdict()
+
+
 def _require(gate, what, evidence):
     """Every counted hazard must be present: recorded as a condition (a vacuous input fails the
     gate even if the test stops here), then HazardEvidence.require raises VacuousGate."""
@@ -69,12 +92,12 @@ def _require(gate, what, evidence):
     evidence.require(*evidence.counts)
 
 
-def check_topk(gate, contract, scores, bias, top_k, scaling):
+def check_topk(gate, scores, bias, top_k, scaling):
     """Ties present, cases agree, ids follow the unique key (key desc, lowest id first)."""
     evidence = HazardEvidence()
     evidence.add("exact ties across the k-th place", count_topk_boundary_ties(scores + bias, top_k))
     _require(gate, "topk", evidence)
-    outputs = per_case(contract, "topk", lambda op, s: op(s, device.place(bias), top_k=top_k, scaling=scaling), scores)
+    outputs = _outputs(gate, {"kind": "topk", "top_k": top_k, "scaling": scaling}, scores=scores, bias=bias)
     _check_equal(gate, "topk ids, slot order and weights: every case gives the same bits", outputs)
     expected = ref_moe.select(scores, bias, top_k)
     wrong = {case: int((out[0] != expected).any(dim=-1).sum()) for case, out in outputs.items()}
@@ -83,13 +106,13 @@ def check_topk(gate, contract, scores, bias, top_k, scaling):
 
 
 def test_topk_ties(gate):
-    config = _config(gate)
-    _require_region(gate, config, "topk", "a dense model routes nothing")
-    seed, top_k, num_experts = fresh_seed(), config.num_experts_per_tok, config.n_routed_experts
-    gate.inputs = {"seed": seed, "scores": [NUM_ROWS, num_experts], "top_k": top_k}
+    facts = _facts(gate)
+    _require_region(gate, facts, "topk", "a dense model routes nothing")
+    seed, top_k, num_experts = fresh_seed(), facts["num_experts_per_tok"], facts["n_routed_experts"]
+    gate.inputs.update(seed=seed, scores=[NUM_ROWS, num_experts], top_k=top_k)
     scores, bias = tied_scores(generator(seed), NUM_ROWS, num_experts, top_k)
-    check_topk(gate, load_contract(gate.contract), scores, bias, top_k, config.routed_scaling_factor)
-    gate.verdict()
+    check_topk(gate, scores, bias, top_k, facts["routed_scaling_factor"])
+    _verdict(gate)
 
 
 def _slot_order_combine(slots, weights, shared):
@@ -102,70 +125,67 @@ def _slot_order_combine(slots, weights, shared):
 
 
 def test_moe_combine_order(gate):
-    config = _config(gate)
-    _require_region(gate, config, "moe_combine", "a dense model combines no experts")
-    seed, dtype = fresh_seed(), config.torch_dtype
-    top_k, hidden = config.num_experts_per_tok, config.hidden_size
-    gate.inputs = {"seed": seed, "slot_outputs": [NUM_ROWS, top_k, hidden], "top_k": top_k}
+    facts = _facts(gate)
+    _require_region(gate, facts, "moe_combine", "a dense model combines no experts")
+    seed, dtype = fresh_seed(), facts["dtype"]
+    top_k, hidden = facts["num_experts_per_tok"], facts["hidden_size"]
+    gate.inputs.update(seed=seed, slot_outputs=[NUM_ROWS, top_k, hidden], top_k=top_k)
     gen = generator(seed)
     slots = torch.randn(NUM_ROWS, top_k, hidden, generator=gen)
-    weights = torch.rand(NUM_ROWS, top_k, generator=gen) * config.routed_scaling_factor
+    weights = torch.rand(NUM_ROWS, top_k, generator=gen) * facts["routed_scaling_factor"]
     if top_k >= 3:  # half the rows: w_2*y_2 = -w_0*y_0, large, so the small slots' rounding follows the order
         slots[:NUM_ROWS // 2, 0] *= 2.0 ** 16
         slots[:NUM_ROWS // 2, 2], weights[:NUM_ROWS // 2, 2] = -slots[:NUM_ROWS // 2, 0], weights[:NUM_ROWS // 2, 0]
     slots, shared = slots.to(dtype), torch.randn(NUM_ROWS, hidden, generator=gen).to(dtype)
-    ids = torch.rand(NUM_ROWS, config.n_routed_experts, generator=gen).argsort(dim=-1)[:, :top_k]
+    ids = torch.rand(NUM_ROWS, facts["n_routed_experts"], generator=gen).argsort(dim=-1)[:, :top_k]
     expected = _slot_order_combine(slots, weights, shared)
     evidence = HazardEvidence()
     evidence.add("k >= 3 slots", int(top_k >= 3))
     reversed_order = _slot_order_combine(slots.flip(1), weights.flip(1), shared)
     evidence.add("elements whose bits follow the order", int((expected != reversed_order).sum()))
     _require(gate, "moe_combine", evidence)
-    contract = load_contract(gate.contract)
-    outputs = per_case(contract, "moe_combine", lambda op, s, i, w, sh: op(s, i, w, sh), slots, ids, weights, shared)
+    outputs = _outputs(gate, {"kind": "moe_combine"}, slots=slots, ids=ids, weights=weights, shared=shared)
     _check_equal(gate, "moe_combine: every case gives the same bits", outputs)
     _check_equal(gate, "moe_combine sums the slots in slot order (fp32, one rounding)", outputs, expected)
-    gate.verdict()
+    _verdict(gate)
 
 
 def test_sampler_ignores_the_batch(gate):
-    config = _config(gate)
+    facts = _facts(gate)
     seed, num_requests = fresh_seed(), 24
-    gate.inputs = {"seed": seed, "logits": [num_requests, config.vocab_size]}
+    gate.inputs.update(seed=seed, logits=[num_requests, facts["vocab_size"]])
     gen = generator(seed)
-    logits, params, draws = sampler_inputs(gen, config.vocab_size, config.torch_dtype, num_requests)
-    greedy = [i for i, p in enumerate(params) if p.temperature == 0]
-    top_k_rows = [i for i, p in enumerate(params) if p.top_k]
+    logits, params, draws = sampler_inputs(gen, facts["vocab_size"], facts["dtype"], num_requests)
+    greedy = [i for i, p in enumerate(params) if p["temperature"] == 0]
+    top_k_rows = [i for i, p in enumerate(params) if p.get("top_k")]
     evidence = HazardEvidence()
     evidence.add("greedy rows with a tied maximum",
                  sum(int((logits[i] == logits[i].max()).sum() > 1) for i in greedy))
     evidence.add("top-k rows with ties across the k-th place",
                  count_topk_boundary_ties(logits[top_k_rows].float(), 50))
     _require(gate, "sampler", evidence)
-    contract = load_contract(gate.contract)
-
-    def sample(case, rows):
-        with runtime_mode(case):
-            return contract.op("sampler", case)(device.place(logits[rows]), [params[i] for i in rows],
-                                                [draws[i] for i in rows]).cpu()
-    alone = torch.cat([sample("engine_decode", [i]) for i in range(num_requests)])
     order = torch.randperm(num_requests, generator=gen).tolist()
     batches = {"engine_prefill, all rows": [list(range(num_requests))],
                "engine_graph, reversed": [list(range(num_requests))[::-1]],
                "engine_decode, shuffled pieces of 5, 2, 7": [order[:5], order[5:7], order[7:14], order[14:]]}
+    runs = [{"case": "engine_decode", "rows": [i]} for i in range(num_requests)]  # each request alone
+    runs += [{"case": name.split(",")[0], "rows": rows} for name, pieces in batches.items() for rows in pieces]
+    for run in runs:
+        run["draws"] = [draws[i] for i in run["rows"]]
+    tokens = iter(_outputs(gate, {"kind": "sampler", "params": params, "runs": runs}, logits=logits).values())
+    alone = torch.cat([next(tokens) for _ in range(num_requests)])
     differing = {}
     for name, pieces in batches.items():
-        case = name.split(",")[0]
-        tokens = torch.empty(num_requests, dtype=torch.long)
+        drawn = torch.empty(num_requests, dtype=torch.long)
         for rows in pieces:
-            tokens[rows] = sample(case, rows)
-        differing[name] = int((tokens != alone).sum())
+            drawn[rows] = next(tokens)
+        differing[name] = int((drawn != alone).sum())
     gate.check("sampler: each request draws the same tokens alone and in any batch and case",
                not any(differing.values()), requests_differing=differing, num_requests=num_requests)
     lowest = [int((logits[i] == logits[i].max()).nonzero()[0]) for i in greedy]
     gate.check("sampler: greedy ties go to the lowest token id", alone[greedy].tolist() == lowest,
                chosen=alone[greedy].tolist(), lowest_ids=lowest)
-    gate.verdict()
+    _verdict(gate)
 
 
 TIE_GROUP, TIE_TOP_K, TIE_DRAWS = 4, 3, 32  # 4 tokens tied at the top, top-k 3: the highest id must go
@@ -176,36 +196,33 @@ def test_sampler_top_k_ties(gate):
     TIE_DRAWS times each in every case: the unique key keeps the lower ids, so the group's
     highest id is never drawn (each kept token has a third of the mass: a rule that keeps it
     instead, or keeps every tie, draws it with near certainty over 32 draws)."""
-    config = _config(gate)
-    seed, num_rows, vocab = fresh_seed(), 8, config.vocab_size
-    gate.inputs = {"seed": seed, "rows": num_rows, "tie_group": TIE_GROUP, "top_k": TIE_TOP_K, "draws": TIE_DRAWS}
+    facts = _facts(gate)
+    seed, num_rows, vocab = fresh_seed(), 8, facts["vocab_size"]
+    gate.inputs.update(seed=seed, rows=num_rows, tie_group=TIE_GROUP, top_k=TIE_TOP_K, draws=TIE_DRAWS)
     gen = generator(seed)
-    logits, groups = tied_top_logits(gen, num_rows, vocab, TIE_GROUP, config.torch_dtype)
+    logits, groups = tied_top_logits(gen, num_rows, vocab, TIE_GROUP, facts["dtype"])
     forbidden = groups.max(dim=1).values
     evidence = HazardEvidence()
     evidence.add("rows tied across the k-th place", count_topk_boundary_ties(logits.float(), TIE_TOP_K))
     _require(gate, "sampler top-k", evidence)
-    contract = load_contract(gate.contract)
     rows = torch.arange(num_rows).repeat_interleave(TIE_DRAWS)
-    params = [SamplingParams(1.0, top_k=TIE_TOP_K, seed=int(torch.randint(2**62, (1,), generator=gen)))
+    params = [{"temperature": 1.0, "top_k": TIE_TOP_K, "seed": int(torch.randint(2**62, (1,), generator=gen))}
               for _ in range(num_rows)]
-    drawn_forbidden = {}
-    for case in CASES:
-        with runtime_mode(case):
-            tokens = contract.op("sampler", case)(device.place(logits[rows]), [params[int(r)] for r in rows],
-                                                  [d for _ in range(num_rows) for d in range(TIE_DRAWS)]).cpu()
-        drawn_forbidden[case] = int((tokens == forbidden[rows]).sum())
+    runs = [{"case": case, "rows": rows.tolist(), "draws": [d for _ in range(num_rows) for d in range(TIE_DRAWS)]}
+            for case in CASES]
+    tokens = _outputs(gate, {"kind": "sampler", "params": params, "runs": runs}, logits=logits)
+    drawn_forbidden = {case: int((tokens[f"run{index}"] == forbidden[rows]).sum()) for index, case in enumerate(CASES)}
     gate.check("sampler: top-k keeps the lowest ids of a tie across the k-th place (unique key)",
                not any(drawn_forbidden.values()), draws_of_the_dropped_tie=drawn_forbidden,
                draws_per_case=num_rows * TIE_DRAWS)
-    gate.verdict()
+    _verdict(gate)
 
 
 def test_weight_and_activation_quant(gate):
-    config = _config(gate)
-    _require_region(gate, config, "weight_quant", "no quantized weights or activations in this family")
-    seed, dtype = fresh_seed(), config.torch_dtype
-    gate.inputs = {"seed": seed, "x": [256, 256], "fp8_scale": 2.0}
+    facts = _facts(gate)
+    _require_region(gate, facts, "weight_quant", "no quantized weights or activations in this family")
+    seed, dtype = fresh_seed(), facts["dtype"]
+    gate.inputs.update(seed=seed, x=[256, 256], fp8_scale=2.0)
     x = fp8_crafted(generator(seed), (256, 256), 2.0, dtype)
     evidence = HazardEvidence()
     evidence.add("-0.0 inputs", count_negative_zeros(x))
@@ -216,24 +233,23 @@ def test_weight_and_activation_quant(gate):
         evidence.add(f"E4M3 midpoints ({granularity})", int(midpoints.sum()))
         evidence.add(f"{granularity} scales other than the first", distinct_fp8_scales(x, granularity) - 1)
     _require(gate, "quant", evidence)
-    contract = load_contract(gate.contract)
     for region, fmt, granularity in (("weight_quant", "fp8", "block_128x128"), ("weight_quant", "nvfp4", None),
                                      ("act_quant", "fp8", "block_1x128")):
         rows = x if region == "act_quant" else x.unsqueeze(0)  # a weight is one tensor, not rows
-        outputs = per_case(contract, region, lambda op, t: op(t, fmt=fmt), rows)
-        outputs = {case: tuple(t.detach().reshape(x.shape) for t in out) for case, out in outputs.items()}
+        outputs = _outputs(gate, {"kind": "quant", "region": region, "fmt": fmt}, x=rows)
+        outputs = {case: tuple(t.reshape(x.shape) for t in out) for case, out in outputs.items()}
         _check_equal(gate, f"{region} {fmt}: every case gives the same bits", outputs)
         if granularity:
             expected = ref_quant.to_output(ref_quant.fp8_quantize(x, granularity).dequantized, dtype)
             _check_equal(gate, f"{region} {fmt}: equals the float64 reference's rounding", outputs, expected)
-    gate.verdict()
+    _verdict(gate)
 
 
 def test_fp8_kv_store(gate):
-    config = _config(gate)
-    seed, dtype, length = fresh_seed(), config.torch_dtype, 48
-    heads, head_dim = config.num_kv_heads, config.head_dim
-    gate.inputs = {"seed": seed, "kv": [length, heads, head_dim], "kv_cache_dtype": "fp8"}
+    facts = _facts(gate)
+    seed, dtype, length = fresh_seed(), facts["dtype"], 48
+    heads, head_dim = facts["num_kv_heads"], facts["head_dim"]
+    gate.inputs.update(seed=seed, kv=[length, heads, head_dim], kv_cache_dtype="fp8")
     gen = generator(seed)
     k, v = (fp8_crafted(gen, (length, heads * head_dim), 1.0, torch.float32) for _ in range(2))
     k[::7, 5] = 1000.0 * torch.sign(torch.randn(len(k[::7]), generator=gen))  # beyond 448: saturates
@@ -243,32 +259,21 @@ def test_fp8_kv_store(gate):
     evidence.add("|x| > 448", int((k.float().abs() > 448).sum()))
     evidence.add("E4M3 midpoints", int(ref_quant.is_midpoint(k, grid).sum() + ref_quant.is_midpoint(v, grid).sum()))
     _require(gate, "fp8 kv", evidence)
-    paged = PagedKVCache(num_layers=1, num_blocks=4, block_size=16, num_kv_heads=heads, head_dim=head_dim,
-                         dtype=dtype, kv_format="fp8")
-    paged.reserve(0, length)
-    start = 0
-    for size in (13, 1, 1, 20, 1, 12):  # a chunked prefill, decodes, another chunk
-        paged.kv(0).write(Segment(0, start, size, 0, "engine_prefill"), k[start:start + size], v[start:start + size])
-        start += size
-    outputs = {"engine (paged store)": paged.kv(0).read(Segment(0, start - 1, 1, 0, "engine_decode"))}
-    for case in ("trainer_fwd", "trainer_bwd"):
-        store, grad = ContiguousKV("fp8"), case == "trainer_bwd"
-        store.write(Segment(0, 0, length, 0, case), k.clone().requires_grad_(grad), v.clone().requires_grad_(grad))
-        outputs[case] = tuple(t.detach() for t in store.read(Segment(0, 0, length, 0, case)))
+    outputs = _outputs(gate, {"kind": "kv_store"}, k=k, v=v)  # a chunked prefill, decodes, another chunk
     _check_equal(gate, "fp8 kv store (engine paged, trainer transient): same bits", outputs)
     expected = tuple(ref_quant.to_output(ref_quant.round_to_grid(t.float(), grid, ref_quant.E4M3_SIGN)[1], dtype)
                      for t in (k, v))
     _check_equal(gate, "fp8 kv store: equals the float64 reference's rounding (saturating)", outputs, expected)
-    gate.verdict()
+    _verdict(gate)
 
 
 def test_silu_mul_rounding(gate):
-    config = _config(gate)
-    _require_region(gate, config, "mlp_act", "its MLPs are relu^2, not SiLU(gate)*up")
+    facts = _facts(gate)
+    _require_region(gate, facts, "mlp_act", "its MLPs are relu^2, not SiLU(gate)*up")
     seed = fresh_seed()
-    gate.inputs = {"seed": seed, "gate_up": [NUM_ROWS, config.intermediate_size]}
-    gate_in, up = (4 * torch.randn(2, NUM_ROWS, config.intermediate_size, generator=generator(seed))).to(
-        config.torch_dtype)
-    outputs = per_case(load_contract(gate.contract), "mlp_act", lambda op, g, u: op(g, u), gate_in, up)
+    gate.inputs.update(seed=seed, gate_up=[NUM_ROWS, facts["intermediate_size"]])
+    gate_in, up = (4 * torch.randn(2, NUM_ROWS, facts["intermediate_size"], generator=generator(seed))).to(
+        facts["dtype"])
+    outputs = _outputs(gate, {"kind": "mlp_act"}, gate_in=gate_in, up=up)
     _check_equal(gate, "mlp_act SiLU(gate)*up: every case gives the same bits", outputs)
-    gate.verdict()
+    _verdict(gate)

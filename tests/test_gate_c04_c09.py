@@ -133,7 +133,7 @@ def test_tie_check_without_ties_is_vacuous():
     record = GateRecord("C04", "nemotron", "consistent")
     scores = torch.rand(64, 16, generator=torch.Generator().manual_seed(0))  # continuous: no exact ties
     with pytest.raises(VacuousGate, match="exact ties across the k-th place"):
-        check_topk(record, load_contract("consistent"), scores, torch.zeros(16), 4, 2.5)
+        check_topk(record, scores, torch.zeros(16), 4, 2.5)
     assert [c["status"] for c in record.conditions] == ["fail"]  # recorded before it raised
 
 
