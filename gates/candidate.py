@@ -42,9 +42,10 @@ class WorkerFailed(RuntimeError):
     """A worker ended without an answer: its procedure, exit status and the end of its stderr."""
 
 
-def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None = None) -> dict:
-    """procedure(arguments) computed in a new worker on the judged tree: its JSON answer.
-    `writable`: folders the procedure writes its files into, besides its own."""
+def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None = None, tree=None) -> dict:
+    """procedure(arguments) computed in a new worker on the judged tree (or on `tree`'s
+    kernels, e.g. an exported base commit): its JSON answer. `writable`: folders the
+    procedure writes its files into, besides its own."""
     global reported_environment
     with tempfile.TemporaryDirectory(prefix="bitwise-ask-") as folder:
         answer_path = Path(folder) / "answer.json"
@@ -52,8 +53,9 @@ def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None =
         command = [sys.executable, "-B", "-c", PROGRAM, procedure, str(answer_path), report]
         if confine.unavailable() is None:
             command = confine.argv_confined(shlex.join(command), [folder, *map(str, writable), *_caches()])
+        environment = dict(os.environ, TMPDIR=folder, **({"PYTHONPATH": str(tree)} if tree is not None else {}))
         done = subprocess.run(command, input=json.dumps(arguments), capture_output=True, text=True, cwd=JUDGE_ROOT,
-                              env=dict(os.environ, TMPDIR=folder), timeout=timeout)
+                              env=environment, timeout=timeout)
         if done.returncode != 0 or not answer_path.exists():
             raise WorkerFailed(f"worker for {procedure!r} exited {done.returncode} without an answer: "
                                f"{done.stderr[-3000:]}")
@@ -62,16 +64,18 @@ def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None =
     return document["answer"]
 
 
-def ask_tensors(procedure: str, arguments: dict, tensors: dict) -> dict:
+def ask_tensors(procedure: str, arguments: dict, tensors: dict, *, tree=None) -> tuple:
     """procedure(arguments) on `tensors` ({name: tensor}, saved for the worker as
-    `inputs_file`): the {name: tensor} it saved as `outputs_file`, read back as data only
-    (torch.load with weights_only: a file the worker wrote runs no code here)."""
+    `inputs_file`): (its JSON answer, the {name: tensor} it saved as `outputs_file`), the
+    tensors read back as data only (torch.load with weights_only: a file the worker wrote
+    runs no code here)."""
     import torch
     with tempfile.TemporaryDirectory(prefix="bitwise-tensors-") as folder:
         inputs, outputs = Path(folder) / "inputs.pt", Path(folder) / "outputs.pt"
         torch.save({name: t.detach().cpu().contiguous() for name, t in tensors.items()}, inputs)
-        ask(procedure, dict(arguments, inputs_file=str(inputs), outputs_file=str(outputs)), writable=[folder])
-        return torch.load(outputs, weights_only=True)
+        answer = ask(procedure, dict(arguments, inputs_file=str(inputs), outputs_file=str(outputs)),
+                     writable=[folder], tree=tree)
+        return answer, torch.load(outputs, weights_only=True)
 
 
 def ask_together(*asks) -> list:

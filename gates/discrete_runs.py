@@ -15,16 +15,6 @@ from kernels.models.batch import Segment
 from kernels.models.state import ContiguousKV
 from kernels.ops.sampler import SamplingParams
 
-FACTS = ("num_experts_per_tok", "n_routed_experts", "routed_scaling_factor", "hidden_size", "vocab_size",
-         "num_kv_heads", "head_dim", "intermediate_size")
-
-
-def subject_facts(config) -> dict:
-    """What the judge crafts inputs from: the regions the model uses, its dtype and sizes."""
-    return {"regions": list(config.REGIONS), "dtype": str(config.torch_dtype).removeprefix("torch."),
-            **{name: getattr(config, name, None) for name in FACTS}}
-
-
 def _region_call(call: dict, tensors: dict):
     """(region, the op's call, its row tensors) of one named region call."""
     kind = call["kind"]

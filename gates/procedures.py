@@ -13,7 +13,7 @@ import types
 
 import torch
 
-from gates import device, discrete_runs, graph_runs, rl_runs
+from gates import device, discrete_runs, gradient_runs, graph_runs, rl_runs
 from gates.batch_runs import case_runs, probes_for
 from gates.boundaries import boundaries
 from gates.case_calls import intra_op_threads, thread_counts
@@ -148,9 +148,16 @@ def c03_phases(arguments: dict) -> dict:
     return dict(every_phase(model, load_contract(subject.contract), config, arguments["seed"]), config=_label(arguments))
 
 
-def c04_facts(arguments: dict) -> dict:
-    """The subject's regions, dtype and sizes: what C04 crafts its inputs from."""
-    return discrete_runs.subject_facts(_named(arguments)[1])
+FACTS = ("num_experts_per_tok", "n_routed_experts", "routed_scaling_factor", "hidden_size", "vocab_size",
+         "num_kv_heads", "head_dim", "intermediate_size", "expert_quant", "mamba_proj_quant", "kv_cache_dtype")
+
+
+def subject_facts(arguments: dict) -> dict:
+    """What a judge crafts inputs from: the subject's regions, dtype name and sizes, and its
+    quantization settings (None where the family has no such field)."""
+    config = _named(arguments)[1]
+    return {"regions": list(config.REGIONS), "dtype": str(config.torch_dtype).removeprefix("torch."),
+            "label": _label(arguments), **{name: getattr(config, name, None) for name in FACTS}}
 
 
 def c04_outputs(arguments: dict) -> dict:
@@ -161,6 +168,29 @@ def c04_outputs(arguments: dict) -> dict:
     result = discrete_runs.outputs(config, load_contract(subject.contract), arguments["call"], tensors)
     torch.save({name: t.detach().cpu().contiguous() for name, t in result.items()}, arguments["outputs_file"])
     return {"names": sorted(result)}
+
+
+def c08_tested(arguments: dict) -> dict:
+    """C08's tested side on the coefficients in `inputs_file`, its tensors saved to
+    `outputs_file` (gates/gradient_runs.py): {parameters}."""
+    subject, _ = _named(arguments)
+    coefficients = torch.load(arguments["inputs_file"], weights_only=True)["coefficients"]
+    found, parameters = gradient_runs.tested(subject, subject.size, arguments["model_seed"],
+                                             load_contract(subject.contract), arguments["sequences"], coefficients,
+                                             device.target())
+    torch.save(found, arguments["outputs_file"])
+    return {"parameters": parameters}
+
+
+def c08_reference(arguments: dict) -> dict:
+    """C08's float64 reference on the tested side's tensors in `inputs_file` (weights,
+    decisions, coefficients), run on the CPU; its tensors saved to `outputs_file`:
+    {parameters, near_kinks, quantized}."""
+    subject, _ = _named(arguments)
+    found, answer = gradient_runs.reference(subject, subject.size, arguments["sequences"],
+                                            torch.load(arguments["inputs_file"], weights_only=True))
+    torch.save(found, arguments["outputs_file"])
+    return answer
 
 
 def c05_graph_facts(arguments: dict) -> dict:
@@ -215,7 +245,7 @@ def environment(arguments: dict) -> dict:
 
 PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c00_side": c00_side, "c01_runs": c01_runs,
               "sizes": sizes,
-              "c02_runs": c02_runs, "c03_phases": c03_phases, "c04_facts": c04_facts,
+              "c02_runs": c02_runs, "c03_phases": c03_phases, "subject_facts": subject_facts,
               "c04_outputs": c04_outputs,
-              "c05_graph_facts": c05_graph_facts, "c05_rollout": c05_rollout,
+              "c08_tested": c08_tested, "c08_reference": c08_reference, "c05_graph_facts": c05_graph_facts, "c05_rollout": c05_rollout,
               "c09_steps": c09_steps, "c10_subject": c10_subject, "environment": environment}

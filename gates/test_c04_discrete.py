@@ -39,7 +39,7 @@ CASES = ("engine_prefill", "engine_decode", "engine_graph", "trainer_fwd", "trai
 
 def _facts(gate) -> dict:
     """The subject's regions, dtype (a torch dtype) and sizes, asked of a worker."""
-    facts = ask("c04_facts", {"subject": gate.subject(), "device": device.target()})
+    facts = ask("subject_facts", {"subject": gate.subject(), "device": device.target()})
     gate.inputs = {"workers": confinement()}
     return dict(facts, dtype=getattr(torch, facts["dtype"]))
 
@@ -47,7 +47,8 @@ def _facts(gate) -> dict:
 def _outputs(gate, call: dict, **tensors) -> dict:
     """{case: tuple of output tensors} of `call` on the tensors (or, for the sampler, {run:
     tokens}), computed by the contract in a worker."""
-    found = ask_tensors("c04_outputs", {"subject": gate.subject(), "device": device.target(), "call": call}, tensors)
+    _, found = ask_tensors("c04_outputs", {"subject": gate.subject(), "device": device.target(), "call": call},
+                           tensors)
     if call["kind"] == "sampler":
         return found
     grouped = {}

@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from gates import test_c08_gradients as c08
 from gates import test_c09_rl_steps as c09
 from gates.conftest import GateRecord
 from gates.hazards import VacuousGate
@@ -113,6 +114,25 @@ def test_c08_catches_a_wrong_gradient(tmp_path):
     failed = _failed(results["C08"])
     assert "[cut] d loss / d layers.0.gate_up_proj: relative error <= 0.0001" in failed
     assert "[cut] loss: relative error <= 0.0001" not in failed  # the forward bits are right
+
+
+REFERENCE_AGREES = """
+from gates import faults as _faults, gradient_reference as _reference
+_reference.ReferenceDispatch.mlp_act = lambda self, layer, gate, up: _faults.silu_mul_wrong_gradient(gate, up)
+"""
+
+
+def test_c08_reference_is_not_the_candidates_to_rewire(tmp_path, monkeypatch):
+    """A candidate with a wrong SiLU gradient whose kernels, once imported, make the reference
+    compute the same wrong gradient: the reference runs on the base commit's kernels in a
+    worker of its own, where the candidate's code never runs, so the gradient still fails."""
+    judge_workers_on(tree_with(tmp_path / "candidate", REFERENCE_AGREES), tmp_path, monkeypatch)
+    record = GateRecord("C08", "qwen3", _planted(tmp_path, "mlp_act", "activation.planted_wrong_gradient"))
+    with pytest.raises(AssertionError, match="condition"):
+        c08.test_gradients_match_float64_reference(record)
+    failed = {c["name"] for c in record.conditions if c["status"] == "fail"}
+    assert "[cut] d loss / d layers.0.gate_up_proj: relative error <= 0.0001" in failed
+    assert "[cut] loss: relative error <= 0.0001" not in failed
 
 
 def test_c08_catches_a_quantized_weight_without_its_straight_through_estimator(tmp_path):

@@ -1,0 +1,121 @@
+"""C08's float64 reference dispatch: called by the model definition like RegionDispatch, every
+region is its float64 formula from gates/reference, differentiated by torch autograd. The
+tested side's discrete decisions are replayed, not recomputed (MoE expert ids; FP8
+activations and the K and V an FP8 KV store received, as straight-through points); the
+quantized weights are gates/reference/quant.py's float64 quantization of the master weight,
+straight through. It also counts the Mamba dt that lie near time_step_min, where the clamp's
+gradient jumps (the gate redraws such inputs).
+"""
+import contextlib
+
+import torch
+
+from gates.reference import activation as ref_activation
+from gates.reference import attention as ref_attention
+from gates.reference import linear as ref_linear
+from gates.reference import logprob as ref_logprob
+from gates.reference import moe as ref_moe
+from gates.reference import norm as ref_norm
+from gates.reference import quant as ref_quant
+from gates.reference import rope as ref_rope
+from gates.reference import ssm as ref_ssm
+
+KINK_BAND = 1e-4  # dt = clamp(softplus(.), min=time_step_min) has a kink: draws this near it are redrawn
+LINEAR_REGIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "ssm_in_proj", "ssm_out_proj")
+
+
+class ReferenceDispatch:
+    """Called by the model like RegionDispatch; every region is its float64 reference formula.
+    `tested` holds the tested forward's discrete decisions, per (region, str(layer)) in call order:
+    the MoE expert ids ("topk"), the FP8 activations ("act_quant") and the K and V an FP8 KV
+    store received ("attention")."""
+
+    def __init__(self, tested: dict):
+        self.tested = tested
+        self.near_kinks = 0
+        self.quantized = {"weights": 0, "activations": 0, "kv": 0}  # straight-through points taken
+
+    def selecting_rows(self, rows):
+        return contextlib.nullcontext()  # row selections only matter to tracers
+
+    def __call__(self, region, case, layer, *args, **kwargs):
+        if region in LINEAR_REGIONS:
+            return ref_linear.linear(*args)
+        return getattr(self, region)(layer, *args, **kwargs)
+
+    def embed(self, layer, tokens, table):
+        return table[tokens]
+
+    def norm(self, layer, x, w, *, eps, residual=None):
+        return ref_norm.rmsnorm(x, w, eps=eps, residual=residual)
+
+    qk_norm = norm
+
+    def rope(self, layer, q, k, positions, *, theta, max_position):
+        return ref_rope.rope(q, positions, theta=theta), ref_rope.rope(k, positions, theta=theta)
+
+    def _next(self, region, layer):
+        return self.tested[(region, str(layer))].pop(0)
+
+    def attention(self, layer, q, k, v, segments, kv, *, scale):
+        if any(s.start != 0 for s in segments):
+            raise ValueError("the reference attends over whole sequences (packed trainer layout)")
+        if getattr(kv, "kv_format", "auto") == "fp8":  # E4M3 at a static scale of 1, straight through
+            stored = (ref_quant.round_to_grid(ref_quant.fp32(t.double()), ref_quant.e4m3_grid(), ref_quant.E4M3_SIGN)[1]
+                      for t in self._next("attention", layer))
+            k, v = (exact + (quantized - exact).detach() for exact, quantized in zip((k, v), stored))
+            self.quantized["kv"] += 1
+        return torch.cat([ref_attention.causal_gqa(q[s.rows], k[s.rows], v[s.rows], 0, scale=scale)
+                          for s in segments])
+
+    def mlp_act(self, layer, gate, up):
+        return ref_activation.silu_mul(gate, up)
+
+    def logprob(self, layer, logits, targets, temperatures, *, full=False):
+        return ref_logprob.logprob(logits, targets, temperatures, full=full)
+
+    def ssm_conv(self, layer, xbc, segments, store, weight, bias):
+        if any(s.start != 0 for s in segments):
+            raise ValueError("the reference convolves whole sequences from position 0")
+        return torch.cat([ref_ssm.conv_silu(xbc[s.rows], weight, bias) for s in segments])
+
+    def ssm_scan(self, layer, x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min):
+        dt = torch.nn.functional.softplus(dt_raw.double() + dt_bias.double())
+        self.near_kinks += int(((dt - dt_min).abs() <= KINK_BAND * dt_min).sum())
+        return torch.cat([ref_ssm.scan(x[s.rows], B[s.rows], C[s.rows], dt_raw[s.rows], dt_bias, A_log, D, dt_min)
+                          for s in segments])
+
+    def ssm_norm(self, layer, y, z, w, *, eps, group_size):
+        return ref_ssm.gated_norm(y, z, w, eps, group_size)
+
+    def router(self, layer, x, w):
+        return ref_moe.router(x, w)
+
+    def topk(self, layer, scores, bias, *, top_k, scaling):
+        ids = self._next("topk", layer)
+        return ids, ref_moe.routing_weights(scores, ids, scaling)
+
+    def expert_gemm(self, layer, x, ids, weights, up, down):
+        every = torch.stack([ref_moe.expert(x, up[e], down[e]) for e in range(up.shape[0])])  # [E, M, H]
+        return every[ids, torch.arange(x.shape[0])[:, None]]  # [M, k, H], unweighted
+
+    def shared_expert(self, layer, x, up, down):
+        return ref_moe.expert(x, up, down)
+
+    mlp = shared_expert
+
+    def moe_combine(self, layer, slots, ids, weights, shared):
+        return (slots * weights.unsqueeze(-1)).sum(dim=1) + shared
+
+    def weight_quant(self, layer, w, *, fmt):
+        if fmt == "none":
+            return w
+        exact = (ref_quant.fp8_quantize(w, "block_128x128") if fmt == "fp8" else ref_quant.nvfp4_quantize(w)).dequantized
+        self.quantized["weights"] += 1
+        return w + (ref_quant.to_output(exact, torch.float32).double() - w).detach()
+
+    def act_quant(self, layer, x, *, fmt):
+        if fmt == "none":
+            return x
+        self.quantized["activations"] += 1
+        return x + (self._next("act_quant", layer).double() - x).detach()

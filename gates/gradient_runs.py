@@ -1,0 +1,85 @@
+"""C08's worker side (gates/test_c08_gradients.py judges), two procedures in two processes.
+`tested` runs on the judged tree: the contract's trainer_bwd forward and autograd of
+loss = sum_t c_t * logp_t in float32, from the subject's seeded weights, keeping its discrete
+decisions (MoE expert ids, FP8 activations, the K and V an FP8 KV store received).
+`reference` runs on the base commit's kernels, exported by the gate, so a candidate cannot
+rewire the model the reference differentiates: that definition on a float64 copy of the
+tested side's weights, every region its float64 formula (gates/gradient_reference.py), the
+tested decisions replayed. Both answer tensors by name: loss, the sum of |loss terms|, every
+parameter's gradient; the tested side also its weights and decisions.
+"""
+import dataclasses
+
+import torch
+
+from gates.gradient_reference import ReferenceDispatch
+from gates.subject import subject_config, subject_model
+from kernels.models.dispatch import RegionDispatch
+from kernels.models.registry import build_model
+from kernels.trainer.logprobs import ScoredSequence, sequence_logprobs
+
+
+def float32_config(subject, size: str):
+    """The subject's config run in float32 (the config's bf16 overridden): C08 measures the
+    gradient formulas, not bf16 rounding."""
+    return dataclasses.replace(subject_config(subject, size), dtype="float32")
+
+
+def _loss_and_grads(model, dispatch, spec: list, coefficients) -> dict:
+    """{loss, terms (sum of |c_t * logp_t|), grad/<parameter>} of the loss over `spec`'s sequences
+    [[prompt], [completion], temperature] with the trainer_bwd case."""
+    sequences = [ScoredSequence(tuple(p), tuple(c), t) for p, c, t in spec]
+    model.zero_grad(set_to_none=True)
+    logprobs = torch.cat(sequence_logprobs(model, dispatch, sequences, "trainer_bwd"))
+    terms = coefficients.to(logprobs.dtype).to(logprobs.device) * logprobs
+    loss = terms.sum()
+    loss.backward()
+    found = {"loss": loss.detach().cpu(), "terms": terms.detach().abs().sum().cpu()}
+    found.update({f"grad/{name}": p.grad.detach().cpu() for name, p in model.named_parameters() if p.grad is not None})
+    return found
+
+
+def tested(subject, size: str, model_seed: int, contract, spec: list, coefficients, target: str) -> tuple:
+    """(tensors, parameter names) of the tested side; tensors also hold weight/<name> (the
+    weights before the step) and decision/<region>/<layer>/<call>[/k|/v]."""
+    config = float32_config(subject, size)
+    model = subject_model(subject, config, model_seed)
+    weights = {f"weight/{name}": t.detach().clone() for name, t in model.state_dict().items()}
+    calls, kept = {}, {}
+
+    def keep_decisions(call):  # the reference runs on the CPU
+        fp8_kv = call.region == "attention" and getattr(call.args[4], "kv_format", "auto") == "fp8"
+        if not (call.region in ("topk", "act_quant") and call.kwargs.get("fmt") != "none" or fp8_kv):
+            return
+        index = calls[(call.region, call.layer)] = calls.get((call.region, call.layer), -1) + 1
+        name = f"decision/{call.region}/{call.layer}/{index}"
+        if call.region == "attention":
+            kept[name + "/k"], kept[name + "/v"] = (t.detach().cpu() for t in call.args[1:3])
+        else:
+            kept[name] = (call.output[0] if call.region == "topk" else call.output).detach().cpu()
+
+    found = _loss_and_grads(model.to(target), RegionDispatch(contract, [keep_decisions]), spec, coefficients)
+    return {**found, **weights, **kept}, [name for name, _ in model.named_parameters()]
+
+
+def replayed_decisions(tensors: dict) -> dict:
+    """decision/<region>/<layer>/<call>[/k|/v] tensors as ReferenceDispatch's lists per
+    (region, layer), in call order (K and V as one pair)."""
+    calls = {}
+    for name, t in tensors.items():
+        if name.startswith("decision/"):
+            _, region, layer, index, *part = name.split("/")
+            calls.setdefault((region, layer), {}).setdefault(int(index), {})[part[0] if part else ""] = t
+    return {key: [(c["k"], c["v"]) if "k" in c else c[""] for _, c in sorted(by_index.items())]
+            for key, by_index in calls.items()}
+
+
+def reference(subject, size: str, spec: list, tensors: dict) -> tuple:
+    """(tensors, {parameters, near_kinks, quantized}) of the float64 reference on the tested
+    side's weights and decisions."""
+    model = build_model(float32_config(subject, size), seed=None)
+    model.load_state_dict({name[len("weight/"):]: t for name, t in tensors.items() if name.startswith("weight/")})
+    dispatch = ReferenceDispatch(replayed_decisions(tensors))
+    found = _loss_and_grads(model.double(), dispatch, spec, tensors["coefficients"])
+    return found, {"parameters": [name for name, _ in model.named_parameters()], "near_kinks": dispatch.near_kinks,
+                   "quantized": dispatch.quantized}
