@@ -42,17 +42,20 @@ class WorkerFailed(RuntimeError):
     """A worker ended without an answer: its procedure, exit status and the end of its stderr."""
 
 
-def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None = None, tree=None) -> dict:
+def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None = None, tree=None,
+        loopback: bool = False) -> dict:
     """procedure(arguments) computed in a new worker on the judged tree (or on `tree`'s
     kernels, e.g. an exported base commit): its JSON answer. `writable`: folders the
-    procedure writes its files into, besides its own."""
+    procedure writes its files into, besides its own; `loopback`: its namespace's lo up,
+    for a procedure whose own processes talk over TCP (gates/confine.py)."""
     global reported_environment
     with tempfile.TemporaryDirectory(prefix="bitwise-ask-") as folder:
         answer_path = Path(folder) / "answer.json"
         report = "report" if reported_environment is None else "known"  # the stack, once a process
         command = [sys.executable, "-B", "-c", PROGRAM, procedure, str(answer_path), report]
         if confine.unavailable() is None:
-            command = confine.argv_confined(shlex.join(command), [folder, *map(str, writable), *_caches()])
+            command = confine.argv_confined(shlex.join(command), [folder, *map(str, writable), *_caches()],
+                                            loopback=loopback)
         environment = dict(os.environ, TMPDIR=folder, **({"PYTHONPATH": str(tree)} if tree is not None else {}))
         done = subprocess.run(command, input=json.dumps(arguments), capture_output=True, text=True, cwd=JUDGE_ROOT,
                               env=environment, timeout=timeout)

@@ -9,7 +9,8 @@ The command's shell is PID 1 of a fresh PID namespace: when it exits the kernel 
 process left in it, a `setsid` daemon included (such a daemon leaves the process group and
 stalled the baseline's timing after its agent ended); /proc shows that namespace only, so no
 other process's environment can be read. The network namespace has no interface up,
-loopback included: the model endpoint is reached by the harness, never by the shell. In the
+loopback included (a worker whose own ranks talk over TCP asks for lo alone, with a private
+/dev/shm): the model endpoint is reached by the harness, never by the shell. In the
 mount namespace the writable directories are bound onto themselves, then every other mount
 is remounted read-only with its own flags kept (a user namespace may add restrictions, never
 lift them): the other agent's worktree, the main checkout, the virtual environment (a `.pth`
@@ -24,6 +25,7 @@ name that, never silently.
 import functools
 import shutil
 import subprocess
+import sys
 import tempfile
 
 NAMESPACES = ("unshare", "--user", "--map-root-user", "--mount", "--mount-proc", "--pid", "--fork", "--kill-child",
@@ -32,13 +34,19 @@ NAMESPACES = ("unshare", "--user", "--map-root-user", "--mount", "--mount-proc",
 # octal (\040): printf %b decodes them. /proc, /sys and /dev's own mounts stay as they are.
 CONFINE = r"""
 set -eu
-command=$1; shift
+command=$1; loopback=$2; shift 2; private=
+if [ "$loopback" != no ]; then  # $loopback: the python that brings lo up (SIOCSIFFLAGS: IFF_UP | IFF_LOOPBACK | IFF_RUNNING)
+    "$loopback" -c 'import fcntl, socket, struct; fcntl.ioctl(socket.socket(), 0x8914, struct.pack("16sH", b"lo", 0x49))'
+    mount -t tmpfs -o size=1g tmpfs /dev/shm  # its own shared memory: nothing left for another worker
+    private=/dev/shm
+fi
 for dir in "$@"; do mount --bind "$dir" "$dir"; done
 mounts=$(cat /proc/self/mountinfo)
 printf '%s\n' "$mounts" | while read -r _ _ _ _ point options _; do
     point=$(printf '%b' "$point")
     case "$point" in /proc|/proc/*|/sys|/sys/*|/dev|/dev/pts|/dev/mqueue) continue;; esac
     keep=no
+    [ "$point" = "$private" ] && continue
     for dir in "$@"; do [ "$point" = "$dir" ] && keep=yes; done
     [ "$keep" = yes ] && continue
     mount -o "remount,bind,$(printf '%s' "$options" | sed 's/^rw\(,\|$\)/ro\1/')" "$point"
@@ -62,8 +70,11 @@ def unavailable() -> str | None:
     return None if probe.returncode == 0 else f"unshare failed: {probe.stderr.strip()[-300:]}"
 
 
-def argv_confined(command: str, writable) -> list:
-    return [*NAMESPACES, "/bin/sh", "-c", CONFINE, "sandbox", command, *map(str, writable)]
+def argv_confined(command: str, writable, *, loopback: bool = False) -> list:
+    """`loopback`: the namespace's lo up and a private /dev/shm, for a command whose own
+    processes talk over TCP (C06's gloo ranks); the namespace still has no other interface."""
+    flag = sys.executable if loopback else "no"
+    return [*NAMESPACES, "/bin/sh", "-c", CONFINE, "sandbox", command, flag, *map(str, writable)]
 
 
 def argv(command: str, writable=()) -> list:

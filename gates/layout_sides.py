@@ -3,9 +3,9 @@ over loopback on the CPU, NCCL with one GPU per rank), for gate C06: each engine
 generates the same seeded requests, each trainer layout scores one engine layout's
 completions, each update layout applies one GRPO update to them; rank 0 returns what every
 side produced (log-probs, comm fingerprints and the collectives each layout ran, as host
-copies) and how each later update's reduced gradients compare bit for bit with the first's.
-The gradients are compared where they were computed: a full-width model's would not fit
-through the parent.
+copies), each update's reduced gradients as sha256 digests per parameter, and how each later
+update's compare bit for bit with the first's (figures taken where the gradients are: a
+full-width model's would not fit through the parent).
 
 Layouts run one after another on ranks [0, world size) of one world, so the processes start
 once (kernels/layout/launch.py); a rank outside the current layout waits.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from gates.compare import bit_figures
+from gates.compare import bit_figures, tensor_digest
 from gates.faults import register_all
 from gates.workload import EngineShape, Workload, make_requests, seeded_weights
 from kernels.contract import load_contract
@@ -120,6 +120,8 @@ def run_sides(rank: int, plan: SidesPlan) -> dict:
             step = trainer.train_step(sequences, advantages, [lp.to(groups.device) for lp in old])
             side = _side(trainer, groups, loss=step["loss"])
             del trainer
+            if rank == 0:
+                side["gradient_digests"] = {n: tensor_digest(g) for n, g in sorted(step["gradients"].items())}
             if reference is None:
                 reference = step["gradients"]
             elif rank == 0:

@@ -13,7 +13,7 @@ import types
 
 import torch
 
-from gates import device, discrete_runs, gradient_runs, graph_runs, rl_runs
+from gates import device, discrete_runs, gradient_runs, graph_runs, layout_plan, rl_runs
 from gates.batch_runs import case_runs, probes_for
 from gates.boundaries import boundaries
 from gates.case_calls import intra_op_threads, thread_counts
@@ -170,6 +170,13 @@ def c04_outputs(arguments: dict) -> dict:
     return {"names": sorted(result)}
 
 
+def c06_layouts(arguments: dict) -> dict:
+    """Every layout pair C06 runs on `backend` within `ranks` (gates/layout_plan.py)."""
+    subject, _ = _named(arguments)
+    return layout_plan.run_layouts(subject, subject.size, arguments["seed"], arguments["backend"],
+                                   arguments["ranks"])
+
+
 def c08_tested(arguments: dict) -> dict:
     """C08's tested side on the coefficients in `inputs_file`, its tensors saved to
     `outputs_file` (gates/gradient_runs.py): {parameters}."""
@@ -247,5 +254,5 @@ PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c00_s
               "sizes": sizes,
               "c02_runs": c02_runs, "c03_phases": c03_phases, "subject_facts": subject_facts,
               "c04_outputs": c04_outputs,
-              "c08_tested": c08_tested, "c08_reference": c08_reference, "c05_graph_facts": c05_graph_facts, "c05_rollout": c05_rollout,
+              "c06_layouts": c06_layouts, "c08_tested": c08_tested, "c08_reference": c08_reference, "c05_graph_facts": c05_graph_facts, "c05_rollout": c05_rollout,
               "c09_steps": c09_steps, "c10_subject": c10_subject, "environment": environment}

@@ -9,31 +9,21 @@ TP2 EP2's; trainer DP2's scores and one GRPO update's reduced gradients equal tr
 every multi-rank layout ran its collectives, all sides report the same comm backend and
 transport, and every TP size the contract claims (claims: tp_sizes) that fits the ranks here
 was run. A pair needing more GPUs than the machine has is n/a, with the count.
+The layouts run in one worker (gates/layout_plan.py: its ranks its own processes, talking over
+its namespace's loopback alone); this process compares what the worker hands back (log-prob
+bits; the updates' reduced gradients as per-parameter digests) and writes the verdict, and
+loads no module of the code under test (a condition).
 Negative control: layouts that reduce in rank order (the fast contract, or the consistent
 regions with the fast layout arithmetic) fail it (tests/test_gate_c06.py).
 """
-import os
-import tempfile
-
 import torch
 
 from gates import device
-from gates.compare import bit_figures
+from gates.candidate import ask, check_judge_clean, confinement
+from gates.compare import bit_figures, from_int32_bits
 from gates.inputs import fresh_seed
-from gates.layout_sides import SidesPlan, preload_for_fork, run_sides
-from gates.subject import subject_config_path, subject_label
-from gates.workload import EngineShape, Workload
-from kernels.contract import load_contract
-from kernels.layout.launch import run_processes
-from kernels.layout.layout import Layout, SideLayouts
-from kernels.models.config import load_model_config
 
-
-TP_PAIRS = (SideLayouts(Layout(tp=2), Layout(tp=1)), SideLayouts(Layout(tp=2), Layout(tp=4)))
-EXPERT_PAIRS = (SideLayouts(Layout(ep=2), Layout(ep=4)), SideLayouts(Layout(ep=2), Layout(ep=1)),
-                SideLayouts(Layout(tp=2), Layout(tp=2, ep=2)))
-DP_PAIR = (Layout(dp=2), Layout(dp=1))
-WORKLOAD = dict(num_sequences=8, new_tokens=12, min_prompt_len=6, max_prompt_len=24, arrival_spread=4)
+CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 CPU_RANKS = 4
 """gloo ranks are processes: every pair fits on the CPU."""
 
@@ -45,52 +35,40 @@ def transport() -> tuple:
     return "gloo", CPU_RANKS, "gloo over loopback, one process per rank"
 
 
-def model_pairs(config) -> tuple:
-    """The engine/trainer layout pairs this model can run (EP needs routed experts)."""
-    return TP_PAIRS + (EXPERT_PAIRS if "moe" in getattr(config, "block_types", ()) else ())
-
-
-def scorer_name(trainer: Layout, engine: Layout) -> str:
-    return f"trainer {trainer} scoring engine {engine}"
-
-
-def make_plan(config: str, pairs: tuple, contract: str, seed: int, backend: str) -> SidesPlan:
-    """Engine runs, trainer scorings and updates for `pairs` and the DP pair."""
-    engines = tuple({f"engine {p.engine}": p.engine for p in pairs}.items())
-    source = TP_PAIRS[0].engine
-    scorers = {scorer_name(p.trainer, p.engine): (p.trainer, f"engine {p.engine}") for p in pairs}
-    scorers.update({scorer_name(layout, source): (layout, f"engine {source}") for layout in DP_PAIR})
-    updates = tuple((f"update {layout}", layout, f"engine {source}") for layout in DP_PAIR)
-    return SidesPlan(config, contract, seed, Workload(seed=seed, **WORKLOAD),
-                     EngineShape(tokens_per_step=24, max_running=8), engines,
-                     tuple((name, layout, src) for name, (layout, src) in scorers.items()), updates, backend)
-
-
 def check_figures(gate, name: str, figures: dict, same_count: bool = True) -> None:
     """A bit condition from bit_figures: something compared (nothing compared proves nothing),
     nothing differs."""
     gate.check(name, same_count and figures["num_compared"] > 0 and figures["num_differing"] == 0, **figures)
 
 
-def check_pair(gate, name: str, left: list, right: list, labels=None) -> None:
-    figures = bit_figures(left, right, labels or [f"sequence {i}" for i in range(len(left))])
+def check_pair(gate, name: str, left: list, right: list) -> None:
+    """Two sides' per-token log-probs (int32 bit lists per sequence) bit for bit."""
+    figures = bit_figures(from_int32_bits(left), from_int32_bits(right), [f"sequence {i}" for i in range(len(left))])
     check_figures(gate, name, figures, same_count=len(left) == len(right))
 
 
-def check_sides(gate, plan: SidesPlan, result: dict, contract, ranks: int) -> None:
+def check_gradients(gate, name: str, first: dict, other: dict) -> None:
+    """The updates' reduced gradients: every parameter's digest equal to the first update's
+    (the worker's bit figures recorded beside them)."""
+    mine, theirs = first["gradient_digests"] or {}, other["gradient_digests"] or {}
+    differing = sorted(n for n in set(mine) | set(theirs) if mine.get(n) != theirs.get(n))
+    gate.check(name, bool(mine) and not differing, num_parameters=len(mine), differing_parameters=differing[:10],
+               **(other["gradients_vs_first"] or {"num_compared": 0}))
+
+
+def check_sides(gate, answer: dict, ranks: int) -> None:
     """The conditions besides the bit pairs: collectives ran, one transport, TP claims run."""
-    layouts = {name: layout for name, layout, *_ in plan.engines + plan.scorers + plan.updates}
-    sides = {**result["engines"], **result["scorers"], **result["updates"]}
-    silent = sorted(name for name, layout in layouts.items() if layout.world_size > 1 and not sides[name]["calls"])
+    sides = answer["sides"]
+    silent = sorted(name for name, side in sides.items() if side["world_size"] > 1 and not side["calls"])
     gate.check("every multi-rank layout exchanged data through its collectives", not silent,
                silent=silent, calls={name: side["calls"] for name, side in sides.items()})
     fingerprints = {name: side["comm"] for name, side in sides.items()}
     first = next(iter(fingerprints.values()))
     gate.check("engine and trainer report the same comm backend and transport",
                all(f == first for f in fingerprints.values()), fingerprints=fingerprints)
-    claimed = set(contract.claims.get("tp_sizes", ()))
+    claimed = set(answer["claimed_tp"])
     fits = {size for size in claimed if size <= ranks}
-    ran = {layout.tp for name, layout in layouts.items() if name in sides}
+    ran = {side["tp"] for side in sides.values()}
     gate.check("every TP size the contract claims (claims: tp_sizes) that fits here was run", fits <= ran,
                claimed=sorted(claimed), ran=sorted(ran), ranks=ranks)
     if claimed - fits:
@@ -102,36 +80,25 @@ def test_layouts_give_identical_bits(gate):
     backend, ranks, how = transport()
     if ranks < 2:
         gate.n_a(f"{backend}: a layout needs at least 2 ranks, this machine has {ranks} GPU(s)")
-    config = subject_config_path(gate, gate.size, tempfile.mkdtemp(prefix="c06-"))  # weights stay seeded
-    pairs = model_pairs(load_model_config(config))
-    fitting = tuple(p for p in pairs if max(p.engine.world_size, p.trainer.world_size) <= ranks)
     seed = fresh_seed()
-    plan = make_plan(config, fitting, gate.contract, seed, backend)
-    gate.inputs = {"seed": seed, "config": subject_label(gate, gate.size), "world_size": plan.world_size, "workload": WORKLOAD,
-                   "engines": [n for n, _ in plan.engines], "scorers": [n for n, *_ in plan.scorers],
-                   "updates": [n for n, *_ in plan.updates], "transport": how, "ranks_available": ranks}
-    if backend == "gloo":
-        preload_for_fork()
-    # gloo ranks share the CPU's cores for their arithmetic; a GPU rank's host work (seeding
-    # full-width weights) gets its share of the cores
-    threads = 1 if backend == "gloo" else max(1, (os.cpu_count() or 1) // plan.world_size)
-    result = run_processes(run_sides, plan.world_size, plan, backend=plan.backend, threads=threads)
-    engines, scorers, updates = result["engines"], result["scorers"], result["updates"]
-    for pair in TP_PAIRS + EXPERT_PAIRS:
-        name = f"{pair}: per-token log-probs bitwise equal"
-        if pair not in pairs:
-            gate.check_n_a(name, f"{config} has no routed experts to split")
-        elif pair not in fitting:
-            needed = max(pair.engine.world_size, pair.trainer.world_size)
-            gate.check_n_a(name, f"needs {needed} ranks ({backend}), this machine has {ranks}")
+    answer = ask("c06_layouts", {"subject": gate.subject(gate.size), "device": device.target(), "seed": seed,
+                                 "backend": backend, "ranks": ranks}, loopback=True)
+    sides = answer["sides"]
+    gate.inputs = {"seed": seed, "config": answer["config"], "world_size": answer["world_size"],
+                   "sides": sorted(sides), "transport": how, "ranks_available": ranks, "workers": confinement()}
+    for pair in answer["pairs"]:
+        name = f"{pair['name']}: per-token log-probs bitwise equal"
+        if not pair["applies"]:
+            gate.check_n_a(name, f"{answer['config']} has no routed experts to split")
+        elif pair["needed"] > ranks:
+            gate.check_n_a(name, f"needs {pair['needed']} ranks ({backend}), this machine has {ranks}")
         else:
-            check_pair(gate, name, engines[f"engine {pair.engine}"]["logprobs"],
-                       scorers[scorer_name(pair.trainer, pair.engine)]["logprobs"])
-    wide, one = DP_PAIR
-    source = TP_PAIRS[0].engine
-    check_pair(gate, f"trainer {wide} vs trainer {one}: per-token log-probs bitwise equal",
-               scorers[scorer_name(wide, source)]["logprobs"], scorers[scorer_name(one, source)]["logprobs"])
-    check_figures(gate, f"trainer {wide} vs trainer {one}: one GRPO update's reduced gradients bitwise equal",
-                  updates[f"update {one}"]["gradients_vs_first"])
-    check_sides(gate, plan, result, load_contract(gate.contract), ranks)
+            check_pair(gate, name, sides[pair["engine"]]["logprobs"], sides[pair["scorer"]]["logprobs"])
+    dp = answer["dp"]
+    check_pair(gate, f"{dp['name']}: per-token log-probs bitwise equal", sides[dp["wide"]]["logprobs"],
+               sides[dp["one"]]["logprobs"])
+    check_gradients(gate, f"{dp['name']}: one GRPO update's reduced gradients bitwise equal",
+                    sides[dp["first_update"]], sides[dp["update"]])
+    check_sides(gate, answer, ranks)
+    check_judge_clean(gate)
     gate.verdict()

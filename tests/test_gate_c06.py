@@ -68,6 +68,7 @@ def test_pairs_beyond_the_ranks_here_are_n_a_with_the_count(monkeypatch):
     from gates.conftest import GateRecord
 
     monkeypatch.setattr(c06, "CPU_RANKS", 2)
+    monkeypatch.setattr(c06, "check_judge_clean", lambda gate: None)  # this test process imports kernels itself
     record = GateRecord("C06", "nemotron", "consistent")
     c06.test_layouts_give_identical_bits(record)
     statuses = _statuses({"conditions": record.conditions})
