@@ -11,8 +11,10 @@ procedures are the judge's and only what they call is the candidate's. Every ask
 process, confined where the machine allows (gates/confine.py): nothing writable but its own
 scratch folder, no network, nothing outliving it. So the two sides of a comparison (engine,
 trainer) share no memory and no file: what one worker computed reaches the other only
-through the judge. On CUDA the Triton cache stays writable too (a recompile per worker
-would cost minutes); `confinement()` says what held.
+through the judge. On CUDA a Triton cache stays writable too (a recompile per worker would
+cost minutes), one per side: the gate names each ask's `side`, and workers of different
+sides never share a cache (a file one side left there is not the other's to read);
+`confinement()` says what held.
 """
 import json
 import os
@@ -43,20 +45,23 @@ class WorkerFailed(RuntimeError):
 
 
 def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None = None, tree=None,
-        loopback: bool = False) -> dict:
+        loopback: bool = False, side: str = "") -> dict:
     """procedure(arguments) computed in a new worker on the judged tree (or on `tree`'s
     kernels, e.g. an exported base commit): its JSON answer. `writable`: folders the
     procedure writes its files into, besides its own; `loopback`: its namespace's lo up,
-    for a procedure whose own processes talk over TCP (gates/confine.py)."""
+    for a procedure whose own processes talk over TCP (gates/confine.py); `side`: which Triton
+    cache it writes on a GPU (the two sides of a comparison name different ones)."""
     global reported_environment
     with tempfile.TemporaryDirectory(prefix="bitwise-ask-") as folder:
         answer_path = Path(folder) / "answer.json"
         report = "report" if reported_environment is None else "known"  # the stack, once a process
         command = [sys.executable, "-B", "-c", PROGRAM, procedure, str(answer_path), report]
+        caches = _caches(side)
         if confine.unavailable() is None:
-            command = confine.argv_confined(shlex.join(command), [folder, *map(str, writable), *_caches()],
+            command = confine.argv_confined(shlex.join(command), [folder, *map(str, writable), *caches],
                                             loopback=loopback)
-        environment = dict(os.environ, TMPDIR=folder, **({"PYTHONPATH": str(tree)} if tree is not None else {}))
+        environment = dict(os.environ, TMPDIR=folder, **({"PYTHONPATH": str(tree)} if tree is not None else {}),
+                           **({"TRITON_CACHE_DIR": caches[0]} if caches else {}))
         done = subprocess.run(command, input=json.dumps(arguments), capture_output=True, text=True, cwd=JUDGE_ROOT,
                               env=environment, timeout=timeout)
         if done.returncode != 0 or not answer_path.exists():
@@ -82,19 +87,21 @@ def ask_tensors(procedure: str, arguments: dict, tensors: dict, *, tree=None) ->
 
 
 def ask_together(*asks) -> list:
-    """Answers of independent asks, each (procedure, arguments[, writable]), their workers
-    running at once (each its own process, as `ask`), in the order given."""
+    """Answers of independent asks, each (procedure, arguments[, ask's keyword options]), their
+    workers running at once (each its own process, as `ask`), in the order given."""
     with ThreadPoolExecutor(max_workers=len(asks)) as pool:
-        futures = [pool.submit(ask, procedure, arguments, writable=rest[0] if rest else ())
+        futures = [pool.submit(ask, procedure, arguments, **(rest[0] if rest else {}))
                    for procedure, arguments, *rest in asks]
         return [future.result() for future in futures]
 
 
-def _caches() -> list:
-    """Directories a worker on this device must write besides its own folder: Triton's cache."""
+def _caches(side: str = "") -> list:
+    """Directories a worker on this device must write besides its own folder: the Triton cache
+    of its side (this environment's, suffixed by the side's name)."""
     if device.target() == "cpu":
         return []
     cache = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    cache = cache.with_name(f"{cache.name}-{side}") if side else cache
     cache.mkdir(parents=True, exist_ok=True)
     return [str(cache)]
 

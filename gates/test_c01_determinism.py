@@ -49,7 +49,8 @@ def test_repeated_runs_give_identical_bits(gate):
     model_seed, seeds = fresh_seed() % 1000, {case: fresh_seed() for case in CASES}
     subject = gate.subject()
     asked = {"subject": subject, "model_seed": model_seed, "seeds": seeds, "device": device.target()}
-    first, second = ask_together(("c01_runs", asked), ("c01_runs", asked))  # two processes, at once
+    first, second = ask_together(("c01_runs", asked, {"side": "first"}),  # two processes, at once
+                                 ("c01_runs", asked, {"side": "second"}))
     gate.inputs = {"config": first["config"], "model_seed": model_seed, "seeds": seeds, "workers": confinement(),
                    "num_decode_steps": 3, "shapes": {case: first["runs"][case]["shapes"] for case in CASES}}
     total = 0

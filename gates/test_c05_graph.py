@@ -83,8 +83,8 @@ def test_graph_replay_equals_eager(gate):
     seed = fresh_seed()
     gate.inputs.update(seed=seed, workload=WORKLOAD)
     asked = dict(asked, model_seed=seed % 1000, seed=seed)
-    eager = ask("c05_rollout", dict(asked, cuda_graphs=False))
-    graphed = ask("c05_rollout", dict(asked, cuda_graphs=True))
+    eager = ask("c05_rollout", dict(asked, cuda_graphs=False), side="eager")
+    graphed = ask("c05_rollout", dict(asked, cuda_graphs=True), side="graphed")
     gate.inputs["config"] = graphed["config"]
     ran = graphed["graphs"]
     gate.check("decode steps were replayed from CUDA graphs, padded batches among them",

@@ -29,9 +29,9 @@ def test_engine_equals_trainer(gate):
     common = {"subject": subject, "model_seed": seed % 1000, "device": device.target()}
     workload = {"num_sequences": NUM_SEQUENCES, "new_tokens": NEW_TOKENS, "arrival_spread": 16, "seed": seed}
     gate.inputs = {"seed": seed, "workload": workload, "subject": subject, "workers": confinement()}
-    engine = ask("rollout_bits", dict(common, workload=workload, shape={"tokens_per_step": 40}))
+    engine = ask("rollout_bits", dict(common, workload=workload, shape={"tokens_per_step": 40}), side="engine")
     sequences = [{k: c[k] for k in ("prompt", "tokens", "temperature")} for c in engine["completions"]]
-    trainer = ask("trainer_bits", dict(common, sequences=sequences))
+    trainer = ask("trainer_bits", dict(common, sequences=sequences), side="trainer")
     gate.inputs.update(config=engine["config"], intra_op_threads={"engine": engine["threads"],
                                                                   "trainer": trainer["threads"]})
     stats = mismatch_stats(from_int32_bits(c["bits"] for c in engine["completions"]), from_int32_bits(trainer["bits"]))

@@ -50,9 +50,11 @@ def test_grpo_steps_and_resume(gate, tmp_path):
     saves = tmp_path / "saves"  # the worker's checkpoint stages beside its target, then renames
     saves.mkdir()
     saved = saves / "checkpoint"
-    run, second = ask_together(("c09_steps", dict(common, num_steps=num_steps, full_config=not gate.checkpoint)),
-                               ("c09_steps", dict(common, num_steps=half, save_to=str(saved)), [saves]))
-    resumed = ask("c09_steps", dict(common, resume_from=str(saved)))
+    run, second = ask_together(("c09_steps", dict(common, num_steps=num_steps, full_config=not gate.checkpoint),
+                                {"side": "run"}),
+                               ("c09_steps", dict(common, num_steps=half, save_to=str(saved)),
+                                {"writable": [saves], "side": "interrupted"}))
+    resumed = ask("c09_steps", dict(common, resume_from=str(saved)), side="resumed")
     records = run["records"]
     gate.inputs = {"seed": seed, "config": run["config"], "num_steps": num_steps, "save_after_steps": half,
                    "settings": run["settings"], "workers": confinement()}

@@ -28,7 +28,9 @@ recorded beside it; a busy sibling hyperthread still widens the noise); on CUDA 
 time, the worker syncing the device before DONE. What the worker measures of itself is
 recorded, never used. This process never loads the code under test (a condition): the
 subject's config and seeded weights, the timed runs and the trainer's scores all come from
-workers (gates/candidate.py, gates/timed_worker.py), the trainer's confined.
+workers (gates/candidate.py, gates/timed_worker.py), every one confined where the machine
+allows: a timed candidate worker writes only its scratch folder and its side's Triton cache
+(the baseline compiles into its own), and its CPU time counts every process under it.
 What is timed follows the target (`plan`): on the CPU the model's cut with the gates' small
 engine, a smoke figure; on CUDA the model at full width (qwen3-1.7b, nemotron-wide-cut), 64
 sequences with room to batch them all, CUDA graphs for decode where both trees' engines
@@ -55,7 +57,7 @@ from gates.compare import differing_values
 from gates.cpu_timing import timed_environment
 from gates.inputs import fresh_seed
 from gates.ratio_verdict import decide
-from gates.timed_worker import drive
+from gates.timed_worker import default_triton_cache, drive
 from gates.timing_state import timing_cores
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
@@ -79,6 +81,9 @@ def _run_in_tree(tree, program: str, argument: str, *, what: str) -> str:
 
 
 WARM_UP_SEEDS = 4  # runs of the untimed warm-up process each side starts with on a GPU
+# each side's Triton cache: the candidate's workers, confined, can write only theirs
+CACHES = {"candidate": default_triton_cache,
+          "baseline": lambda: default_triton_cache().with_name(default_triton_cache().name + "-c10-baseline")}
 GPU_SIZES = {"qwen3": "full", "nemotron": "wide-cut"}  # full width: a cut only measures launch overhead there
 
 
@@ -128,7 +133,7 @@ def trainer_mismatches(asked: dict, seed: int, bits: list) -> int:
     candidate's trainer scores to other bits (trainer_fwd, the gates' micro-batches), asked in
     a worker of its own."""
     scored = ask("trainer_bits", dict(asked, workload=dict(asked["workload"], seed=seed),
-                                      completion_tokens=[tokens for tokens, _ in bits]))["bits"]
+                                      completion_tokens=[tokens for tokens, _ in bits]), side="trainer")["bits"]
     return differing_values(scored, [theirs for _, theirs in bits])
 
 
@@ -174,13 +179,14 @@ def test_throughput_against_the_frozen_baseline(gate):
                                           if os.path.exists(gate.contract) else gate.contract), apparatus)}
         if target != "cpu":  # a process per side first, untimed: compiles land in the on-disk caches
             gate.inputs["warm_up_process_s"] = {
-                side: round(drive(tree, side_asked, [fresh_seed() for _ in range(WARM_UP_SEEDS)], cwd=cwd)["process_s"], 1)
+                side: round(drive(tree, side_asked, [fresh_seed() for _ in range(WARM_UP_SEEDS)], cwd=cwd,
+                                  triton_cache=CACHES[side]())["process_s"], 1)
                 for side, (tree, side_asked, cwd) in sides.items()}
         verdict = None
         while verdict is None or (verdict.status == "inconclusive" and len(seeds) < MAX_PAIRS):
             seeds.append([fresh_seed() for _ in range(repeats)])  # drawn now: nothing prepared
             for side, (tree, side_asked, cwd) in sides.items():
-                answer = drive(tree, side_asked, seeds[-1], cwd=cwd)
+                answer = drive(tree, side_asked, seeds[-1], cwd=cwd, triton_cache=CACHES[side]())
                 for key, value in sample(answer, tokens_per_run, target).items():
                     figures[key][side].append(value)
                 figures["digests"][side].append([run["digest"] for run in answer["runs"]])
@@ -194,7 +200,8 @@ def test_throughput_against_the_frozen_baseline(gate):
         tree, candidate_asked, cwd = sides["candidate"]
         every_seed = [s for pair in seeds for s in pair]
         reference = drive(tree, candidate_asked, every_seed, cwd=cwd, bits_of_first=True)
-        baseline_again = drive(sides["baseline"][0], sides["baseline"][1], seeds[0])
+        baseline_again = drive(sides["baseline"][0], sides["baseline"][1], seeds[0],
+                               triton_cache=CACHES["baseline"]())
         mismatches = trainer_mismatches(candidate_asked, every_seed[0], reference["bits"])
     gate.inputs.update(pairs_timed=len(seeds), run_seeds=seeds)
     timed = [d for sample_digests in figures["digests"]["candidate"] for d in sample_digests]

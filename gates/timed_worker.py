@@ -15,6 +15,8 @@ itself is recorded beside the judge's figures, never used. The worker's source i
 program below, inlined with its helpers: a frozen baseline's tree may predate this module.
 """
 import json
+import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from gates import confine
 from gates.cpu_timing import timed_environment
 from gates.timing_state import hold_to_cores, host_state, machine_state
 
@@ -165,15 +168,40 @@ print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reporte
     completions_bits, hold_to_cores, host_state, machine_state)))
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time of every live thread of process `pid` so far (the kernel's schedstat, ns)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
+def process_tree(pid: int) -> list:
+    """`pid` and its live descendants (the kernel's /proc/<pid>/task/<tid>/children)."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
         try:
-            total += int((task / "schedstat").read_text().split()[0])
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending.extend(int(child) for child in (task / "children").read_text().split())
         except (FileNotFoundError, ProcessLookupError):
-            continue  # a thread that ended between the listing and the read
-    return total / 1e9
+            continue  # ended between the listing and the read
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time so far of process `pid` and every process under it: each live thread's
+    (schedstat, ns) and what their reaped children used (cutime + cstime, clock ticks). A
+    worker that hands its work to a child process, or runs under a sandbox's launcher, is
+    counted whole."""
+    total, ticks = 0.0, os.sysconf("SC_CLK_TCK")
+    for process in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{process}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[13]) + int(fields[14])) / ticks  # cutime, cstime (fields 16, 17)
+            for task in Path(f"/proc/{process}/task").iterdir():
+                total += int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a process or thread that ended between the listing and the read
+    return total
+
+
+def default_triton_cache() -> Path:
+    """Triton's cache directory as this environment names it."""
+    return Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
 
 
 def _answer(worker, stderr, word: str) -> str:
@@ -185,16 +213,24 @@ def _answer(worker, stderr, word: str) -> str:
     raise RuntimeError(f"the timed worker ended before {word} (exit {worker.wait()}): {stderr.read()[-2000:]}")
 
 
-def drive(tree, asked: dict, seeds: list, *, cwd=None, bits_of_first=False) -> dict:
+def drive(tree, asked: dict, seeds: list, *, cwd=None, bits_of_first=False, triton_cache=None) -> dict:
     """Start a worker on `tree`'s kernels (PYTHONPATH=tree, cwd `cwd` or the tree), have it
     generate each seed's workload in turn and time every run from here: {runs: [{seed,
     digest, wall_s, cpu_s}], kernels, worker_reported, machine, process_s, bits (tokens and
-    log-prob bits of the first seed's completions when `bits_of_first`)}."""
+    log-prob bits of the first seed's completions when `bits_of_first`)}. The worker is
+    confined where the machine allows (gates/confine.py): its own scratch folder and
+    `triton_cache` (default: this environment's) the only places it can write, so a
+    candidate's worker cannot touch the baseline's tree or the cache the baseline compiles into."""
     started = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as stderr:
-        worker = subprocess.Popen([sys.executable, "-c", _PROGRAM, json.dumps(asked)], cwd=cwd or tree, text=True,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                  env=timed_environment(PYTHONPATH=str(tree)), bufsize=1)
+    cache = Path(triton_cache or default_triton_cache())
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="c10-worker-") as scratch, tempfile.TemporaryFile("w+") as stderr:
+        command = [sys.executable, "-c", _PROGRAM, json.dumps(asked)]
+        if confine.unavailable() is None:
+            command = confine.argv_confined(shlex.join(command), [scratch, str(cache)])
+        worker = subprocess.Popen(command, cwd=cwd or tree, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=stderr, bufsize=1, env=timed_environment(
+                                      PYTHONPATH=str(tree), TMPDIR=scratch, TRITON_CACHE_DIR=str(cache)))
         try:  # a worker left behind would run beside the next one's timing
             _answer(worker, stderr, "READY")
             runs = []

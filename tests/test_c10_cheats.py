@@ -1,8 +1,10 @@
-"""C10 against cheats in the candidate's kernels: a patched clock, outputs replayed from the
-warm run, the fast path taken where it is timed. The judge times its workers from outside
-(gates/timed_worker.py), draws each run's seed only at GO, and has the trainer score what the
-engine produced in its own process; each test plants one cheat and shows what catches it.
-And the record beside the verdict: each timed run names what it compiled inside the clock."""
+"""C10 against cheats in the candidate's kernels: a patched clock, work handed to a child
+process, outputs replayed from the warm run, the fast path taken where it is timed, a write
+into the baseline's Triton cache or tree. The judge times its workers from outside (gates/timed_worker.py:
+CPU time over the worker's whole process tree), confines them, draws each run's seed only at
+GO, and has the trainer score what the engine produced in its own process; each test plants
+one cheat and shows what catches it. And the record beside the verdict: each timed run names
+what it compiled inside the clock."""
 import json
 import shutil
 
@@ -10,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from gates import confine
 from gates.baseline import ROOT
 from gates.inputs import fresh_seed
 from gates.test_c10_performance import trainer_mismatches
@@ -67,6 +70,63 @@ def test_a_patched_clock_does_not_move_what_the_judge_measures(plan, tmp_path):
     assert reported * 100 < judged, f"the cheat did not take: worker reports {reported} s, judge {judged} s"
     assert 1 / 3 < judged / sum(run["cpu_s"] for run in honest["runs"]) < 3, (cheat["runs"], honest["runs"])
     assert [r["digest"] for r in cheat["runs"]] == [r["digest"] for r in honest["runs"]]
+
+
+WORK_IN_A_CHILD = """
+import os as _os, pickle as _pickle
+from kernels.engine import engine as _engine
+_generate = _engine.Engine.generate
+def _in_a_child(self, requests):
+    read, write = _os.pipe()
+    if _os.fork() == 0:  # the child generates; the worker's own threads stay idle
+        _os.close(read)
+        with _os.fdopen(write, "wb") as out:
+            _pickle.dump(_generate(self, requests), out)
+        _os._exit(0)
+    _os.close(write)
+    with _os.fdopen(read, "rb") as source:
+        completions = _pickle.load(source)
+    _os.wait()
+    return completions
+_engine.Engine.generate = _in_a_child
+"""
+POISON_THE_BASELINE_CACHE = """
+import os as _os, pathlib as _pathlib
+_own = _pathlib.Path(_os.environ["TRITON_CACHE_DIR"])
+for _target in (_own.with_name(_own.name + "-c10-baseline"), _pathlib.Path(_os.environ["BASELINE_TREE"])):
+    try:
+        (_target / "poisoned").write_text("a slow kernel for the baseline")
+    except OSError:
+        pass
+"""
+
+
+def test_work_handed_to_a_child_process_is_timed(plan, tmp_path):
+    """A worker whose engine generates in a forked child: its own threads idle, the child
+    busy. The judge's CPU time counts every process under the worker (the reaped child
+    included): within 3x of the honest worker's, the same outputs."""
+    seeds = [fresh_seed(), fresh_seed()]
+    honest = drive(ROOT, plan, seeds)
+    cheat = drive(_tree_with(tmp_path, WORK_IN_A_CHILD), plan, seeds)
+    assert [r["digest"] for r in cheat["runs"]] == [r["digest"] for r in honest["runs"]]
+    judged, fair = (sum(run["cpu_s"] for run in answer["runs"]) for answer in (cheat, honest))
+    assert 1 / 3 < judged / fair < 3, (cheat["runs"], honest["runs"])
+
+
+@pytest.mark.skipif(confine.unavailable() is not None, reason="confinement unavailable here")
+def test_a_candidate_worker_cannot_write_the_baseline_cache_or_tree(plan, tmp_path, monkeypatch):
+    """The timed candidate worker writes only its scratch folder and its own Triton cache: the
+    baseline's cache and its exported tree stay as they were."""
+    cache = tmp_path / "triton" / "cache"
+    baseline_cache, baseline_tree = cache.with_name("cache-c10-baseline"), tmp_path / "baseline"
+    for folder in (cache, baseline_cache, baseline_tree):
+        folder.mkdir(parents=True)
+    monkeypatch.setenv("BASELINE_TREE", str(baseline_tree))
+    drive(_tree_with(tmp_path, POISON_THE_BASELINE_CACHE), plan, [fresh_seed()], triton_cache=cache)
+    assert not (baseline_cache / "poisoned").exists() and not (baseline_tree / "poisoned").exists()
+    monkeypatch.setattr(confine, "unavailable", lambda: "turned off to show the plant writes where it can")
+    drive(_tree_with(tmp_path / "again", POISON_THE_BASELINE_CACHE), plan, [fresh_seed()], triton_cache=cache)
+    assert (baseline_cache / "poisoned").exists()
 
 
 def test_outputs_replayed_from_the_warm_run_fail_the_trainers_scores(plan, tmp_path):
