@@ -67,6 +67,14 @@ def first_bit_difference(left: torch.Tensor, right: torch.Tensor):
                    left_bits.element_size() * 8, count, left.numel())
 
 
+def first_differences(actual, expected) -> str:
+    """'identical', or the first differing element of each pair of tensors (or of tuples of
+    tensors, position by position) that differ."""
+    pairs = zip(*(tuple(t) if isinstance(t, (tuple, list)) else (t,) for t in (actual, expected)))
+    found = [first_bit_difference(a, e) for a, e in pairs]
+    return "; ".join(str(d) for d in found if d is not None) or "identical"
+
+
 def assert_bitwise_equal(left, right, what: str = "tensors") -> None:
     """AssertionError with the first differing element when the bits differ."""
     difference = first_bit_difference(left, right)

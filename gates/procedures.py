@@ -161,11 +161,13 @@ def subject_facts(arguments: dict) -> dict:
 
 
 def c04_outputs(arguments: dict) -> dict:
-    """C04's `call` on the tensors in `inputs_file`, its outputs saved to `outputs_file`
-    (gates/discrete_runs.py): {names: what was saved}."""
+    """C04's `calls` {label: call} on the tensors in `inputs_file` (each named label/name), their
+    outputs saved to `outputs_file` under the same labels (gates/discrete_runs.py): {names}."""
     subject, config = _named(arguments)
-    tensors = torch.load(arguments["inputs_file"], weights_only=True)
-    result = discrete_runs.outputs(config, load_contract(subject.contract), arguments["call"], tensors)
+    contract, tensors, result = load_contract(subject.contract), torch.load(arguments["inputs_file"], weights_only=True), {}
+    for label, call in arguments["calls"].items():  # each call's tensors and outputs named under its label
+        mine = {name[len(label) + 1:]: t for name, t in tensors.items() if name.startswith(label + "/")}
+        result.update({f"{label}/{name}": t for name, t in discrete_runs.outputs(config, contract, call, mine).items()})
     torch.save({name: t.detach().cpu().contiguous() for name, t in result.items()}, arguments["outputs_file"])
     return {"names": sorted(result)}
 

@@ -24,9 +24,9 @@ import torch
 
 from gates import device
 from gates.candidate import ask, ask_tensors, check_judge_clean, confinement
-from gates.compare import first_bit_difference
+from gates.compare import first_differences
 from gates.crafted import distinct_fp8_scales, fp8_crafted, sampler_inputs, tied_scores, tied_top_logits
-from gates.hazards import HazardEvidence, count_negative_zeros, count_topk_boundary_ties
+from gates.hazards import HazardEvidence, VacuousGate, count_negative_zeros, count_topk_boundary_ties
 from gates.inputs import fresh_seed, generator
 from gates.reference import moe as ref_moe
 from gates.reference import quant as ref_quant
@@ -37,53 +37,54 @@ CASES = ("engine_prefill", "engine_decode", "engine_graph", "trainer_fwd", "trai
 """kernels/contract/regions.py's cases, named here so the judge imports none of the kernels."""
 
 
+_FACTS: dict = {}
+
+
 def _facts(gate) -> dict:
-    """The subject's regions, dtype (a torch dtype) and sizes, asked of a worker."""
-    facts = ask("subject_facts", {"subject": gate.subject(), "device": device.target()})
+    """The subject's regions, dtype (a torch dtype) and sizes, asked of a worker once a session."""
+    subject = gate.subject()
+    key = repr(sorted(subject.items()))
+    if key not in _FACTS:
+        facts = ask("subject_facts", {"subject": subject, "device": device.target()})
+        _FACTS[key] = dict(facts, dtype=getattr(torch, facts["dtype"]))
     gate.inputs = {"workers": confinement()}
-    return dict(facts, dtype=getattr(torch, facts["dtype"]))
+    return _FACTS[key]
 
 
-def _outputs(gate, call: dict, **tensors) -> dict:
-    """{case: tuple of output tensors} of `call` on the tensors (or, for the sampler, {run:
-    tokens}), computed by the contract in a worker."""
-    _, found = ask_tensors("c04_outputs", {"subject": gate.subject(), "device": device.target(), "call": call},
-                           tensors)
-    if call["kind"] == "sampler":
-        return found
+def _grouped(found: dict) -> dict:
+    """{case: tuple of output tensors} from a region call's 'case/index' outputs."""
     grouped = {}
     for name in sorted(found, key=lambda n: (n.rpartition("/")[0], int(n.rpartition("/")[2]))):
         grouped.setdefault(name.rpartition("/")[0], []).append(found[name])
     return {case: tuple(ts) for case, ts in grouped.items()}
 
 
-def _require_region(gate, facts, region, why):
-    """A region the model does not use: an n/a condition with the reason, then the test ends."""
+def _run_all(gate, requests: dict) -> dict:
+    """Every check's calls in one worker: {label: (call, {name: tensor})} -> {label: outputs}
+    ({case: tuple of tensors} for a region call, {run: tokens} for the sampler)."""
+    tensors = {f"{label}/{name}": t for label, (_, named) in requests.items() for name, t in named.items()}
+    _, found = ask_tensors("c04_outputs", {"subject": gate.subject(), "device": device.target(),
+                                           "calls": {label: call for label, (call, _) in requests.items()}}, tensors)
+    answers = {}
+    for label, (call, _) in requests.items():
+        mine = {name[len(label) + 1:]: t for name, t in found.items() if name.startswith(label + "/")}
+        answers[label] = mine if call["kind"] == "sampler" else _grouped(mine)
+    return answers
+
+
+def _uses_region(gate, facts, region, why) -> bool:
+    """Whether the model uses `region`; if not, an n/a condition with the reason."""
     if region not in facts["regions"]:
-        gate.check_n_a(region, reason := f"{gate.model} has no {region} region: {why}")
-        gate.n_a(reason)
-
-
-def _as_tuple(output):
-    return tuple(output) if isinstance(output, (tuple, list)) else (output,)
-
-
-def _difference(actual, expected) -> str:
-    """'identical', or the first differing element of each tensor pair that differs."""
-    diffs = [first_bit_difference(a, e) for a, e in zip(_as_tuple(actual), _as_tuple(expected))]
-    return "; ".join(str(d) for d in diffs if d is not None) or "identical"
+        gate.check_n_a(region, f"{gate.model} has no {region} region: {why}")
+        return False
+    return True
 
 
 def _check_equal(gate, name, outputs, expected=None):
     """One condition: every case's outputs carry the bits of `expected` (default trainer_fwd's)."""
-    differences = {case: _difference(out, outputs["trainer_fwd"] if expected is None else expected)
+    differences = {case: first_differences(out, outputs["trainer_fwd"] if expected is None else expected)
                    for case, out in outputs.items()}
     gate.check(name, all(text == "identical" for text in differences.values()), **differences)
-
-
-def _verdict(gate):
-    check_judge_clean(gate)
-    gate.verdict()
 
 
 def _require(gate, what, evidence):
@@ -94,11 +95,13 @@ def _require(gate, what, evidence):
 
 
 def check_topk(gate, scores, bias, top_k, scaling):
-    """Ties present, cases agree, ids follow the unique key (key desc, lowest id first)."""
+    """Ties present, cases agree, ids follow the unique key (key desc, lowest id first): a
+    check (see test_discrete_choices_and_rounding)."""
     evidence = HazardEvidence()
     evidence.add("exact ties across the k-th place", count_topk_boundary_ties(scores + bias, top_k))
     _require(gate, "topk", evidence)
-    outputs = _outputs(gate, {"kind": "topk", "top_k": top_k, "scaling": scaling}, scores=scores, bias=bias)
+    call = {"kind": "topk", "top_k": top_k, "scaling": scaling}
+    outputs = (yield {"topk": (call, {"scores": scores, "bias": bias})})["topk"]
     _check_equal(gate, "topk ids, slot order and weights: every case gives the same bits", outputs)
     expected = ref_moe.select(scores, bias, top_k)
     wrong = {case: int((out[0] != expected).any(dim=-1).sum()) for case, out in outputs.items()}
@@ -106,31 +109,21 @@ def check_topk(gate, scores, bias, top_k, scaling):
                not any(wrong.values()), rows_differing=wrong, num_rows=scores.shape[0])
 
 
-def test_topk_ties(gate):
-    facts = _facts(gate)
-    _require_region(gate, facts, "topk", "a dense model routes nothing")
+def topk_ties(gate, facts):
+    if not _uses_region(gate, facts, "topk", "a dense model routes nothing"):
+        return
     seed, top_k, num_experts = fresh_seed(), facts["num_experts_per_tok"], facts["n_routed_experts"]
-    gate.inputs.update(seed=seed, scores=[NUM_ROWS, num_experts], top_k=top_k)
+    gate.inputs["topk"] = {"seed": seed, "scores": [NUM_ROWS, num_experts], "top_k": top_k}
     scores, bias = tied_scores(generator(seed), NUM_ROWS, num_experts, top_k)
-    check_topk(gate, scores, bias, top_k, facts["routed_scaling_factor"])
-    _verdict(gate)
+    yield from check_topk(gate, scores, bias, top_k, facts["routed_scaling_factor"])
 
 
-def _slot_order_combine(slots, weights, shared):
-    """The contract's combine order: fp32 w_0*y_0 + w_1*y_1 + ... in slot order, + shared, one rounding."""
-    weighted = slots.float() * weights.float().unsqueeze(-1)
-    total = weighted[:, 0]
-    for slot in range(1, slots.shape[1]):
-        total = total + weighted[:, slot]
-    return (total + shared.float()).to(slots.dtype)
-
-
-def test_moe_combine_order(gate):
-    facts = _facts(gate)
-    _require_region(gate, facts, "moe_combine", "a dense model combines no experts")
+def moe_combine_order(gate, facts):
+    if not _uses_region(gate, facts, "moe_combine", "a dense model combines no experts"):
+        return
     seed, dtype = fresh_seed(), facts["dtype"]
     top_k, hidden = facts["num_experts_per_tok"], facts["hidden_size"]
-    gate.inputs.update(seed=seed, slot_outputs=[NUM_ROWS, top_k, hidden], top_k=top_k)
+    gate.inputs["moe_combine"] = {"seed": seed, "slot_outputs": [NUM_ROWS, top_k, hidden], "top_k": top_k}
     gen = generator(seed)
     slots = torch.randn(NUM_ROWS, top_k, hidden, generator=gen)
     weights = torch.rand(NUM_ROWS, top_k, generator=gen) * facts["routed_scaling_factor"]
@@ -139,22 +132,21 @@ def test_moe_combine_order(gate):
         slots[:NUM_ROWS // 2, 2], weights[:NUM_ROWS // 2, 2] = -slots[:NUM_ROWS // 2, 0], weights[:NUM_ROWS // 2, 0]
     slots, shared = slots.to(dtype), torch.randn(NUM_ROWS, hidden, generator=gen).to(dtype)
     ids = torch.rand(NUM_ROWS, facts["n_routed_experts"], generator=gen).argsort(dim=-1)[:, :top_k]
-    expected = _slot_order_combine(slots, weights, shared)
+    expected = ref_moe.slot_order_combine(slots, weights, shared)
     evidence = HazardEvidence()
     evidence.add("k >= 3 slots", int(top_k >= 3))
-    reversed_order = _slot_order_combine(slots.flip(1), weights.flip(1), shared)
+    reversed_order = ref_moe.slot_order_combine(slots.flip(1), weights.flip(1), shared)
     evidence.add("elements whose bits follow the order", int((expected != reversed_order).sum()))
     _require(gate, "moe_combine", evidence)
-    outputs = _outputs(gate, {"kind": "moe_combine"}, slots=slots, ids=ids, weights=weights, shared=shared)
+    tensors = {"slots": slots, "ids": ids, "weights": weights, "shared": shared}
+    outputs = (yield {"moe_combine": ({"kind": "moe_combine"}, tensors)})["moe_combine"]
     _check_equal(gate, "moe_combine: every case gives the same bits", outputs)
     _check_equal(gate, "moe_combine sums the slots in slot order (fp32, one rounding)", outputs, expected)
-    _verdict(gate)
 
 
-def test_sampler_ignores_the_batch(gate):
-    facts = _facts(gate)
+def sampler_ignores_the_batch(gate, facts):
     seed, num_requests = fresh_seed(), 24
-    gate.inputs.update(seed=seed, logits=[num_requests, facts["vocab_size"]])
+    gate.inputs["sampler"] = {"seed": seed, "logits": [num_requests, facts["vocab_size"]]}
     gen = generator(seed)
     logits, params, draws = sampler_inputs(gen, facts["vocab_size"], facts["dtype"], num_requests)
     greedy = [i for i, p in enumerate(params) if p["temperature"] == 0]
@@ -173,7 +165,8 @@ def test_sampler_ignores_the_batch(gate):
     runs += [{"case": name.split(",")[0], "rows": rows} for name, pieces in batches.items() for rows in pieces]
     for run in runs:
         run["draws"] = [draws[i] for i in run["rows"]]
-    tokens = iter(_outputs(gate, {"kind": "sampler", "params": params, "runs": runs}, logits=logits).values())
+    answer = (yield {"sampler": ({"kind": "sampler", "params": params, "runs": runs}, {"logits": logits})})["sampler"]
+    tokens = iter(answer[f"run{index}"] for index in range(len(runs)))
     alone = torch.cat([next(tokens) for _ in range(num_requests)])
     differing = {}
     for name, pieces in batches.items():
@@ -186,20 +179,19 @@ def test_sampler_ignores_the_batch(gate):
     lowest = [int((logits[i] == logits[i].max()).nonzero()[0]) for i in greedy]
     gate.check("sampler: greedy ties go to the lowest token id", alone[greedy].tolist() == lowest,
                chosen=alone[greedy].tolist(), lowest_ids=lowest)
-    _verdict(gate)
 
 
 TIE_GROUP, TIE_TOP_K, TIE_DRAWS = 4, 3, 32  # 4 tokens tied at the top, top-k 3: the highest id must go
 
 
-def test_sampler_top_k_ties(gate):
+def sampler_top_k_ties(gate, facts):
     """Rows whose TIE_GROUP best logits are exactly equal, sampled with top_k = TIE_GROUP - 1
     TIE_DRAWS times each in every case: the unique key keeps the lower ids, so the group's
     highest id is never drawn (each kept token has a third of the mass: a rule that keeps it
     instead, or keeps every tie, draws it with near certainty over 32 draws)."""
-    facts = _facts(gate)
     seed, num_rows, vocab = fresh_seed(), 8, facts["vocab_size"]
-    gate.inputs.update(seed=seed, rows=num_rows, tie_group=TIE_GROUP, top_k=TIE_TOP_K, draws=TIE_DRAWS)
+    gate.inputs["sampler_top_k"] = {"seed": seed, "rows": num_rows, "tie_group": TIE_GROUP, "top_k": TIE_TOP_K,
+                                    "draws": TIE_DRAWS}
     gen = generator(seed)
     logits, groups = tied_top_logits(gen, num_rows, vocab, TIE_GROUP, facts["dtype"])
     forbidden = groups.max(dim=1).values
@@ -211,19 +203,19 @@ def test_sampler_top_k_ties(gate):
               for _ in range(num_rows)]
     runs = [{"case": case, "rows": rows.tolist(), "draws": [d for _ in range(num_rows) for d in range(TIE_DRAWS)]}
             for case in CASES]
-    tokens = _outputs(gate, {"kind": "sampler", "params": params, "runs": runs}, logits=logits)
+    call = {"kind": "sampler", "params": params, "runs": runs}
+    tokens = (yield {"sampler_top_k": (call, {"logits": logits})})["sampler_top_k"]
     drawn_forbidden = {case: int((tokens[f"run{index}"] == forbidden[rows]).sum()) for index, case in enumerate(CASES)}
     gate.check("sampler: top-k keeps the lowest ids of a tie across the k-th place (unique key)",
                not any(drawn_forbidden.values()), draws_of_the_dropped_tie=drawn_forbidden,
                draws_per_case=num_rows * TIE_DRAWS)
-    _verdict(gate)
 
 
-def test_weight_and_activation_quant(gate):
-    facts = _facts(gate)
-    _require_region(gate, facts, "weight_quant", "no quantized weights or activations in this family")
+def weight_and_activation_quant(gate, facts):
+    if not _uses_region(gate, facts, "weight_quant", "no quantized weights or activations in this family"):
+        return
     seed, dtype = fresh_seed(), facts["dtype"]
-    gate.inputs.update(seed=seed, x=[256, 256], fp8_scale=2.0)
+    gate.inputs["quant"] = {"seed": seed, "x": [256, 256], "fp8_scale": 2.0}
     x = fp8_crafted(generator(seed), (256, 256), 2.0, dtype)
     evidence = HazardEvidence()
     evidence.add("-0.0 inputs", count_negative_zeros(x))
@@ -234,23 +226,22 @@ def test_weight_and_activation_quant(gate):
         evidence.add(f"E4M3 midpoints ({granularity})", int(midpoints.sum()))
         evidence.add(f"{granularity} scales other than the first", distinct_fp8_scales(x, granularity) - 1)
     _require(gate, "quant", evidence)
-    for region, fmt, granularity in (("weight_quant", "fp8", "block_128x128"), ("weight_quant", "nvfp4", None),
-                                     ("act_quant", "fp8", "block_1x128")):
-        rows = x if region == "act_quant" else x.unsqueeze(0)  # a weight is one tensor, not rows
-        outputs = _outputs(gate, {"kind": "quant", "region": region, "fmt": fmt}, x=rows)
-        outputs = {case: tuple(t.reshape(x.shape) for t in out) for case, out in outputs.items()}
+    formats = (("weight_quant", "fp8", "block_128x128"), ("weight_quant", "nvfp4", None), ("act_quant", "fp8", "block_1x128"))
+    answers = yield {f"quant {region} {fmt}": ({"kind": "quant", "region": region, "fmt": fmt},
+                                               {"x": x if region == "act_quant" else x.unsqueeze(0)})  # a weight: one tensor
+                     for region, fmt, _ in formats}
+    for region, fmt, granularity in formats:
+        outputs = {case: tuple(t.reshape(x.shape) for t in out) for case, out in answers[f"quant {region} {fmt}"].items()}
         _check_equal(gate, f"{region} {fmt}: every case gives the same bits", outputs)
         if granularity:
             expected = ref_quant.to_output(ref_quant.fp8_quantize(x, granularity).dequantized, dtype)
             _check_equal(gate, f"{region} {fmt}: equals the float64 reference's rounding", outputs, expected)
-    _verdict(gate)
 
 
-def test_fp8_kv_store(gate):
-    facts = _facts(gate)
+def fp8_kv_store(gate, facts):
     seed, dtype, length = fresh_seed(), facts["dtype"], 48
     heads, head_dim = facts["num_kv_heads"], facts["head_dim"]
-    gate.inputs.update(seed=seed, kv=[length, heads, head_dim], kv_cache_dtype="fp8")
+    gate.inputs["fp8_kv"] = {"seed": seed, "kv": [length, heads, head_dim], "kv_cache_dtype": "fp8"}
     gen = generator(seed)
     k, v = (fp8_crafted(gen, (length, heads * head_dim), 1.0, torch.float32) for _ in range(2))
     k[::7, 5] = 1000.0 * torch.sign(torch.randn(len(k[::7]), generator=gen))  # beyond 448: saturates
@@ -260,21 +251,48 @@ def test_fp8_kv_store(gate):
     evidence.add("|x| > 448", int((k.float().abs() > 448).sum()))
     evidence.add("E4M3 midpoints", int(ref_quant.is_midpoint(k, grid).sum() + ref_quant.is_midpoint(v, grid).sum()))
     _require(gate, "fp8 kv", evidence)
-    outputs = _outputs(gate, {"kind": "kv_store"}, k=k, v=v)  # a chunked prefill, decodes, another chunk
+    outputs = (yield {"fp8_kv": ({"kind": "kv_store"}, {"k": k, "v": v})})["fp8_kv"]  # chunks and decodes
     _check_equal(gate, "fp8 kv store (engine paged, trainer transient): same bits", outputs)
     expected = tuple(ref_quant.to_output(ref_quant.round_to_grid(t.float(), grid, ref_quant.E4M3_SIGN)[1], dtype)
                      for t in (k, v))
     _check_equal(gate, "fp8 kv store: equals the float64 reference's rounding (saturating)", outputs, expected)
-    _verdict(gate)
 
 
-def test_silu_mul_rounding(gate):
-    facts = _facts(gate)
-    _require_region(gate, facts, "mlp_act", "its MLPs are relu^2, not SiLU(gate)*up")
+def silu_mul_rounding(gate, facts):
+    if not _uses_region(gate, facts, "mlp_act", "its MLPs are relu^2, not SiLU(gate)*up"):
+        return
     seed = fresh_seed()
-    gate.inputs.update(seed=seed, gate_up=[NUM_ROWS, facts["intermediate_size"]])
+    gate.inputs["mlp_act"] = {"seed": seed, "gate_up": [NUM_ROWS, facts["intermediate_size"]]}
     gate_in, up = (4 * torch.randn(2, NUM_ROWS, facts["intermediate_size"], generator=generator(seed))).to(
         facts["dtype"])
-    outputs = _outputs(gate, {"kind": "mlp_act"}, gate_in=gate_in, up=up)
+    outputs = (yield {"mlp_act": ({"kind": "mlp_act"}, {"gate_in": gate_in, "up": up})})["mlp_act"]
     _check_equal(gate, "mlp_act SiLU(gate)*up: every case gives the same bits", outputs)
-    _verdict(gate)
+
+
+CHECKS = (topk_ties, moe_combine_order, sampler_ignores_the_batch, sampler_top_k_ties, weight_and_activation_quant,
+          fp8_kv_store, silu_mul_rounding)
+
+
+def test_discrete_choices_and_rounding(gate):
+    """Every check crafts its inputs and counts their hazards here, yields its calls
+    ({label: (call, tensors)}), and judges the outputs sent back: all the checks' calls run in
+    one worker. A check without its region records n/a; one whose inputs lack a hazard it
+    claims records that failing condition and stops."""
+    facts = _facts(gate)
+    waiting, requests = [], {}
+    for check in CHECKS:
+        steps = check(gate, facts)
+        try:
+            asked = next(steps)
+        except (StopIteration, VacuousGate):  # n/a, or a vacuous input: its condition is recorded
+            continue
+        waiting.append((steps, list(asked)))
+        requests.update(asked)
+    answers = _run_all(gate, requests) if requests else {}
+    for steps, labels in waiting:
+        try:
+            steps.send({label: answers[label] for label in labels})
+        except StopIteration:
+            pass
+    check_judge_clean(gate)
+    gate.verdict()

@@ -44,3 +44,13 @@ def moe(x, router_w, bias, up, down, shared_up, shared_down, *, top_k, scaling, 
             rows = (ids[:, slot] == e).nonzero(as_tuple=True)[0]
             out[rows] += weights[rows, slot, None] * expert(x[rows], up[e], down[e])
     return out
+
+
+def slot_order_combine(slots, weights, shared):
+    """The contracts' combine order: fp32 w_0*y_0 + w_1*y_1 + ... in slot order, + shared, one
+    rounding to the slots' dtype (what C04 checks moe_combine against)."""
+    weighted = slots.float() * weights.float().unsqueeze(-1)
+    total = weighted[:, 0]
+    for slot in range(1, slots.shape[1]):
+        total = total + weighted[:, slot]
+    return (total + shared.float()).to(slots.dtype)
