@@ -32,7 +32,6 @@ import torch
 
 from gates import device
 from gates.candidate import ask, check_judge_clean, confinement
-from gates.graph_runs import WORKLOAD
 from gates.inputs import fresh_seed
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
@@ -81,11 +80,11 @@ def test_graph_replay_equals_eager(gate):
     if facts["graphs_refused"]:
         gate.n_a(f"the engine captures no decode graphs for this model: {facts['graphs_refused']}")
     seed = fresh_seed()
-    gate.inputs.update(seed=seed, workload=WORKLOAD)
+    gate.inputs["seed"] = seed
     asked = dict(asked, model_seed=seed % 1000, seed=seed)
     eager = ask("c05_rollout", dict(asked, cuda_graphs=False), side="eager")
     graphed = ask("c05_rollout", dict(asked, cuda_graphs=True), side="graphed")
-    gate.inputs["config"] = graphed["config"]
+    gate.inputs.update(config=graphed["config"], workload=graphed["workload"])
     ran = graphed["graphs"]
     gate.check("decode steps were replayed from CUDA graphs, padded batches among them",
                sum(ran["replays_by_size"].values()) > 0 and ran["padded_replays"] > 0,

@@ -104,3 +104,39 @@ def test_a_worker_that_fails_is_a_clear_error(monkeypatch):
     with pytest.raises(candidate.WorkerFailed, match="'rollout_bits' exited"):
         candidate.ask("rollout_bits", {"subject": {"model": "no-such-family", "contract": "consistent",
                                                    "checkpoint": None, "size": "cut"}, "model_seed": 0})
+
+
+IMPORT_AND_LIST = """
+import importlib.util, json, sys
+found = {}
+for path in sys.argv[1:]:
+    spec = importlib.util.spec_from_file_location("gates." + path.rsplit("/", 1)[-1][:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if getattr(module, "CANDIDATE_IN_WORKERS", False):
+        found[path] = sorted(m for m in sys.modules if m.split(".")[0] == "kernels")
+print(json.dumps(found))
+"""
+
+
+def _kernels_loaded_by(paths) -> dict:
+    """{gate module path: the kernels modules loaded once it was imported}, for the modules
+    that judge from workers, imported in order in one fresh process."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", IMPORT_AND_LIST, *map(str, paths)], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def test_every_worker_judged_gate_module_imports_no_candidate_code(tmp_path):
+    """Imported as pytest imports it, a gate module that judges from workers loads no module of
+    `kernels` (a helper it imports for a constant must not pull the engine in): checked here for
+    every gate, since the condition in the gate itself runs only on the paths a device reaches
+    (C05's on CUDA alone). The negative control: a gate module that imports gates.workload."""
+    found = _kernels_loaded_by(sorted((ROOT / "gates").glob("test_c*.py")))
+    assert len(found) == 11, sorted(found)
+    assert {path: loaded for path, loaded in found.items() if loaded} == {}
+    control = tmp_path / "test_c99_control.py"
+    control.write_text("from gates.workload import Workload\nCANDIDATE_IN_WORKERS = True\n")
+    assert _kernels_loaded_by([control])[str(control)], "the negative control loads no kernels module"
