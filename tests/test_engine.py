@@ -141,6 +141,34 @@ def test_a_mixed_step_calls_attention_once_per_case_and_names_its_rows(fresh_see
         assert call.rows.shape[0] == sum(s.length for s in segments) == call.output.shape[0]
 
 
+def test_a_forward_builds_its_host_tables_once_per_case_group(fresh_seed, monkeypatch):
+    """Every layer of a forward asks for its case groups and the paged tables of each: they are
+    built once per forward and group (host lists and host-to-device copies per layer and call
+    made a GPU's mixed steps 10x slower than a graphed decode), and a change to the block
+    tables still rebuilds them. Negative control: the step tables forgotten at every call."""
+    built = []
+    build = PagedKVCache.step_tables
+
+    def counted(cache, segments):
+        known = cache._step_tables.get(segments)
+        tables = build(cache, segments)
+        if tables is not known:
+            built.append((cache.version, segments))
+        return tables
+
+    monkeypatch.setattr(PagedKVCache, "step_tables", counted)
+    engine = Engine(CONFIG, load_contract("consistent"), seeded_weights(CONFIG), max_tokens_per_step=40)
+    engine.generate(_requests(fresh_seed, count=5, new_tokens=6, spread=3))
+    assert engine.step_phases[("decode", "prefill")] > 0, engine.step_phases
+    assert len(built) == len(set(built)), "a forward rebuilt tables it had built for the same segments"
+    assert len(built) < 2 * sum(engine.step_phases.values()), (len(built), engine.step_phases)
+    monkeypatch.setattr(PagedKVCache, "step_tables", lambda cache, segments: (cache._step_tables.clear(),
+                                                                              counted(cache, segments))[1])
+    built.clear()
+    engine.generate(_requests(fresh_seed, count=5, new_tokens=6, spread=3))
+    assert len(built) > len(set(built))
+
+
 def test_weight_sync_changes_the_policy_and_rejects_wrong_names():
     contract = load_contract("consistent")
     engine = Engine(CONFIG, contract, seeded_weights(CONFIG, 0))

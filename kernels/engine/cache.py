@@ -14,6 +14,8 @@ from kernels.models.mamba_state import MambaStateStore
 from kernels.models.state import KVStore
 from kernels.ops.quant_regions import kv_decode, kv_encode
 
+MAX_STEP_TABLES = 8  # step tables kept between two changes of the block tables
+
 
 class PagedKVCache:
     """K/V pools [layers, blocks, block_size, Hkv, D] and per-sequence block tables; with
@@ -33,7 +35,7 @@ class PagedKVCache:
         self._free = list(range(num_blocks))
         self.block_tables: dict[int, list[int]] = {}
         self._slot_indices: dict[int, torch.Tensor] = {}
-        self._step_tables = None  # (segments, StepTables) of the last forward: every layer reuses it
+        self._step_tables = {}  # segments -> StepTables of this forward's case groups: every layer reuses them
         self.version = 0
         """Counts changes to the block tables (a decode graph re-copies its table only then)."""
 
@@ -53,13 +55,13 @@ class PagedKVCache:
                                f"{len(self._free)} free")
         for _ in range(max(0, extra)):
             table.append(self._free.pop(0))
-        self._step_tables = None
+        self._step_tables.clear()
         self.version += 1
 
     def release(self, seq_id: int) -> None:
         blocks = self.block_tables.pop(seq_id, [])
         self._slot_indices.pop(seq_id, None)
-        self._step_tables = None
+        self._step_tables.clear()
         self.version += 1
         self.keys[:, blocks] = float("nan")
         self.values[:, blocks] = float("nan")
@@ -94,8 +96,9 @@ class PagedKVCache:
     def step_tables(self, segments) -> "StepTables":
         """The block tables and row slots of one forward's segments, built once on the host
         and copied to the device in one go; every layer of the forward reuses them."""
-        if self._step_tables is not None and (self._step_tables[0] is segments or self._step_tables[0] == segments):
-            return self._step_tables[1]  # `is`: every layer passes the forward's own tuple
+        known = self._step_tables.get(segments)
+        if known is not None:
+            return known
         if len({s.seq_id for s in segments}) != len(segments):
             raise ValueError(f"a forward holds one segment per sequence: {segments}")
         width = max(len(self.block_tables[s.seq_id]) for s in segments)
@@ -112,12 +115,14 @@ class PagedKVCache:
             block_table=block_table.view(count, width), rows=rows, lengths=lengths, starts=starts,
             write_slots=torch.tensor(slots, dtype=torch.long).to(device, non_blocking=True),
             max_length=max(s.length for s in segments))
-        self._step_tables = (segments, tables_out)
+        if len(self._step_tables) >= MAX_STEP_TABLES:  # steps between two table changes: drop the oldest
+            del self._step_tables[next(iter(self._step_tables))]
+        self._step_tables[segments] = tables_out
         return tables_out
 
     def use_step_tables(self, segments, tables: "StepTables") -> None:
         """Serve `tables` for `segments` (a CUDA graph's static buffers, filled by its runner)."""
-        self._step_tables = (segments, tables)
+        self._step_tables = {segments: tables}
 
 
 @dataclass(frozen=True)

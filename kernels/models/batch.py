@@ -6,6 +6,7 @@ segment names the case its attention runs in; token-parallel regions (GEMMs, nor
 once over all rows in the batch's case.
 """
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -56,13 +57,21 @@ class TokenBatch:
         if expected_row != self.tokens.shape[0]:
             raise ValueError(f"segments cover {expected_row} rows, tokens has {self.tokens.shape[0]}")
 
-    @property
+    @cached_property
     def positions(self) -> torch.Tensor:
-        """[M] absolute position of each row."""
+        """[M] absolute position of each row (built once a forward, as the groups below: every
+        layer asks)."""
         if self.position_ids is not None:
             return self.position_ids
         device = self.tokens.device
         return torch.cat([torch.arange(s.start, s.start + s.length, device=device) for s in self.segments])
+
+    @cached_property
+    def groups(self) -> tuple:
+        """case_groups(), built once: a mixed step's layers each call a door per group, and
+        rebuilding the rows (a host-to-device copy) and the rebased segments (new keys for the
+        cache's step tables) per call cost more than the step's kernels on a GPU."""
+        return tuple(self.case_groups())
 
     def case_groups(self) -> list:
         """[CaseGroup] the segments by case, in order of first appearance: one door call each
@@ -107,7 +116,7 @@ def call_per_case(dispatch, region: str, batch: TokenBatch, layer, row_inputs, *
     """`region` once per case group: dispatch(region, case, layer, *row inputs of the group,
     segments, *args, **kwargs), outputs put back in batch row order. A group that is not the
     whole batch names its rows to the observers (dispatch.selecting_rows)."""
-    groups = batch.case_groups()
+    groups = batch.groups
     if groups[0].rows is None:
         return dispatch(region, groups[0].case, layer, *row_inputs, groups[0].segments, *args, **kwargs)
     out = None
