@@ -8,10 +8,11 @@ taken where the gradients are: a full-width model's would not fit through the ju
 import os
 import tempfile
 
+from gates.boundaries import boundaries
 from gates.compare import int32_bits
 from gates.layout_sides import SidesPlan, preload_for_fork, run_sides
 from gates.subject import subject_config_path, subject_label
-from gates.workload import EngineShape, Workload
+from gates.workload import EngineShape, Workload, make_requests
 from kernels.contract import load_contract
 from kernels.layout.launch import run_processes
 from kernels.layout.layout import Layout, SideLayouts
@@ -33,14 +34,22 @@ def scorer_name(trainer: Layout, engine: Layout) -> str:
     return f"trainer {trainer} scoring engine {engine}"
 
 
-def make_plan(config: str, pairs: tuple, contract: str, seed: int, backend: str) -> SidesPlan:
+def crossing_workload(seed: int, key_block: int) -> Workload:
+    """WORKLOAD with every prompt long enough that each context (prompt + new tokens) runs past
+    the key block: the layouts compare attention on both sides of it (gates/boundaries.py)."""
+    shortest = max(WORKLOAD["min_prompt_len"], key_block + 2 - WORKLOAD["new_tokens"])
+    return Workload(seed=seed, **dict(WORKLOAD, min_prompt_len=shortest,
+                                      max_prompt_len=max(shortest, WORKLOAD["max_prompt_len"])))
+
+
+def make_plan(config: str, pairs: tuple, contract: str, workload: Workload, backend: str) -> SidesPlan:
     """Engine runs, trainer scorings and updates for `pairs` and the DP pair."""
     engines = tuple({f"engine {p.engine}": p.engine for p in pairs}.items())
     source = TP_PAIRS[0].engine
     scorers = {scorer_name(p.trainer, p.engine): (p.trainer, f"engine {p.engine}") for p in pairs}
     scorers.update({scorer_name(layout, source): (layout, f"engine {source}") for layout in DP_PAIR})
     updates = tuple((f"update {layout}", layout, f"engine {source}") for layout in DP_PAIR)
-    return SidesPlan(config, contract, seed, Workload(seed=seed, **WORKLOAD),
+    return SidesPlan(config, contract, workload.seed, workload,
                      EngineShape(tokens_per_step=24, max_running=8), engines,
                      tuple((name, layout, src) for name, (layout, src) in scorers.items()), updates, backend)
 
@@ -57,9 +66,11 @@ def run_layouts(subject, size: str, seed: int, backend: str, ranks: int) -> dict
     pairs: [{name, engine, scorer, applies, needed}], dp: {name, wide, one, first_update,
     update}, sides: {name: outcome}, claimed_tp}."""
     config = subject_config_path(subject, size, tempfile.mkdtemp(prefix="c06-"))  # weights stay seeded
-    pairs = model_pairs(load_model_config(config))
+    loaded = load_model_config(config)
+    pairs, crossing = model_pairs(loaded), boundaries(load_contract(subject.contract), loaded)
     fitting = tuple(p for p in pairs if max(p.engine.world_size, p.trainer.world_size) <= ranks)
-    plan = make_plan(config, fitting, subject.contract, seed, backend)
+    workload = crossing_workload(seed, crossing["key_block"])
+    plan = make_plan(config, fitting, subject.contract, workload, backend)
     if backend == "gloo":
         preload_for_fork()
     # gloo ranks share the CPU's cores for their arithmetic; a GPU rank's host work (seeding
@@ -76,4 +87,7 @@ def run_layouts(subject, size: str, seed: int, backend: str, ranks: int) -> dict
                       for p in TP_PAIRS + EXPERT_PAIRS],
             "dp": {"name": f"trainer {wide} vs trainer {one}", "wide": scorer_name(wide, source),
                    "one": scorer_name(one, source), "first_update": f"update {wide}", "update": f"update {one}"},
-            "claimed_tp": sorted(load_contract(subject.contract).claims.get("tp_sizes", ()))}
+            "claimed_tp": sorted(load_contract(subject.contract).claims.get("tp_sizes", ())),
+            "boundaries": crossing, "workload": dict(WORKLOAD, min_prompt_len=workload.min_prompt_len,
+                                                     max_prompt_len=workload.max_prompt_len),
+            "contexts": [len(r.prompt) + r.max_new_tokens for r in make_requests(workload, loaded.vocab_size)]}

@@ -8,7 +8,10 @@ with routed experts, engine EP2's equal trainer EP4's and EP1's and engine TP2's
 TP2 EP2's; trainer DP2's scores and one GRPO update's reduced gradients equal trainer DP1's;
 every multi-rank layout ran its collectives, all sides report the same comm backend and
 transport, and every TP size the contract claims (claims: tp_sizes) that fits the ranks here
-was run. A pair needing more GPUs than the machine has is n/a, with the count.
+was run; every context (prompt + new tokens) runs past the contract's key block, so the
+layouts meet attention on both sides of it (and the SSM chunk where the model has one:
+gates/boundaries.py; else vacuous). A pair needing more GPUs than the machine has is n/a,
+with the count.
 The layouts run in one worker (gates/layout_plan.py: its ranks its own processes, talking over
 its namespace's loopback alone); this process compares what the worker hands back (log-prob
 bits; the updates' reduced gradients as per-parameter digests) and writes the verdict, and
@@ -19,6 +22,7 @@ regions with the fast layout arithmetic) fail it (tests/test_gate_c06.py).
 import torch
 
 from gates import device
+from gates.boundaries import check_crossed
 from gates.candidate import ask, check_judge_clean, confinement
 from gates.compare import bit_figures, from_int32_bits
 from gates.inputs import fresh_seed
@@ -85,7 +89,9 @@ def test_layouts_give_identical_bits(gate):
                                  "backend": backend, "ranks": ranks}, loopback=True)
     sides = answer["sides"]
     gate.inputs = {"seed": seed, "config": answer["config"], "world_size": answer["world_size"],
-                   "sides": sorted(sides), "transport": how, "ranks_available": ranks, "workers": confinement()}
+                   "sides": sorted(sides), "transport": how, "ranks_available": ranks, "workers": confinement(),
+                   "workload": answer["workload"]}
+    check_crossed(gate, answer["contexts"], answer["boundaries"])
     for pair in answer["pairs"]:
         name = f"{pair['name']}: per-token log-probs bitwise equal"
         if not pair["applies"]:

@@ -128,7 +128,7 @@ def test_c02_fails_as_vacuous_when_no_decode_probe_crosses_a_boundary(tmp_path, 
     ([33], {"key_block": 64, "ssm_chunk": 16}, False),  # past two SSM chunks, short of the key block
     ([65], {"key_block": 64, "ssm_chunk": 16}, True),
 ])
-def test_the_crossing_condition_of_c01_and_c07_fails_when_no_context_crosses(contexts, boundaries, crossed):
+def test_the_crossing_condition_of_c01_c06_c07_fails_when_no_context_crosses(contexts, boundaries, crossed):
     """C01 and C07 (judged from workers) check the contexts their workers ran crossed the
     contract's key block and the SSM chunk (gates/boundaries.py check_crossed): contexts that
     stop short of either fail the condition (the gates then fail as vacuous)."""

@@ -9,6 +9,7 @@ import json
 import pytest
 import yaml
 
+from gates.workload import Workload
 from harness.cli import EXIT_DIFFERENT, EXIT_OK, main
 from kernels.contract.contract import CONTRACT_DIR
 
@@ -42,6 +43,8 @@ def test_consistent_contract_passes(tmp_path, model):
     assert all(c["num_compared"] > 0 for c in pairs if c["status"] == "pass")
     assert len([c for c in pairs if c["status"] == "pass"]) == (4 if model == "qwen3" else 7)
     assert result["inputs"][0]["world_size"] == 4
+    crossed = next(c for c in result["conditions"] if c["name"].startswith("contexts crossed a key block"))
+    assert crossed["status"] == "pass" and crossed["coverage"]["key_blocks_crossed"] > 0, crossed
 
 
 def test_rank_order_layouts_fail_on_the_bits(tmp_path):
@@ -78,3 +81,17 @@ def test_pairs_beyond_the_ranks_here_are_n_a_with_the_count(monkeypatch):
     assert [c["status"] for c in beyond] == ["n/a"] * 3 and all("needs 4 ranks" in c["reason"] for c in beyond)
     assert statuses["claimed TP sizes [4] run"] == "n/a"
     assert record.inputs["world_size"] == 2
+
+
+@pytest.mark.parametrize("key_block", [8, 32, 64, 100])
+def test_the_layouts_workload_runs_every_context_past_the_key_block(key_block, fresh_seed):
+    """C06's workload is sized from the contract's key block: every context crosses it, so the
+    gate's crossing condition holds for any contract (a fixed 6-24 token prompt stopped short
+    of a 64-key block)."""
+    from gates.boundaries import coverage
+    from gates.layout_plan import WORKLOAD, crossing_workload
+    from gates.workload import make_requests
+    contexts = [len(r.prompt) + r.max_new_tokens for r in make_requests(crossing_workload(fresh_seed, key_block), 500)]
+    assert min(contexts) > key_block and coverage(contexts, key_block, key_block)["key_blocks_crossed"] > 0
+    fixed = [len(r.prompt) + r.max_new_tokens for r in make_requests(Workload(seed=fresh_seed, **WORKLOAD), 500)]
+    assert key_block < 36 or max(fixed) <= key_block  # the negative control: the fixed workload never crossed
