@@ -220,16 +220,16 @@ def c09_steps(arguments: dict) -> dict:
     `save_to` after them when given; or, with `resume_from`, that run resumed and stepped once.
     With `full_config`, also the family's full config loaded and validated."""
     config, contract, weights = _subject(arguments)
-    seed = arguments["seed"]
+    seed, crossing = arguments["seed"], boundaries(contract, config)
     if "resume_from" in arguments:
-        answer = rl_runs.resumed_step(config, contract, seed, arguments["resume_from"])
+        answer = rl_runs.resumed_step(config, contract, seed, crossing["key_block"], arguments["resume_from"])
     else:
-        answer = rl_runs.steps(config, contract, weights, seed, arguments["num_steps"],
+        answer = rl_runs.steps(config, contract, weights, seed, crossing["key_block"], arguments["num_steps"],
                                save_to=arguments.get("save_to"))
     if arguments.get("full_config"):
         answer["full_config"] = rl_runs.full_config(arguments["subject"]["model"])
-    return dict(answer, config=_label(arguments),
-                settings=dataclasses.asdict(rl_runs.settings(seed)))
+    return dict(answer, config=_label(arguments), boundaries=crossing,
+                settings=dataclasses.asdict(rl_runs.settings(seed, crossing["key_block"])))
 
 
 def c10_subject(arguments: dict) -> dict:

@@ -12,12 +12,21 @@ from gates import device
 from gates.compare import int32_bits, tensor_digest
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
-from kernels.trainer.rl_loop import GRPORun, GRPOSettings
+from kernels.trainer.rl_loop import GRPORun, GRPOSettings, prompt_tokens
 
 
-def settings(seed: int) -> GRPOSettings:
-    return GRPOSettings(prompts_per_step=1, group_size=2, max_new_tokens=8, min_prompt_len=4,
-                        max_prompt_len=12, seed=seed, max_arrival_offset=3, engine_tokens_per_step=8)
+def settings(seed: int, key_block: int) -> GRPOSettings:
+    """Every prompt longer than the contract's key block: each step's prefill and decodes run
+    attention past it (gates/boundaries.py)."""
+    return GRPOSettings(prompts_per_step=1, group_size=2, max_new_tokens=8, min_prompt_len=key_block + 1,
+                        max_prompt_len=key_block + 9, seed=seed, max_arrival_offset=3, engine_tokens_per_step=8)
+
+
+def prompt_lengths(run) -> list:
+    """The lengths of the prompts the run's next step samples, one per completion."""
+    s = run.settings
+    return [len(prompt_tokens(s.seed, run.data_position + p, run.config.vocab_size, s.min_prompt_len,
+                              s.max_prompt_len)) for p in range(s.prompts_per_step) for _ in range(s.group_size)]
 
 
 def record(step) -> dict:
@@ -35,22 +44,26 @@ def state_digests(run) -> dict:
     return {name: tensor_digest(t) for name, t in tensors.items()}
 
 
-def steps(config, contract, weights, seed: int, num_steps: int, *, save_to=None) -> dict:
-    """`num_steps` steps of a fresh run: {records, states (after each step), mixed_steps};
-    the run saved into `save_to` after them when given."""
-    run = GRPORun(config, contract, settings(seed), weights=weights, device=device.target())
-    records, states = [], []
+def steps(config, contract, weights, seed: int, key_block: int, num_steps: int, *, save_to=None) -> dict:
+    """`num_steps` steps of a fresh run: {records, states (after each step), mixed_steps,
+    contexts (prompt + completion of every sequence)}; the run saved into `save_to` after them
+    when given."""
+    run = GRPORun(config, contract, settings(seed, key_block), weights=weights, device=device.target())
+    records, states, contexts = [], [], []
     for _ in range(num_steps):
-        records.append(record(run.step()))
+        lengths, step = prompt_lengths(run), run.step()
+        contexts += [length + len(logprobs) for length, logprobs in zip(lengths, step.engine_logprobs)]
+        records.append(record(step))
         states.append(state_digests(run))
     if save_to is not None:
         run.save(save_to)
-    return {"records": records, "states": states, "mixed_steps": run.engine.step_phases[("decode", "prefill")]}
+    return {"records": records, "states": states, "mixed_steps": run.engine.step_phases[("decode", "prefill")],
+            "contexts": contexts}
 
 
-def resumed_step(config, contract, seed: int, directory) -> dict:
+def resumed_step(config, contract, seed: int, key_block: int, directory) -> dict:
     """The run saved in `directory`, resumed and stepped once: {records: [its step], states}."""
-    run = GRPORun.resume(directory, config, contract, settings(seed), device=device.target())
+    run = GRPORun.resume(directory, config, contract, settings(seed, key_block), device=device.target())
     return {"records": [record(run.step())], "states": [state_digests(run)]}
 
 

@@ -2,9 +2,11 @@
 
 Passes when, on the largest config affordable here (the model's cut on CPU; the full config is
 only loaded and validated, its forward is the GPU's business), N = 20 GRPO steps (one
-prompt, a group of 2, 8 new tokens, chunked prefill mixed with decodes) with one update each
+prompt longer than the contract's key block, a group of 2, 8 new tokens, chunked prefill
+mixed with decodes) with one update each
 give engine log-probs bitwise equal to the trainer's scores (trainer_fwd) and to the update's
-own forward (trainer_bwd) at every step, with the weights moving and mixed steps proven; and a
+own forward (trainer_bwd) at every step, with the weights moving, mixed steps and contexts
+past the key block (and the SSM chunk where the model has one) proven; and a
 second run saved at step N/2, resumed from disk in another process and stepped once
 reproduces the uninterrupted run's step N/2 bit for bit (rewards, engine, trainer and update
 log-probs, loss, and the model and fp32 master weights after it) with diff 0 on both sides.
@@ -14,6 +16,7 @@ Negative controls: the fast contract fails the diff conditions, and a resume tha
 the random stream (gates/faults.py) fails the resume conditions.
 """
 from gates import device
+from gates.boundaries import check_crossed
 from gates.candidate import ask, ask_together, check_judge_clean, confinement
 from gates.compare import differing_values, from_int32_bits
 from gates.hazards import HazardEvidence
@@ -71,6 +74,7 @@ def test_grpo_steps_and_resume(gate, tmp_path):
     for name, count in hazards.items():
         evidence.add(name, count)
     gate.check("the weights moved and prefill mixed with decodes", all(hazards.values()), **hazards)
+    check_crossed(gate, run["contexts"], run["boundaries"])
     rerun_differences = [_same_step(a, b) for a, b in zip(records, second["records"])]
     gate.check(f"the second run's steps 0..{half - 1}, before its save, equal the uninterrupted run's",
                len(second["records"]) == half and not any(any(d.values()) for d in rerun_differences),

@@ -6,6 +6,7 @@ rounding done twice in decode, C08 the wrong SiLU gradient, C09 a resume that lo
 state. Also: the tie check fails as vacuous on inputs without ties, and C05's compile scan
 finds torch.compile.
 """
+import dataclasses
 import json
 from pathlib import Path
 
@@ -81,7 +82,9 @@ def test_consistent_contract_passes(tmp_path, model):
     sizes = {c["name"].split("]")[0] + "]" for c in grads}
     assert sizes == ({"[cut]", "[cut-quant]"} if model == "nemotron" else {"[cut]"}), sizes
     c09 = results["C09"]
-    assert c09["inputs"][0]["num_steps"] == 20 and len(c09["conditions"]) == 9
+    assert c09["inputs"][0]["num_steps"] == 20 and len(c09["conditions"]) == 10
+    crossed = next(c for c in c09["conditions"] if c["name"].startswith("contexts crossed a key block"))
+    assert crossed["status"] == "pass" and crossed["coverage"]["key_blocks_crossed"] > 0, crossed
     if model == "qwen3":
         assert results["C05"]["not_applicable"] == ["no CUDA device: CUDA graphs need a GPU"]
         assert results["C05"]["inputs"][0]["torch_compile_uses"] == []
@@ -232,3 +235,18 @@ def test_c09_catches_a_resume_that_loses_rng_state(tmp_path, monkeypatch):
     # both steps' groups tie on reward (zero advantages: the update is the optimizer's moments)
     assert {RESUMED_STEP, loaded} <= set(failed) <= {RESUMED_STEP, RESUMED_WEIGHTS, loaded}, set(failed)
     assert failed[RESUMED_STEP]["engine_logprobs"] > 0
+
+
+@pytest.mark.parametrize("key_block", [8, 32, 64])
+def test_c09s_prompts_run_past_the_key_block(key_block, fresh_seed):
+    """C09 sizes its prompts from the contract's key block, so its crossing condition holds for
+    any contract (the 4-12 token prompts it had stopped short of a 32-key block: the control)."""
+    from gates.boundaries import coverage
+    from gates.rl_runs import settings
+    from kernels.trainer.rl_loop import prompt_tokens
+    lengths = lambda s: [len(prompt_tokens(s.seed, i, 500, s.min_prompt_len, s.max_prompt_len))  # noqa: E731
+                         for i in range(20)]
+    crossing = lengths(settings(fresh_seed, key_block))
+    assert min(crossing) > key_block and coverage(crossing, key_block, key_block)["key_blocks_crossed"] > 0
+    before = lengths(dataclasses.replace(settings(fresh_seed, key_block), min_prompt_len=4, max_prompt_len=12))
+    assert coverage([length + 8 for length in before], 32, 32)["key_blocks_crossed"] == 0
