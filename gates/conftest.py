@@ -99,6 +99,24 @@ class GateRecord:
         pytest.skip(f"n/a: {reason}")
 
 
+class SizedRecord:
+    """A GateRecord seen through one model size: its conditions named '[size] ...', its inputs
+    kept under the record's inputs['sizes'][size] (a gate that runs every shipped size)."""
+
+    def __init__(self, record: GateRecord, size: str):
+        self.record, self.size, self.model = record, size, record.model
+        self.inputs = record.inputs.setdefault("sizes", {}).setdefault(size, {})
+
+    def subject(self) -> dict:
+        return self.record.subject(self.size)
+
+    def check(self, name: str, passed: bool, **figures) -> None:
+        self.record.check(f"[{self.size}] {name}", passed, **figures)
+
+    def check_n_a(self, name: str, reason: str) -> None:
+        self.record.check_n_a(f"[{self.size}] {name}", reason)
+
+
 @pytest.fixture
 def gate(request):
     match = re.match(r"test_c(\d\d)_", Path(request.node.fspath).name)

@@ -11,7 +11,9 @@ place), the FP8/NVFP4 weight, FP8 activation and FP8 KV
 round trips on signed zeros, E4M3 midpoints, values above 448 and block extremes that differ
 from block to block (FP8 equal to the float64 reference's rounding), and SiLU(gate)*up on
 random inputs. A region the model does not use is an n/a condition (qwen3: topk,
-moe_combine, weight/act quant; nemotron: mlp_act). Negative control: the fast contract fails
+moe_combine, weight/act quant; nemotron: mlp_act). Every shipped size runs (the cut; the
+quantized cut where the family ships one, whose config's formats the calls must all cover),
+each size's conditions named by it. Negative control: the fast contract fails
 it (torch.topk ties, batch-seeded sampler draws, a per-tensor activation scale), as do the
 planted faults topk.planted_highest_id_wins, moe_combine.planted_reverse_order,
 sampler.planted_keeps_every_tie and activation.planted_inference_two_roundings (two
@@ -22,11 +24,11 @@ condition).
 """
 import torch
 
-from gates import device
-from gates.candidate import ask, ask_tensors, check_judge_clean, confinement
-from gates.compare import first_differences
+from gates.candidate import ask, check_judge_clean, confinement
+from gates.conftest import SizedRecord
 from gates.crafted import distinct_fp8_scales, fp8_crafted, sampler_inputs, tied_scores, tied_top_logits
 from gates.hazards import HazardEvidence, VacuousGate, count_negative_zeros, count_topk_boundary_ties
+from gates.discrete_calls import check_equal, require, run_all, subject_facts, uses_region
 from gates.inputs import fresh_seed, generator
 from gates.reference import moe as ref_moe
 from gates.reference import quant as ref_quant
@@ -37,72 +39,15 @@ CASES = ("engine_prefill", "engine_decode", "engine_graph", "trainer_fwd", "trai
 """kernels/contract/regions.py's cases, named here so the judge imports none of the kernels."""
 
 
-_FACTS: dict = {}
-
-
-def _facts(gate) -> dict:
-    """The subject's regions, dtype (a torch dtype) and sizes, asked of a worker once a session."""
-    subject = gate.subject()
-    key = repr(sorted(subject.items()))
-    if key not in _FACTS:
-        facts = ask("subject_facts", {"subject": subject, "device": device.target()})
-        _FACTS[key] = dict(facts, dtype=getattr(torch, facts["dtype"]))
-    gate.inputs = {"workers": confinement()}
-    return _FACTS[key]
-
-
-def _grouped(found: dict) -> dict:
-    """{case: tuple of output tensors} from a region call's 'case/index' outputs."""
-    grouped = {}
-    for name in sorted(found, key=lambda n: (n.rpartition("/")[0], int(n.rpartition("/")[2]))):
-        grouped.setdefault(name.rpartition("/")[0], []).append(found[name])
-    return {case: tuple(ts) for case, ts in grouped.items()}
-
-
-def _run_all(gate, requests: dict) -> dict:
-    """Every check's calls in one worker: {label: (call, {name: tensor})} -> {label: outputs}
-    ({case: tuple of tensors} for a region call, {run: tokens} for the sampler)."""
-    tensors = {f"{label}/{name}": t for label, (_, named) in requests.items() for name, t in named.items()}
-    _, found = ask_tensors("c04_outputs", {"subject": gate.subject(), "device": device.target(),
-                                           "calls": {label: call for label, (call, _) in requests.items()}}, tensors)
-    answers = {}
-    for label, (call, _) in requests.items():
-        mine = {name[len(label) + 1:]: t for name, t in found.items() if name.startswith(label + "/")}
-        answers[label] = mine if call["kind"] == "sampler" else _grouped(mine)
-    return answers
-
-
-def _uses_region(gate, facts, region, why) -> bool:
-    """Whether the model uses `region`; if not, an n/a condition with the reason."""
-    if region not in facts["regions"]:
-        gate.check_n_a(region, f"{gate.model} has no {region} region: {why}")
-        return False
-    return True
-
-
-def _check_equal(gate, name, outputs, expected=None):
-    """One condition: every case's outputs carry the bits of `expected` (default trainer_fwd's)."""
-    differences = {case: first_differences(out, outputs["trainer_fwd"] if expected is None else expected)
-                   for case, out in outputs.items()}
-    gate.check(name, all(text == "identical" for text in differences.values()), **differences)
-
-
-def _require(gate, what, evidence):
-    """Every counted hazard must be present: recorded as a condition (a vacuous input fails the
-    gate even if the test stops here), then HazardEvidence.require raises VacuousGate."""
-    gate.check(f"{what}: the inputs hold the claimed hazards", all(evidence.counts.values()), **evidence.counts)
-    evidence.require(*evidence.counts)
-
-
 def check_topk(gate, scores, bias, top_k, scaling):
     """Ties present, cases agree, ids follow the unique key (key desc, lowest id first): a
     check (see test_discrete_choices_and_rounding)."""
     evidence = HazardEvidence()
     evidence.add("exact ties across the k-th place", count_topk_boundary_ties(scores + bias, top_k))
-    _require(gate, "topk", evidence)
+    require(gate, "topk", evidence)
     call = {"kind": "topk", "top_k": top_k, "scaling": scaling}
     outputs = (yield {"topk": (call, {"scores": scores, "bias": bias})})["topk"]
-    _check_equal(gate, "topk ids, slot order and weights: every case gives the same bits", outputs)
+    check_equal(gate, "topk ids, slot order and weights: every case gives the same bits", outputs)
     expected = ref_moe.select(scores, bias, top_k)
     wrong = {case: int((out[0] != expected).any(dim=-1).sum()) for case, out in outputs.items()}
     gate.check("topk ids and slot order follow the unique key (lowest id wins ties)",
@@ -110,7 +55,7 @@ def check_topk(gate, scores, bias, top_k, scaling):
 
 
 def topk_ties(gate, facts):
-    if not _uses_region(gate, facts, "topk", "a dense model routes nothing"):
+    if not uses_region(gate, facts, "topk", "a dense model routes nothing"):
         return
     seed, top_k, num_experts = fresh_seed(), facts["num_experts_per_tok"], facts["n_routed_experts"]
     gate.inputs["topk"] = {"seed": seed, "scores": [NUM_ROWS, num_experts], "top_k": top_k}
@@ -119,7 +64,7 @@ def topk_ties(gate, facts):
 
 
 def moe_combine_order(gate, facts):
-    if not _uses_region(gate, facts, "moe_combine", "a dense model combines no experts"):
+    if not uses_region(gate, facts, "moe_combine", "a dense model combines no experts"):
         return
     seed, dtype = fresh_seed(), facts["dtype"]
     top_k, hidden = facts["num_experts_per_tok"], facts["hidden_size"]
@@ -137,11 +82,11 @@ def moe_combine_order(gate, facts):
     evidence.add("k >= 3 slots", int(top_k >= 3))
     reversed_order = ref_moe.slot_order_combine(slots.flip(1), weights.flip(1), shared)
     evidence.add("elements whose bits follow the order", int((expected != reversed_order).sum()))
-    _require(gate, "moe_combine", evidence)
+    require(gate, "moe_combine", evidence)
     tensors = {"slots": slots, "ids": ids, "weights": weights, "shared": shared}
     outputs = (yield {"moe_combine": ({"kind": "moe_combine"}, tensors)})["moe_combine"]
-    _check_equal(gate, "moe_combine: every case gives the same bits", outputs)
-    _check_equal(gate, "moe_combine sums the slots in slot order (fp32, one rounding)", outputs, expected)
+    check_equal(gate, "moe_combine: every case gives the same bits", outputs)
+    check_equal(gate, "moe_combine sums the slots in slot order (fp32, one rounding)", outputs, expected)
 
 
 def sampler_ignores_the_batch(gate, facts):
@@ -156,7 +101,7 @@ def sampler_ignores_the_batch(gate, facts):
                  sum(int((logits[i] == logits[i].max()).sum() > 1) for i in greedy))
     evidence.add("top-k rows with ties across the k-th place",
                  count_topk_boundary_ties(logits[top_k_rows].float(), 50))
-    _require(gate, "sampler", evidence)
+    require(gate, "sampler", evidence)
     order = torch.randperm(num_requests, generator=gen).tolist()
     batches = {"engine_prefill, all rows": [list(range(num_requests))],
                "engine_graph, reversed": [list(range(num_requests))[::-1]],
@@ -197,7 +142,7 @@ def sampler_top_k_ties(gate, facts):
     forbidden = groups.max(dim=1).values
     evidence = HazardEvidence()
     evidence.add("rows tied across the k-th place", count_topk_boundary_ties(logits.float(), TIE_TOP_K))
-    _require(gate, "sampler top-k", evidence)
+    require(gate, "sampler top-k", evidence)
     rows = torch.arange(num_rows).repeat_interleave(TIE_DRAWS)
     params = [{"temperature": 1.0, "top_k": TIE_TOP_K, "seed": int(torch.randint(2**62, (1,), generator=gen))}
               for _ in range(num_rows)]
@@ -212,7 +157,7 @@ def sampler_top_k_ties(gate, facts):
 
 
 def weight_and_activation_quant(gate, facts):
-    if not _uses_region(gate, facts, "weight_quant", "no quantized weights or activations in this family"):
+    if not uses_region(gate, facts, "weight_quant", "no quantized weights or activations in this family"):
         return
     seed, dtype = fresh_seed(), facts["dtype"]
     gate.inputs["quant"] = {"seed": seed, "x": [256, 256], "fp8_scale": 2.0}
@@ -225,17 +170,17 @@ def weight_and_activation_quant(gate, facts):
         midpoints = ref_quant.is_midpoint(quotients, ref_quant.e4m3_grid())
         evidence.add(f"E4M3 midpoints ({granularity})", int(midpoints.sum()))
         evidence.add(f"{granularity} scales other than the first", distinct_fp8_scales(x, granularity) - 1)
-    _require(gate, "quant", evidence)
+    require(gate, "quant", evidence)
     formats = (("weight_quant", "fp8", "block_128x128"), ("weight_quant", "nvfp4", None), ("act_quant", "fp8", "block_1x128"))
     answers = yield {f"quant {region} {fmt}": ({"kind": "quant", "region": region, "fmt": fmt},
                                                {"x": x if region == "act_quant" else x.unsqueeze(0)})  # a weight: one tensor
                      for region, fmt, _ in formats}
     for region, fmt, granularity in formats:
         outputs = {case: tuple(t.reshape(x.shape) for t in out) for case, out in answers[f"quant {region} {fmt}"].items()}
-        _check_equal(gate, f"{region} {fmt}: every case gives the same bits", outputs)
+        check_equal(gate, f"{region} {fmt}: every case gives the same bits", outputs)
         if granularity:
             expected = ref_quant.to_output(ref_quant.fp8_quantize(x, granularity).dequantized, dtype)
-            _check_equal(gate, f"{region} {fmt}: equals the float64 reference's rounding", outputs, expected)
+            check_equal(gate, f"{region} {fmt}: equals the float64 reference's rounding", outputs, expected)
 
 
 def fp8_kv_store(gate, facts):
@@ -250,35 +195,44 @@ def fp8_kv_store(gate, facts):
     evidence.add("-0.0 inputs", count_negative_zeros(k) + count_negative_zeros(v))
     evidence.add("|x| > 448", int((k.float().abs() > 448).sum()))
     evidence.add("E4M3 midpoints", int(ref_quant.is_midpoint(k, grid).sum() + ref_quant.is_midpoint(v, grid).sum()))
-    _require(gate, "fp8 kv", evidence)
+    require(gate, "fp8 kv", evidence)
     outputs = (yield {"fp8_kv": ({"kind": "kv_store"}, {"k": k, "v": v})})["fp8_kv"]  # chunks and decodes
-    _check_equal(gate, "fp8 kv store (engine paged, trainer transient): same bits", outputs)
+    check_equal(gate, "fp8 kv store (engine paged, trainer transient): same bits", outputs)
     expected = tuple(ref_quant.to_output(ref_quant.round_to_grid(t.float(), grid, ref_quant.E4M3_SIGN)[1], dtype)
                      for t in (k, v))
-    _check_equal(gate, "fp8 kv store: equals the float64 reference's rounding (saturating)", outputs, expected)
+    check_equal(gate, "fp8 kv store: equals the float64 reference's rounding (saturating)", outputs, expected)
 
 
 def silu_mul_rounding(gate, facts):
-    if not _uses_region(gate, facts, "mlp_act", "its MLPs are relu^2, not SiLU(gate)*up"):
+    if not uses_region(gate, facts, "mlp_act", "its MLPs are relu^2, not SiLU(gate)*up"):
         return
     seed = fresh_seed()
     gate.inputs["mlp_act"] = {"seed": seed, "gate_up": [NUM_ROWS, facts["intermediate_size"]]}
     gate_in, up = (4 * torch.randn(2, NUM_ROWS, facts["intermediate_size"], generator=generator(seed))).to(
         facts["dtype"])
     outputs = (yield {"mlp_act": ({"kind": "mlp_act"}, {"gate_in": gate_in, "up": up})})["mlp_act"]
-    _check_equal(gate, "mlp_act SiLU(gate)*up: every case gives the same bits", outputs)
+    check_equal(gate, "mlp_act SiLU(gate)*up: every case gives the same bits", outputs)
 
 
 CHECKS = (topk_ties, moe_combine_order, sampler_ignores_the_batch, sampler_top_k_ties, weight_and_activation_quant,
           fp8_kv_store, silu_mul_rounding)
 
 
-def test_discrete_choices_and_rounding(gate):
-    """Every check crafts its inputs and counts their hazards here, yields its calls
-    ({label: (call, tensors)}), and judges the outputs sent back: all the checks' calls run in
-    one worker. A check without its region records n/a; one whose inputs lack a hazard it
-    claims records that failing condition and stops."""
-    facts = _facts(gate)
+def configured_quantization(facts) -> set:
+    """(region, format) of every quantization the size's config names (none on an unquantized cut)."""
+    named = {("weight_quant", facts[field]) for field in ("expert_quant", "mamba_proj_quant")
+             if facts.get(field) not in (None, "none")}
+    named |= {("act_quant", "fp8")} if facts.get("mamba_proj_quant") == "fp8" else set()  # W8A8
+    return named | ({("kv_store", "fp8")} if facts.get("kv_cache_dtype") == "fp8" else set())
+
+
+def run_checks(gate: SizedRecord) -> None:
+    """Every check on one size: each crafts its inputs and counts their hazards here, yields its
+    calls ({label: (call, tensors)}) and judges the outputs sent back; all the calls run in one
+    worker. A check without its region records n/a; one whose inputs lack a hazard it claims
+    records that failing condition and stops. On a quantized size, the calls must have covered
+    every quantization its config names."""
+    facts = subject_facts(gate)
     waiting, requests = [], {}
     for check in CHECKS:
         steps = check(gate, facts)
@@ -288,11 +242,31 @@ def test_discrete_choices_and_rounding(gate):
             continue
         waiting.append((steps, list(asked)))
         requests.update(asked)
-    answers = _run_all(gate, requests) if requests else {}
+    answers = run_all(gate, requests) if requests else {}
     for steps, labels in waiting:
         try:
             steps.send({label: answers[label] for label in labels})
         except StopIteration:
             pass
+    check_quantization_covered(gate, facts, [call for call, _ in requests.values()])
+
+
+def check_quantization_covered(gate, facts, calls) -> None:
+    """On a size whose config quantizes, the condition that `calls` ran each of its formats."""
+    named = configured_quantization(facts)
+    if named:
+        ran = {(call["region"], call["fmt"]) for call in calls if call["kind"] == "quant"}
+        ran |= {("kv_store", "fp8")} if any(call["kind"] == "kv_store" for call in calls) else set()
+        gate.check("the calls covered every quantization the config names", named <= ran,
+                   named=sorted(map(list, named)), ran=sorted(map(list, ran)))
+
+
+def test_discrete_choices_and_rounding(gate):
+    """Every shipped size of the model (the cut; the quantized cut where the family ships one),
+    each size's checks in one worker, conditions named by size."""
+    sizes = ask("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
+    gate.inputs = {"workers": confinement()}
+    for size in sizes:
+        run_checks(SizedRecord(gate, size))
     check_judge_clean(gate)
     gate.verdict()

@@ -18,7 +18,7 @@ from gates import test_c08_gradients as c08
 from gates import test_c09_rl_steps as c09
 from gates.conftest import GateRecord
 from gates.hazards import VacuousGate
-from gates.test_c04_discrete import check_topk
+from gates.test_c04_discrete import check_quantization_covered, check_topk
 from gates.inputs import fresh_seed
 from gates.test_c05_graph import bit_differences, compile_uses
 from harness.cli import EXIT_DIFFERENT, EXIT_OK, main
@@ -38,6 +38,12 @@ from kernels.trainer import rl_loop as _rl_loop
 _rl_loop.GRPORun.resume = _faults.resume_losing_rng_state
 """
 RESUMED_STEP = "the first step after resume equals the uninterrupted step 2 bitwise"
+SIZES = {"qwen3": ("cut",), "nemotron": ("cut", "cut-quant")}  # C04 runs every shipped size
+
+
+def _sized(model: str, *names) -> set:
+    """C04's condition names on every shipped size of `model`."""
+    return {f"[{size}] {name}" for size in SIZES[model] for name in names}
 RESUMED_WEIGHTS = "model and fp32 master weights after the resumed step equal the uninterrupted run's"
 ENGINE_DIFFS = {"engine == trainer_fwd (scores) log-probs, bitwise, every step",
                 "engine == trainer_bwd (the update's forward) log-probs, bitwise, every step"}
@@ -75,8 +81,11 @@ def test_consistent_contract_passes(tmp_path, model):
     assert code == EXIT_OK
     statuses = {c["name"]: c["status"] for c in results["C04"]["conditions"]}
     not_applicable = {"qwen3": {"topk", "moe_combine", "weight_quant"}, "nemotron": {"mlp_act"}}[model]
-    assert {name for name, status in statuses.items() if status == "n/a"} == not_applicable
-    assert statuses[SAMPLER_BATCH] == "pass" and (model == "qwen3" or statuses[TIE_RULE] == "pass")
+    assert {name for name, status in statuses.items() if status == "n/a"} == _sized(model, *not_applicable)
+    assert all(statuses[name] == "pass" for name in _sized(model, SAMPLER_BATCH, *([TIE_RULE] * (model != "qwen3"))))
+    covered = _sized(model, "the calls covered every quantization the config names") & set(statuses)
+    assert covered == ({"[cut-quant] the calls covered every quantization the config names"}
+                       if model == "nemotron" else set()) and all(statuses[name] == "pass" for name in covered)
     grads = [c for c in results["C08"]["conditions"] if "] d loss / d " in c["name"]]
     assert len(grads) > 30 and all(c["relative_error"] <= c["tolerance"] == 1e-4 for c in grads)
     sizes = {c["name"].split("]")[0] + "]" for c in grads}
@@ -93,7 +102,7 @@ def test_consistent_contract_passes(tmp_path, model):
 def test_fast_contract_fails_c04_and_c09(tmp_path):
     code, results = _gates(tmp_path, "nemotron", "C4", "fast")
     assert code == EXIT_DIFFERENT and results["C04"]["status"] == "fail"
-    assert {TIE_RULE, SAMPLER_BATCH} <= _failed(results["C04"])
+    assert _sized("nemotron", TIE_RULE, SAMPLER_BATCH) <= _failed(results["C04"])
     code, results = _gates(tmp_path, "qwen3", "C9", "fast")
     assert code == EXIT_DIFFERENT and results["C09"]["status"] == "fail"
     assert ENGINE_DIFFS <= _failed(results["C09"])
@@ -107,7 +116,7 @@ def test_fast_contract_fails_c04_and_c09(tmp_path):
 def test_c04_catches_planted_discrete_faults(tmp_path, region, impl, condition):
     code, results = _gates(tmp_path, "nemotron", "C4", _planted(tmp_path, region, impl))
     assert code == EXIT_DIFFERENT
-    assert _failed(results["C04"]) == {condition}  # both sides agree: only the rule catches it
+    assert _failed(results["C04"]) == _sized("nemotron", condition)  # both sides agree: only the rule catches it
 
 
 def test_c08_catches_a_wrong_gradient(tmp_path):
@@ -195,8 +204,8 @@ def test_c04_catches_a_rounding_done_twice(tmp_path):
     code, results = _gates(tmp_path, "qwen3", "C4", path)
     assert code == EXIT_DIFFERENT
     failed = {c["name"]: c for c in results["C04"]["conditions"] if c["status"] == "fail"}
-    assert set(failed) == {SILU_CASES}
-    differing = {case for case, text in failed[SILU_CASES].items() if case in CASES and text != "identical"}
+    assert set(failed) == _sized("qwen3", SILU_CASES)
+    differing = {case for case, text in failed[f"[cut] {SILU_CASES}"].items() if case in CASES and text != "identical"}
     assert differing == {"engine_decode"}
 
 
@@ -206,8 +215,8 @@ def test_c04_runs_each_case_in_its_runtime_s_autograd_mode(tmp_path):
                                                              "activation.planted_inference_two_roundings"))
     assert code == EXIT_DIFFERENT
     failed = {c["name"]: c for c in results["C04"]["conditions"] if c["status"] == "fail"}
-    assert set(failed) == {SILU_CASES}
-    differing = {case for case, text in failed[SILU_CASES].items() if case in CASES and text != "identical"}
+    assert set(failed) == _sized("qwen3", SILU_CASES)
+    differing = {case for case, text in failed[f"[cut] {SILU_CASES}"].items() if case in CASES and text != "identical"}
     assert differing == {"engine_prefill", "engine_decode", "engine_graph"}
 
 
@@ -217,8 +226,8 @@ def test_c04_catches_a_scale_of_the_wrong_granularity(tmp_path):
     block held the same extreme)."""
     code, results = _gates(tmp_path, "nemotron", "C4", _planted(tmp_path, "act_quant", "act_quant.fast"))
     assert code == EXIT_DIFFERENT
-    assert _failed(results["C04"]) == {"act_quant fp8: every case gives the same bits",
-                                       "act_quant fp8: equals the float64 reference's rounding"}
+    assert _failed(results["C04"]) == _sized("nemotron", "act_quant fp8: every case gives the same bits",
+                                             "act_quant fp8: equals the float64 reference's rounding")
 
 
 def test_c09_catches_a_resume_that_loses_rng_state(tmp_path, monkeypatch):
@@ -250,3 +259,20 @@ def test_c09s_prompts_run_past_the_key_block(key_block, fresh_seed):
     assert min(crossing) > key_block and coverage(crossing, key_block, key_block)["key_blocks_crossed"] > 0
     before = lengths(dataclasses.replace(settings(fresh_seed, key_block), min_prompt_len=4, max_prompt_len=12))
     assert coverage([length + 8 for length in before], 32, 32)["key_blocks_crossed"] == 0
+
+
+def test_c04_fails_when_a_quantization_the_config_names_did_not_run():
+    """The quantized cut names NVFP4 experts, FP8 W8A8 projections and an FP8 KV cache: calls
+    that miss one fail the coverage condition; the unquantized cut names none (no condition)."""
+    quantized = {"expert_quant": "nvfp4", "mamba_proj_quant": "fp8", "kv_cache_dtype": "fp8"}
+    every = [{"kind": "quant", "region": "weight_quant", "fmt": "nvfp4"},
+             {"kind": "quant", "region": "weight_quant", "fmt": "fp8"},
+             {"kind": "quant", "region": "act_quant", "fmt": "fp8"}, {"kind": "kv_store"}]
+    for calls, passed in ((every, "pass"), (every[1:], "fail"), (every[:2] + every[3:], "fail"), (every[:3], "fail")):
+        record = GateRecord("C04", "nemotron", "consistent")
+        check_quantization_covered(record, quantized, calls)
+        assert [c["status"] for c in record.conditions] == [passed], calls
+    record = GateRecord("C04", "nemotron", "consistent")
+    check_quantization_covered(record, {"expert_quant": "none", "mamba_proj_quant": "none", "kv_cache_dtype": "auto"},
+                               [])
+    assert record.conditions == []
