@@ -167,6 +167,8 @@ def test_c02_catches_a_reduction_split_per_thread(tmp_path):
     ("qwen3", "attention", {"impl": "attention.fast_split_kv",
                             "constants": {"tokens_per_split": 8, "max_splits": 8}}, False),
     ("nemotron", "ssm_scan", {"impl": "ssm_scan.fast_recurrent"}, True),
+    ("nemotron", "attention", {"impl": "attention.fast_split_kv",
+                               "constants": {"tokens_per_split": 8, "max_splits": 8}}, False),
 ])
 def test_c03_catches_decode_that_does_not_replay_prefill(tmp_path, model, region, binding, engine_fails):
     code, results = _gates(tmp_path, model, "C3", _planted(tmp_path, {(region, "engine_decode"): binding}))
