@@ -20,6 +20,15 @@ def key_block(contract) -> int:
     return max(pinned, default=DEFAULT_KEY_BLOCK)
 
 
+def longest_constant(contract) -> int:
+    """The largest integer constant any case's attention binding pins (a key block, a split
+    size, a context past which a kernel changes its walk), 0 when none: a fault keyed on any
+    of them shows only in a context past it, whatever its name."""
+    from kernels.contract.regions import CASES
+    return max((value for case in CASES for _, value in contract.binding("attention", case).constants
+                if isinstance(value, int) and not isinstance(value, bool)), default=0)
+
+
 def ssm_chunk(config) -> int:
     return getattr(config, "chunk_size", DEFAULT_SSM_CHUNK)
 

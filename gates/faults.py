@@ -124,6 +124,17 @@ def attention_bf16_split_kv(q, k, v, segments, kv, *, scale, tokens_per_split: i
     return attention._each_segment(split, q, segments, kv)
 
 
+def attention_split_past_long_context(q, k, v, segments, kv, *, scale, block_kv: int, row_multiple: int,
+                                      long_context: int, tokens_per_split: int, max_splits: int):
+    """The consistent walk until a step's longest context passes `long_context`, then
+    flash-decoding with a bf16 workspace (a split that engines switch on for long contexts
+    only): no gate whose probes stop short of the threshold can see it."""
+    if max(s.start + s.length for s in segments) <= long_context:
+        return attention.consistent(q, k, v, segments, kv, scale=scale, block_kv=block_kv, row_multiple=row_multiple)
+    return attention_bf16_split_kv(q, k, v, segments, kv, scale=scale, tokens_per_split=tokens_per_split,
+                                   max_splits=max_splits)
+
+
 _TRUE_RESUME = GRPORun.resume  # bound before a test replaces GRPORun.resume with the fault below
 
 
@@ -173,6 +184,7 @@ PLANTED = {
     ("activation", "planted_inference_two_roundings"): silu_mul_inference_two_roundings,
     ("attention", "planted_graph_baked_block_kv"): attention_graph_baked_block_kv,
     ("attention", "planted_bf16_split_kv"): attention_bf16_split_kv,
+    ("attention", "planted_split_past_long_context"): attention_split_past_long_context,
     ("logprob", "planted_fast_in_a_worker"): logprob_fast_in_a_worker,
     ("weight_quant", "planted_detached"): weight_round_trip_detached,
 }

@@ -8,7 +8,8 @@ one engine_prefill forward from position 0; chunked prefill forwards segments st
 c, 2c, ... (c = 5 and Q-1, Q, Q+1 for the SSM chunk Q, so chunks end before, at and after a
 chunk boundary); decode is a 1-token prompt, then one engine_decode step per token; all
 sequences of a phase share its forwards (batch invariance itself is C02's). The longest
-sequence runs past KEY_BLOCKS_CROSSED of the widest key block the contract's attention pins.
+sequence runs past three of the widest key block the contract's attention pins, and a key
+block past any wider constant it pins (a context past which a kernel changes its walk).
 The real Engine (paged KV cache, continuous batching with chunked prompts mixed with decodes)
 records the same rows, and trainer_fwd scores the tokens the engine ended with.
 """
@@ -18,7 +19,7 @@ import random
 import torch
 
 from gates import device
-from gates.boundaries import coverage, key_block, ssm_chunk
+from gates.boundaries import coverage, key_block, longest_constant, ssm_chunk
 from gates.compare import tensor_digest
 from gates.workload import Workload, make_requests
 from kernels.engine.engine import Engine
@@ -130,7 +131,9 @@ def every_phase(model, contract, config, seed: int) -> dict:
     each phase's position digests under `seed`, and the engine's beside trainer_fwd's."""
     rng = random.Random(seed)
     block, chunk = key_block(contract), ssm_chunk(config)
-    longest = int(os.environ.get(KEY_BLOCKS_VARIABLE, "3")) * block + rng.randint(1, max(1, block // 2))
+    widest = longest_constant(contract)  # wider than the key block: a context threshold, crossed too
+    past = max(int(os.environ.get(KEY_BLOCKS_VARIABLE, "3")) * block, widest + block if widest > block else 0)
+    longest = past + rng.randint(1, max(1, block // 2))
     lengths = [longest] + [rng.randint(MIN_LENGTH, max(MIN_LENGTH, 2 * block)) for _ in range(NUM_SEQUENCES - 1)]
     tokens = [[rng.randrange(1, config.vocab_size) for _ in range(n)] for n in lengths]
     chunk_sizes = (5, chunk - 1, chunk, chunk + 1)

@@ -137,6 +137,32 @@ def test_the_crossing_condition_of_c01_c06_c07_fails_when_no_context_crosses(con
     assert [c["status"] for c in record.conditions] == ["pass" if crossed else "fail"], record.conditions
 
 
+LONG_CONTEXT_SPLIT = {"impl": "attention.planted_split_past_long_context",
+                      "constants": {"block_kv": 32, "row_multiple": 8, "long_context": 200, "tokens_per_split": 8,
+                                    "max_splits": 16}}
+
+
+def test_c03_reaches_past_a_split_that_starts_at_a_long_context(tmp_path):
+    """Decode attention that switches to a bf16 flash-decoding split once a context passes 200
+    tokens: C03's probes stop at about three key blocks (~100 tokens) on the shipped contract,
+    and would never meet it; they run past every constant the attention binding pins, so the
+    decode phase fails from the threshold on."""
+    contract = _planted(tmp_path, {("attention", "engine_decode"): LONG_CONTEXT_SPLIT})
+    code, results = _gates(tmp_path, "qwen3", "C3", contract)
+    assert code == EXIT_DIFFERENT and "[cut] token-by-token decode == full prefill" in _failed(results["C03"])
+    assert max(results["C03"]["inputs"][0]["sizes"]["cut"]["lengths"]) > 200 + 32
+
+
+def test_the_probes_longest_constant_is_any_integer_the_attention_binding_pins(tmp_path):
+    from gates.boundaries import longest_constant
+    from gates.faults import register_all
+    from kernels.contract import load_contract
+    register_all()
+    assert longest_constant(load_contract("consistent")) == 32  # block_kv; row_multiple 8
+    assert longest_constant(load_contract(_planted(tmp_path, {("attention", "engine_decode"): LONG_CONTEXT_SPLIT}))) \
+        == 200
+
+
 def test_c02_catches_a_per_batch_activation_scale_on_the_quantized_cut(tmp_path):
     """act_quant with one FP8 scale per batch (the fast variant) in every case: the quantized
     cut's rows follow their batch; the plain cut quantizes nothing and passes."""
