@@ -111,6 +111,9 @@ def test_report_shows_every_gate_with_its_status_and_figures_from_the_files(real
     c07 = json.loads((real_run / "gates" / "C07.json").read_text())
     for condition in c07["conditions"]:
         assert condition["name"] in html and condition["name"] in markdown
+    crossed = next(c["coverage"] for c in c07["conditions"] if "coverage" in c)  # C07's coverage record, shown
+    line = f"longest context {crossed['longest_context']}: {crossed['key_blocks_crossed']} key blocks of 32 crossed"
+    assert f"inputs crossed: {line}" in html and line in markdown
     fast = json.loads((real_run / "diff" / "fast.json").read_text())
     locate = json.loads((real_run / "locate" / "locate.json").read_text())
     for text in (f"{fast['max_abs_dp']:.6g}", f"{SYNTHETIC_THROUGHPUT['ratio']:.6g}", "baseline-v1", "attention"):
@@ -260,3 +263,19 @@ def test_first_screen_verdict_follows_the_worst_gate():
     assert "BITWISE_C10_MAX_PAIRS" in got["next"]
     repro = summary(header, cases[0][0], diff, no_locate, [{"test": "repros/r1/test_repro.py"}])
     assert "python -m pytest repros/r1/test_repro.py" in repro["next"]
+
+
+def test_coverage_lines_name_each_size_and_leave_out_what_a_model_has_not():
+    """One line per coverage record, per size where a gate runs several; the SSM part only
+    where the model has Mamba layers; no record, no line (nothing claimed that was not run)."""
+    from harness.stages.report import coverage_lines
+    record = {"key_block": 32, "longest_context": 112, "key_blocks_crossed": 3, "either_side_of_a_key_block": False,
+              "ssm_chunk": 16, "ssm_chunks_crossed": 6, "either_side_of_an_ssm_chunk": False}
+    result = {"conditions": [{"name": "x", "status": "pass"}],
+              "inputs": [{"sizes": {"cut": {"coverage": record, "has_ssm": True},
+                                    "cut-quant": {"coverage": dict(record, longest_context=100), "has_ssm": False}}}]}
+    assert coverage_lines(result) == ["[cut] longest context 112: 3 key blocks of 32 crossed, 6 SSM chunks of 16",
+                                      "[cut-quant] longest context 100: 3 key blocks of 32 crossed"]
+    assert coverage_lines({"conditions": [{"name": "y", "status": "pass", "coverage": dict(record, ssm_chunk=32)}]}) \
+        == ["longest context 112: 3 key blocks of 32 crossed"]
+    assert coverage_lines({"conditions": [{"name": "z", "status": "pass"}], "inputs": [{"seed": 1}]}) == []

@@ -86,13 +86,40 @@ def header(files: RunFiles) -> dict:
             "argv": " ".join(argv) if isinstance(argv, list) else argv}
 
 
+def coverage_lines(result: dict) -> list:
+    """What a gate's inputs crossed, one line per `coverage` record its JSON holds (gates/
+    boundaries.py: in a condition's figures or in the inputs, per size where the gate runs
+    several): the longest context, the key blocks and the SSM chunks it ran past."""
+    lines = []
+
+    def walk(value, size=""):
+        items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else []
+        if isinstance(value, dict) and isinstance(value.get("coverage"), dict):
+            record = value["coverage"]
+            if "key_blocks_crossed" in record:
+                ssm = value.get("has_ssm", record["ssm_chunk"] != record["key_block"])
+                line = (f"{f'[{size}] ' if size else ''}longest context {record['longest_context']}: "
+                        f"{record['key_blocks_crossed']} key blocks of {record['key_block']} crossed"
+                        + (f", {record['ssm_chunks_crossed']} SSM chunks of {record['ssm_chunk']}" if ssm else ""))
+                lines.extend([] if line in lines else [line])
+        if isinstance(value, dict) and isinstance(value.get("sizes"), dict):
+            for name, item in value["sizes"].items():
+                walk(item, name)
+            items = [item for key, item in value.items() if key != "sizes"]
+        for item in items:
+            walk(item, size)
+
+    walk({"conditions": result.get("conditions", []), "inputs": result.get("inputs", [])})
+    return lines
+
+
 def _gate_row(files: RunFiles, name: str, title: str) -> dict:
     result = files.json(f"gates/{name}.json")
     if result is None:
         absence = files.absence("gates")
         return {"name": name, "title": title, "status": absence, "href": None, "conditions": [],
                 "css": "fail" if absence.startswith("failed") else "absent", "not_applicable": [],
-                "raw_conditions": []}
+                "raw_conditions": [], "coverage": []}
     conditions = []
     for condition in result.get("conditions", []):
         figures = [f"{k}: {format_value(v)}" for k, v in condition.items() if k not in ("name", "status")]
@@ -101,7 +128,7 @@ def _gate_row(files: RunFiles, name: str, title: str) -> dict:
     status = result.get("status", "?")
     return {"name": name, "title": title, "status": status, "css": status.replace("/", ""),
             "href": f"gates/{name}.json", "conditions": conditions, "raw_conditions": result.get("conditions", []),
-            "not_applicable": result.get("not_applicable") or []}
+            "not_applicable": result.get("not_applicable") or [], "coverage": coverage_lines(result)}
 
 
 def gate_rows(files: RunFiles) -> list:
