@@ -12,11 +12,17 @@ workload (compiles, graph captures; arrival steps counted from 0 again after it)
      record_function in this process only): per region and case its host time (inclusive)
      and the GPU time of the kernels launched directly inside it (region_times; a graph
      replay's kernels count outside regions), the top kernels, and GPU kernel time against
-     the run's wall time.
+     the run's wall time;
+  3. with --cprofile, one run under cProfile: the Python functions by own and inclusive time
+     and the callers of the costliest (host syncs show as the builtins that wait: tolist,
+     item, copies to the host), written as text beside the raw results.
 The contracts alternate (fast, consistent, fast, ...) so drift hits both. Raw results, the
 commit and the environment are written before the table is printed.
 """
 import argparse
+import cProfile
+import io
+import pstats
 import sys
 import tempfile
 import time
@@ -154,6 +160,25 @@ def profiled_run(engine, requests, sync, limit=25) -> dict:
             "host_inclusive": [{"op": k, "ms": ms, "calls": n} for k, (ms, n) in top(host)]}
 
 
+def cprofiled_run(engine, requests, sync, path: Path, limit=45) -> float:
+    """One run under cProfile; its tables as text at `path`; the run's wall seconds."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        wall = run_workload(engine, requests, sync)
+    finally:
+        profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    text.write(f"wall {wall:.3f} s under cProfile\n")
+    stats.sort_stats("tottime").print_stats(limit)
+    stats.sort_stats("cumulative").print_stats(limit)
+    stats.sort_stats("tottime").print_callers(15)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.getvalue())
+    return wall
+
+
 def progress(line: str) -> None:
     print(time.strftime("%H:%M:%S"), line, flush=True)
 
@@ -165,6 +190,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test on the cut")
+    parser.add_argument("--cprofile", action="store_true", help="one more run per contract under cProfile")
     args = parser.parse_args()
     device.select(args.device)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
@@ -189,6 +215,10 @@ def main() -> int:
         progress(f"{model}: timed runs done; profiling")
         for name in CONTRACTS:
             cells[name]["profiled"] = profiled_run(engines[name], make_requests(workload, config.vocab_size), sync)
+            if args.cprofile:
+                path = Path(args.out) / f"cprofile-{model}-{name}.txt"
+                cells[name]["cprofile_wall_s"] = cprofiled_run(
+                    engines[name], make_requests(workload, config.vocab_size), sync, path)
         tokens = workload.num_sequences * workload.new_tokens
         record["models"][model] = {"plan": asked, "tokens": tokens, "contracts": cells}
         del engines
