@@ -38,6 +38,7 @@ with open(sys.argv[2], "w") as out:
     json.dump(answer, out)
 """
 reported_environment: dict | None = None  # the stack the last worker ran on (what a gate's JSON records)
+_ANSWERED: dict = {}  # ask_once's answers, by procedure, arguments and judged tree
 
 
 class WorkerFailed(RuntimeError):
@@ -70,6 +71,17 @@ def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None =
         document = json.loads(answer_path.read_text())
     reported_environment = reported_environment or document["environment"]
     return document["answer"]
+
+
+def ask_once(procedure: str, arguments: dict) -> dict:
+    """`ask`, once a judging process for the same procedure, arguments and judged tree: for
+    what describes the tree rather than computes with it (its sizes, a subject's facts), which
+    cannot change while one process judges it; every gate that needs it gets the first
+    answer (a worker costs a second of imports on a small CPU)."""
+    key = (procedure, json.dumps(arguments, sort_keys=True), os.environ.get("PYTHONPATH"), device.target())
+    if key not in _ANSWERED:
+        _ANSWERED[key] = ask(procedure, arguments)
+    return _ANSWERED[key]
 
 
 def ask_tensors(procedure: str, arguments: dict, tensors: dict, *, tree=None) -> tuple:

@@ -6,20 +6,13 @@ that compare them. Nothing here imports the code under test.
 import torch
 
 from gates import device
-from gates.candidate import ask, ask_tensors
+from gates.candidate import ask_once, ask_tensors
 from gates.compare import first_differences
 
-_FACTS: dict = {}
-
-
 def subject_facts(gate) -> dict:
-    """The subject's regions, dtype (a torch dtype) and sizes, asked of a worker once a session."""
-    subject = gate.subject()
-    key = repr(sorted(subject.items()))
-    if key not in _FACTS:
-        facts = ask("subject_facts", {"subject": subject, "device": device.target()})
-        _FACTS[key] = dict(facts, dtype=getattr(torch, facts["dtype"]))
-    return _FACTS[key]
+    """The subject's regions, dtype (a torch dtype) and sizes, asked of a worker once a process."""
+    facts = ask_once("subject_facts", {"subject": gate.subject(), "device": device.target()})
+    return dict(facts, dtype=getattr(torch, facts["dtype"]))
 
 
 def grouped(found: dict) -> dict:

@@ -23,7 +23,7 @@ What a batch is, per case: gates/batch_runs.py.
 
 from gates import device
 from gates.boundaries import coverage
-from gates.candidate import ask, check_judge_clean, confinement
+from gates.candidate import ask, ask_once, check_judge_clean, confinement
 from gates.inputs import fresh_seed
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
@@ -61,7 +61,7 @@ def compare_case(runs: dict, where: dict, probes: list) -> dict:
 
 def test_rows_do_not_depend_on_the_batch(gate):
     model_seed = fresh_seed() % 1000
-    sizes = ask("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
+    sizes = ask_once("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
     asked = {size: {"subject": gate.subject(size), "model_seed": model_seed, "device": device.target(),
                     "seeds": {case: fresh_seed() for case in KIND}} for size in sizes}
     # one size after the other: each worker's batches take every core (two at once oversubscribe them)

@@ -22,7 +22,7 @@ chunks the probes crossed, and fewer than 2 of either fails the gate as vacuous.
 """
 
 from gates import device
-from gates.candidate import ask, check_judge_clean, confinement
+from gates.candidate import ask, ask_once, check_judge_clean, confinement
 from gates.inputs import fresh_seed
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
@@ -59,7 +59,7 @@ def compare(expected: dict, got: dict) -> dict:
 
 
 def test_every_phase_gives_the_same_bits(gate):
-    sizes = ask("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
+    sizes = ask_once("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
     gate.inputs = {"workers": confinement(), "sizes": {}}
     for size in sizes:
         seed = fresh_seed()

@@ -24,7 +24,7 @@ condition).
 """
 import torch
 
-from gates.candidate import ask, check_judge_clean, confinement
+from gates.candidate import ask, ask_once, check_judge_clean, confinement
 from gates.conftest import SizedRecord
 from gates.crafted import distinct_fp8_scales, fp8_crafted, sampler_inputs, tied_scores, tied_top_logits
 from gates.hazards import HazardEvidence, VacuousGate, count_negative_zeros, count_topk_boundary_ties
@@ -264,7 +264,7 @@ def check_quantization_covered(gate, facts, calls) -> None:
 def test_discrete_choices_and_rounding(gate):
     """Every shipped size of the model (the cut; the quantized cut where the family ships one),
     each size's checks in one worker, conditions named by size."""
-    sizes = ask("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
+    sizes = ask_once("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
     gate.inputs = {"workers": confinement()}
     for size in sizes:
         run_checks(SizedRecord(gate, size))

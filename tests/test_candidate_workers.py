@@ -140,3 +140,16 @@ def test_every_worker_judged_gate_module_imports_no_candidate_code(tmp_path):
     control = tmp_path / "test_c99_control.py"
     control.write_text("from gates.workload import Workload\nCANDIDATE_IN_WORKERS = True\n")
     assert _kernels_loaded_by([control])[str(control)], "the negative control loads no kernels module"
+
+
+def test_what_describes_the_tree_is_asked_once_a_process(monkeypatch):
+    """ask_once: one worker for the same procedure, arguments and judged tree; another
+    argument or another judged tree (PYTHONPATH) asks again."""
+    asked = []
+    monkeypatch.setattr(candidate, "_ANSWERED", {})
+    monkeypatch.setattr(candidate, "ask", lambda procedure, arguments: asked.append(arguments) or {"n": len(asked)})
+    first = candidate.ask_once("sizes", {"model": "qwen3", "checkpoint": None})
+    assert candidate.ask_once("sizes", {"checkpoint": None, "model": "qwen3"}) == first and len(asked) == 1
+    assert candidate.ask_once("sizes", {"model": "nemotron", "checkpoint": None}) == {"n": 2}
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    assert candidate.ask_once("sizes", {"model": "qwen3", "checkpoint": None}) == {"n": 3}
