@@ -11,6 +11,7 @@ from harness.cli import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_
 from harness.stages import locate as locate_stage
 from harness.stages.shrink import run_repro, shrink
 from kernels.contract.contract import CONTRACT_DIR
+from kernels.contract import load_contract as load_contract_named
 from kernels.models.config import load_model_config
 
 # split-K whose partials are rounded to bf16 before they are added (in a drawn order): the
@@ -19,6 +20,7 @@ from kernels.models.config import load_model_config
 # for a fixed workload to show it whatever the sampler draws
 SPLIT_K = {"impl": "linear.planted_atomic_split_k", "constants": {"num_splits": 4}}
 ENGINE_CASES = ("engine_prefill", "engine_decode")
+BF16_SPLIT_KV = {"impl": "attention.planted_bf16_split_kv", "constants": {"tokens_per_split": 8, "max_splits": 16}}
 PLANTS = {  # name: (model, region, cases bound to the fault, binding, block type the region lives in)
     "ssm_scan-decode": ("nemotron", "ssm_scan", ("engine_decode",), {"impl": "ssm_scan.fast_recurrent"}, "M"),
     "moe_combine-order": ("nemotron", "moe_combine", ENGINE_CASES,
@@ -29,9 +31,11 @@ PLANTS = {  # name: (model, region, cases bound to the fault, binding, block typ
     # watched token's segment (harness/door_capture.py) and still reproduces. Its split
     # partials are rounded to bf16: fast_split_kv's fp32 merge moves too few bits for the
     # cut model's locate to meet one whatever the data (it met none on an AVX-512 machine)
-    "attention-decode_split_kv": ("qwen3", "attention", ("engine_decode",),
-                                  {"impl": "attention.planted_bf16_split_kv",
-                                   "constants": {"tokens_per_split": 8, "max_splits": 16}}, None),
+    "attention-decode_split_kv": ("qwen3", "attention", ("engine_decode",), BF16_SPLIT_KV, None),
+    # the same classes on the other cut: each forward plant is named on both models where the
+    # model has the region (qwen3 has no Mamba or MoE, nemotron no SiLU(gate)*up region)
+    "o_proj-atomic_split_k-qwen3": ("qwen3", "o_proj", ENGINE_CASES, SPLIT_K, None),
+    "attention-decode_split_kv-nemotron": ("nemotron", "attention", ("engine_decode",), BF16_SPLIT_KV, "*"),
 }
 
 
@@ -123,6 +127,29 @@ def test_locate_is_as_wide_as_diff_before_it_says_clean(tmp_path, capsys, monkey
     assert result["passes"]["narrow"]["frac_tokens_differing"] == 0, "the fault must hide from the narrow pass"
     assert code == EXIT_DIFFERENT and result["region"] == "attention", result
     assert result["cases"][0] == "engine_decode" and (tmp_path / "loc" / "wide" / "engine.jsonl").exists()
+
+
+def test_locate_reaches_past_a_split_that_starts_at_a_long_context(tmp_path, capsys, monkeypatch):
+    """Decode attention that switches to a bf16 split once a context passes 200 tokens: the
+    narrow and wide passes stop short of it (the wide one cut to contexts under 100 here), so
+    the long pass, run one key block past the binding's largest constant, must name it."""
+    monkeypatch.setattr(locate_stage, "WIDE_WORKLOAD", {"num_sequences": 8, "new_tokens": 16})
+    binding = {"impl": "attention.planted_split_past_long_context",
+               "constants": {"block_kv": 32, "row_multiple": 8, "long_context": 200, "tokens_per_split": 8,
+                             "max_splits": 16}}
+    contract = _contract_file(tmp_path / "planted.yaml", "attention", ("engine_decode",), binding)
+    code, result = _locate_json(capsys, ["--model", "qwen3", "--contract", str(contract), "--out", str(tmp_path / "loc")])
+    untraced = {name: figures["frac_tokens_differing"] for name, figures in result["passes"].items()}
+    assert untraced["narrow"] == 0 and untraced["wide (diff's workload), untraced"] == 0, untraced
+    assert code == EXIT_DIFFERENT and (result["region"], result["cases"][0]) == ("attention", "engine_decode"), result
+    assert "long (past the attention's constants), traced" in result["passes"], result["passes"]
+    assert (tmp_path / "loc" / "long" / "engine.jsonl").exists() and result["magnitude"]["ulps"] >= 1
+
+
+def test_no_long_pass_where_the_attention_pins_nothing_past_diffs_contexts(tmp_path):
+    """The shipped contracts pin nothing past diff's contexts: locate runs no third pass."""
+    assert all(locate_stage._long_setting(load_contract_named(name), load_model_config("qwen3-cut"),
+                                          locate_stage.Workload(), 0) is None for name in ("consistent", "fast"))
 
 
 def test_inconclusive_when_no_traced_door_differs(tmp_path, monkeypatch):

@@ -7,6 +7,9 @@ each), compared by harness/trace_compare.py, first over a narrow workload (secon
 finds no door, diff's own workload runs untraced and, only where it differs, traced
 (locate/wide/): locate is never less sensitive than `harness diff`. A second pass re-runs the
 finding workload and captures the divergent door's inputs and outputs (locate/capture/),
+Where the contract's attention pins an integer past diff's longest context (a context past
+which a kernel changes its walk), a third pass of a few sequences runs one key block past it
+(locate/long/), as C03's probes do: a fault that starts at long contexts is named, not missed.
 from which the magnitude is measured and `harness shrink` builds a repro.
 Both runtimes are deterministic (gate C01), so the second pass sees the first's bits.
 Exit codes: 0 clean, 2 divergence, 3 inconclusive (log-probs differ but no traced door
@@ -16,6 +19,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from gates.boundaries import key_block, longest_constant
 from gates.compare import first_bit_difference
 from gates.faults import register_all
 from gates.mismatch import mismatch_stats
@@ -37,6 +41,7 @@ SHAPE = EngineShape(tokens_per_step=16, max_running=6)
 WIDE_WORKLOAD = {}  # diff's: Workload()'s defaults (64 sequences x 64 new tokens, prompts 8-80)
 WIDE_SHAPE = EngineShape()  # diff's engine
 WIDE_MICRO_BATCH = 8  # diff's trainer micro-batch
+LONG_SEQUENCES = 3  # the long pass: a few sequences past the attention's longest constant
 EXIT_BY_STATUS = {"clean": EXIT_OK, "divergent": EXIT_DIFFERENT, "inconclusive": EXIT_INCONCLUSIVE}
 
 
@@ -56,6 +61,19 @@ def _run_sides(config, contract, weights, setting, out_dir, facts, captures=None
     for tracer in tracers.values():
         tracer.close(**facts)
     return completions, trainer_logprobs
+
+
+def _long_setting(contract, config, wide: Workload, seed: int):
+    """A few sequences whose contexts run one key block past the largest integer the
+    contract's attention pins, when that lies past the wide workload's longest context (and
+    within the model's positions); else None. Prompts end just before the constant, so
+    decode crosses it (as C03's probes)."""
+    block, widest = key_block(contract), longest_constant(contract)
+    if not wide.max_prompt_len + wide.new_tokens < widest + block <= getattr(config, "max_position", widest + block):
+        return None
+    workload = Workload(num_sequences=LONG_SEQUENCES, new_tokens=2 * block, min_prompt_len=max(1, widest - block),
+                        max_prompt_len=widest, arrival_spread=2, seed=seed)
+    return workload, SHAPE, LONG_SEQUENCES
 
 
 def _figures(sides) -> dict:
@@ -102,7 +120,8 @@ def locate(model: str, contract_name: str, out_dir: Path, *, size="cut", config_
     """Trace both sides, find the first divergent door, measure it; writes locate.json.
     A narrow traced pass first (seconds); when it finds no door, diff's own workload untraced,
     and only if that differs a traced pass of it (out_dir/wide): as sensitive as diff, never
-    `clean` where diff would see a difference."""
+    `clean` where diff would see a difference; then, the same way, the long pass where the
+    attention pins a constant past diff's contexts (out_dir/long)."""
     register_all()  # a contract may name a planted fault (gates/faults.py)
     config = load_model_config(config_path or config_name(model, size))
     if config.family != model:
@@ -120,13 +139,16 @@ def locate(model: str, contract_name: str, out_dir: Path, *, size="cut", config_
     figures = _figures(_run_sides(config, contract, weights, narrow, out_dir, facts))
     found, compared = first_divergence(out_dir / "engine.jsonl", out_dir / "trainer.jsonl")
     passes = {"narrow": figures}
-    if found is None:
-        passes["wide (diff's workload), untraced"] = figures = _figures(
-            _run_sides(config, contract, weights, wide, None, facts))
+    for name, later in (("wide (diff's workload)", wide), ("long (past the attention's constants)",
+                                                          _long_setting(contract, config, wide[0], seed))):
+        if found is not None or figures["frac_tokens_differing"] or later is None:
+            break  # a door found, or log-probs that differ with no door (inconclusive), ends it
+        passes[f"{name}, untraced"] = figures = _figures(_run_sides(config, contract, weights, later, None, facts))
         if figures["frac_tokens_differing"]:
-            setting, trace_dir = wide, out_dir / "wide"
-            facts = {**facts, "workload": dataclasses.asdict(wide[0])}
-            passes["wide, traced"] = figures = _figures(_run_sides(config, contract, weights, wide, trace_dir, facts))
+            setting, trace_dir = later, out_dir / name.split()[0]
+            facts = {**facts, "workload": dataclasses.asdict(later[0])}
+            passes[f"{name}, traced"] = figures = _figures(
+                _run_sides(config, contract, weights, later, trace_dir, facts))
             found, compared = first_divergence(trace_dir / "engine.jsonl", trace_dir / "trainer.jsonl")
     result = {**facts, "doors_compared": compared, "logprob_figures": figures, "passes": passes}
     if found is None:
