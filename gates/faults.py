@@ -135,6 +135,18 @@ def attention_split_past_long_context(q, k, v, segments, kv, *, scale, block_kv:
                                    max_splits=max_splits)
 
 
+HIDDEN_CONTEXT = 1024  # the hidden threshold: no contract constant names it
+
+
+def attention_split_past_hidden_context(q, k, v, segments, kv, *, scale, block_kv: int, row_multiple: int):
+    """The consistent walk until a step's longest context passes 1024 tokens, a threshold
+    written in the kernel rather than the contract, then flash-decoding with a bf16
+    workspace: only a probe of more than a thousand tokens meets it."""
+    if max(s.start + s.length for s in segments) <= HIDDEN_CONTEXT:
+        return attention.consistent(q, k, v, segments, kv, scale=scale, block_kv=block_kv, row_multiple=row_multiple)
+    return attention_bf16_split_kv(q, k, v, segments, kv, scale=scale, tokens_per_split=64, max_splits=16)
+
+
 _TRUE_RESUME = GRPORun.resume  # bound before a test replaces GRPORun.resume with the fault below
 
 
@@ -185,6 +197,7 @@ PLANTED = {
     ("attention", "planted_graph_baked_block_kv"): attention_graph_baked_block_kv,
     ("attention", "planted_bf16_split_kv"): attention_bf16_split_kv,
     ("attention", "planted_split_past_long_context"): attention_split_past_long_context,
+    ("attention", "planted_split_past_hidden_context"): attention_split_past_hidden_context,
     ("logprob", "planted_fast_in_a_worker"): logprob_fast_in_a_worker,
     ("weight_quant", "planted_detached"): weight_round_trip_detached,
 }

@@ -12,6 +12,10 @@ sequence runs past three of the widest key block the contract's attention pins, 
 block past any wider constant it pins (a context past which a kernel changes its walk).
 The real Engine (paged KV cache, continuous batching with chunked prompts mixed with decodes)
 records the same rows, and trainer_fwd scores the tokens the engine ended with.
+A long probe, one sequence of LONG_TOKENS (past 1024 on the CPU, past 4096 on a GPU, within the
+model's positions), is prefilled whole, prefilled to LONG_DECODE short of its end and decoded the rest,
+and scored by trainer_fwd: a kernel that changes its walk at a context the contract does not
+name (a hard-coded threshold) is met there.
 """
 import os
 import random
@@ -31,6 +35,9 @@ REGIONS = ("attention", "ssm_scan")  # per-sequence regions whose rows are compa
 NUM_SEQUENCES, MIN_LENGTH = 2, 17
 KEY_BLOCKS_VARIABLE = "BITWISE_C03_KEY_BLOCKS"  # tests set 0: the probes cross too little (vacuous)
 ENGINE_TOKENS_PER_STEP, ENGINE_BLOCK_SIZE = 12, 16
+# the long probe's length by device (past 1024 on the CPU, the power of two kernels most often
+# switch at; past 4096 where a GPU affords it) and the tokens decoded at its end
+LONG_TOKENS, LONG_DECODE = {"cpu": 1100, "cuda": 4100}, 8
 
 
 class Recorder:
@@ -126,9 +133,26 @@ def position_digests(rows: dict) -> dict:
     return {f"{quantity}|{seq}": [tensor_digest(row.cpu()) for row in tensor] for (quantity, seq), tensor in rows.items()}
 
 
+def long_probe(model, contract, config, rng) -> dict:
+    """{tokens, full, phases} of one LONG_TOKENS sequence (within the model's positions):
+    whole prefill as the reference; prefill then LONG_DECODE decode steps; trainer_fwd."""
+    wanted = LONG_TOKENS.get(device.target(), LONG_TOKENS["cpu"])
+    length = min(wanted, getattr(config, "max_position", wanted))
+    tokens = [[rng.randrange(1, config.vocab_size) for _ in range(length)]]
+    prefix = length - LONG_DECODE
+    decoded = [("engine_prefill", "engine_prefill", [(0, 0, tokens[0][:prefix])])] + [
+        ("engine_decode", "engine_decode", [(0, t, tokens[0][t:t + 1])]) for t in range(prefix, length)]
+    phases = [(f"long context ({length} tokens): prefill {prefix}, decode {LONG_DECODE}", decoded),
+              (f"long context ({length} tokens): trainer_fwd", [("trainer_fwd", "trainer_fwd", [(0, 0, tokens[0])])])]
+    return {"tokens": length, "full": position_digests(_run_phase(model, contract, phase_steps(tokens))),
+            "phases": [{"name": name, "num_forwards": len(steps), "rows": position_digests(_run_phase(model, contract, steps))}
+                       for name, steps in phases]}
+
+
 def every_phase(model, contract, config, seed: int) -> dict:
-    """{inputs, full, phases: [{name, num_forwards, rows}], engine: {rows, reference, facts}}:
-    each phase's position digests under `seed`, and the engine's beside trainer_fwd's."""
+    """{inputs, full, phases: [{name, num_forwards, rows}], engine: {rows, reference, facts},
+    long}: each phase's position digests under `seed`, the engine's beside trainer_fwd's, and
+    the long probe's (long_probe)."""
     rng = random.Random(seed)
     block, chunk = key_block(contract), ssm_chunk(config)
     widest = longest_constant(contract)  # wider than the key block: a context threshold, crossed too
@@ -149,4 +173,5 @@ def every_phase(model, contract, config, seed: int) -> dict:
             "phases": [{"name": name, "num_forwards": len(steps),
                         "rows": position_digests(_run_phase(model, contract, steps))} for name, steps in phases],
             "engine": {"rows": position_digests(engine_rows), "reference": position_digests(reference),
-                       "facts": {"sequence_lengths": [len(t) for t in engine_tokens], **facts}}}
+                       "facts": {"sequence_lengths": [len(t) for t in engine_tokens], **facts}},
+            "long": long_probe(model, contract, config, rng)}

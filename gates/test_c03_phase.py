@@ -18,7 +18,9 @@ widest key blocks the contract's attention pins (block_kv, tokens_per_split;
 BITWISE_C03_KEY_BLOCKS changes the count), and a key block past any wider integer constant its
 attention pins (a context threshold: a split that starts at long contexts is met, its
 negative control tests/test_gate_c01_c03.py); the coverage record says which key blocks and SSM
-chunks the probes crossed, and fewer than 2 of either fails the gate as vacuous.
+chunks the probes crossed, and fewer than 2 of either fails the gate as vacuous. A long
+probe (thousands of tokens, one sequence) is prefilled whole, prefilled then decoded at its
+end, and scored by trainer_fwd: a walk that changes at a context no constant names is met.
 """
 
 from gates import device
@@ -73,6 +75,12 @@ def test_every_phase_gives_the_same_bits(gate):
                    **crossed)
         for phase in answer["phases"]:
             figures = compare(answer["full"], phase["rows"])
+            gate.check(f"[{size}] {phase['name']} == full prefill", figures["first_difference"] is None,
+                       num_forwards=phase["num_forwards"], **figures)
+        long = answer["long"]
+        gate.inputs["sizes"][size]["long_probe_tokens"] = long["tokens"]
+        for phase in long["phases"]:
+            figures = compare(long["full"], phase["rows"])
             gate.check(f"[{size}] {phase['name']} == full prefill", figures["first_difference"] is None,
                        num_forwards=phase["num_forwards"], **figures)
         engine, facts = answer["engine"], answer["engine"]["facts"]

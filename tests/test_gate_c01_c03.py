@@ -137,6 +137,16 @@ def test_the_crossing_condition_of_c01_c06_c07_fails_when_no_context_crosses(con
     assert [c["status"] for c in record.conditions] == ["pass" if crossed else "fail"], record.conditions
 
 
+def test_c03_long_probe_meets_a_threshold_no_constant_names(tmp_path):
+    """Decode attention that switches to a bf16 split past 1024 tokens, a number written in
+    the kernel, not the contract: only C03's long probe (1100 tokens on the CPU) meets it."""
+    binding = {"impl": "attention.planted_split_past_hidden_context", "constants": {"block_kv": 32, "row_multiple": 8}}
+    contract = _planted(tmp_path, {("attention", "engine_decode"): binding})
+    code, results = _gates(tmp_path, "qwen3", "C3", contract)
+    failed = _failed(results["C03"])
+    assert code == EXIT_DIFFERENT and list(failed) == ["[cut] long context (1100 tokens): prefill 1092, decode 8 == full prefill"], failed
+
+
 LONG_CONTEXT_SPLIT = {"impl": "attention.planted_split_past_long_context",
                       "constants": {"block_kv": 32, "row_multiple": 8, "long_context": 200, "tokens_per_split": 8,
                                     "max_splits": 16}}
