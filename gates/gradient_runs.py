@@ -1,6 +1,7 @@
 """C08's worker side (gates/test_c08_gradients.py judges), two procedures in two processes.
 `tested` runs on the judged tree: the contract's trainer_bwd forward and autograd of
-loss = sum_t c_t * logp_t in float32, from the subject's seeded weights, keeping its discrete
+loss = sum_t c_t * logp_t in float32 (the head in chunks of HEAD_CHUNKING's rows: its chunked
+backward is what is measured), from the subject's seeded weights, keeping its discrete
 decisions (MoE expert ids, FP8 activations, the K and V an FP8 KV store received).
 `reference` runs on the base commit's kernels, exported by the gate, so a candidate cannot
 rewire the model the reference differentiates: that definition on a float64 copy of the
@@ -18,6 +19,8 @@ from kernels.models.dispatch import RegionDispatch
 from kernels.models.registry import build_model
 from kernels.trainer.logprobs import ScoredSequence, sequence_logprobs
 
+HEAD_CHUNKING = {"head_chunk_rows": 16, "head_fold_rows": 8}  # several chunks and fold tiles a run
+
 
 def float32_config(subject, size: str):
     """The subject's config run in float32 (the config's bf16 overridden): C08 measures the
@@ -25,12 +28,12 @@ def float32_config(subject, size: str):
     return dataclasses.replace(subject_config(subject, size), dtype="float32")
 
 
-def _loss_and_grads(model, dispatch, spec: list, coefficients) -> dict:
+def _loss_and_grads(model, dispatch, spec: list, coefficients, **head) -> dict:
     """{loss, terms (sum of |c_t * logp_t|), grad/<parameter>} of the loss over `spec`'s sequences
     [[prompt], [completion], temperature] with the trainer_bwd case."""
     sequences = [ScoredSequence(tuple(p), tuple(c), t) for p, c, t in spec]
     model.zero_grad(set_to_none=True)
-    logprobs = torch.cat(sequence_logprobs(model, dispatch, sequences, "trainer_bwd"))
+    logprobs = torch.cat(sequence_logprobs(model, dispatch, sequences, "trainer_bwd", **head))
     terms = coefficients.to(logprobs.dtype).to(logprobs.device) * logprobs
     loss = terms.sum()
     loss.backward()
@@ -58,7 +61,8 @@ def tested(subject, size: str, model_seed: int, contract, spec: list, coefficien
         else:
             kept[name] = (call.output[0] if call.region == "topk" else call.output).detach().cpu()
 
-    found = _loss_and_grads(model.to(target), RegionDispatch(contract, [keep_decisions]), spec, coefficients)
+    found = _loss_and_grads(model.to(target), RegionDispatch(contract, [keep_decisions]), spec, coefficients,
+                            **HEAD_CHUNKING)
     return {**found, **weights, **kept}, [name for name, _ in model.named_parameters()]
 
 

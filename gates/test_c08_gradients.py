@@ -2,7 +2,9 @@
 
 Passes when, for a loss sum_t c_t * logp_t (random c_t) over the completion tokens of a few
 sequences on the model's cut run in float32, the loss and every parameter's gradient from the
-contract's trainer_bwd forward and autograd have relative error at most TOLERANCE (1e-4)
+contract's trainer_bwd forward and autograd (the head's log-prob in chunks of 16 rows, its
+lm_head gradient folded over 8-row tiles: kernels/trainer/chunked_head.py) have relative
+error at most TOLERANCE (1e-4)
 against a float64 reference: |a - ref| / |ref| (L2 norms) for a gradient, and for the loss
 |loss - ref| / sum_t |c_t * ref logp_t|, the size of its terms (random signs can make the sum
 nearly cancel; relative to the loss itself the figure measured the cancellation: 1.16e-4 on

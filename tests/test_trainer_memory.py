@@ -103,3 +103,64 @@ def test_the_update_reduces_the_leaves_in_tree_order(fresh_seed):
     assert len(leaves) == 3 and set(reduced) == set(params)
     for name, param in params.items():
         assert_bitwise_equal(reduced[name], tree_sum([grads[name] for grads in leaves]).to(param.dtype), name)
+
+
+def _leaf_gradients(config, seed, **head):
+    """One micro-batch's fp32 gradients (leaf) under the consistent contract, head options `head`."""
+    trainer = Trainer(config, load_contract("consistent"), seed=seed % 1000, micro_batch_size=4, **head)
+    rng = random.Random(seed)
+    sequences = [ScoredSequence(tuple(rng.randrange(1, config.vocab_size) for _ in range(rng.randint(5, 12))),
+                                tuple(rng.randrange(1, config.vocab_size) for _ in range(rng.randint(15, 30))))
+                 for _ in range(4)]
+    advantages = [rng.uniform(-1, 1) for _ in sequences]
+    old = trainer.score(sequences)
+    return leaf(trainer, sequences, advantages, old, list(range(4)))[2]
+
+
+@pytest.mark.parametrize("model", ["qwen3-cut", "nemotron-cut"])  # tied and untied lm_head
+def test_the_heads_gradient_bits_do_not_follow_the_chunk_size(model, fresh_seed):
+    """The chunked head adds dW's fold tiles in one order for any chunk size that is a
+    multiple of the fold: every gradient's bits are those of one chunk of every row. A
+    different fold adds in another order and moves them (the measure sees an order change)."""
+    config = load_model_config(model)
+    whole = _leaf_gradients(config, fresh_seed, head_fold_rows=8)
+    for chunk in (8, 16, 24):
+        chunked = _leaf_gradients(config, fresh_seed, head_fold_rows=8, head_chunk_rows=chunk)
+        for name, grad in whole.items():
+            assert_bitwise_equal(chunked[name], grad, f"{model} {name}, chunks of {chunk}")
+    refolded = _leaf_gradients(config, fresh_seed, head_fold_rows=32)
+    head = "embed_tokens" if config.tie_word_embeddings else "lm_head"
+    assert not torch.equal(refolded[head], whole[head]), "a fold of 32 rows added as one of 8"
+
+
+def test_the_chunked_head_keeps_no_logits_for_backward(fresh_seed):
+    """What autograd saves for the update holds no [tokens, V] logits: it is smaller than the
+    unchunked head's (lm_head and log-prob under autograd) by at least their bf16 bytes."""
+    trainer = Trainer(CONFIG, load_contract("consistent"), seed=fresh_seed % 1000, micro_batch_size=4,
+                      head_chunk_rows=64)
+    sequences, advantages = _step_inputs(fresh_seed, 4)
+    old = trainer.score(sequences)
+    chunked = _peak_saved(lambda: leaf(trainer, sequences, advantages, old, list(range(4))))
+
+    def unchunked():  # the head as the door's regions under autograd, as before the chunked head
+        import kernels.trainer.logprobs as logprobs
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(logprobs, "head_logprobs", _unchunked_head)
+            leaf(trainer, sequences, advantages, old, list(range(4)))
+    whole = _peak_saved(unchunked)
+    tokens = sum(len(s.completion) for s in sequences)
+    print(f"peak bytes saved for backward: chunked head {chunked}, unchunked {whole}, {tokens} scored tokens")
+    assert whole - chunked >= tokens * CONFIG.vocab_size * 2
+
+
+def _unchunked_head(hidden, weight, targets, temperatures, dispatch, case, rows, **_):
+    with dispatch.selecting_rows(rows):
+        logits = dispatch("lm_head", case, None, hidden, weight)
+        return dispatch("logprob", case, None, logits, targets, temperatures)
+
+
+def test_bad_head_chunking_is_a_clear_error():
+    with pytest.raises(ValueError, match="multiple of head_fold_rows"):
+        Trainer(CONFIG, load_contract("consistent"), head_chunk_rows=12, head_fold_rows=8)
+    with pytest.raises(ValueError, match="head_fold_rows"):
+        Trainer(CONFIG, load_contract("consistent"), head_fold_rows=0)

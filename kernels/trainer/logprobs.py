@@ -3,7 +3,8 @@
 Sequences are laid out either *packed* (end to end, one segment each) or *padded* (right
 padded to the micro-batch's longest, pads computed and ignored: causal attention never lets
 a real row see them). Row t of a sequence predicts token t+1; only the rows that predict
-completion tokens go through lm_head and log-prob.
+completion tokens go through lm_head and log-prob; under autograd in trainer_bwd they go
+through the chunked head (kernels/trainer/chunked_head.py: no [tokens, V] logits saved).
 """
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ import torch
 
 from kernels.models.batch import TokenBatch
 from kernels.models.state import TransientCache
+from kernels.trainer.chunked_head import FOLD_ROWS, head_logprobs
 
 LAYOUTS = ("packed", "padded")
 PAD_TOKEN = 0
@@ -34,19 +36,22 @@ def scored_sequences(completions) -> list:
             for c in completions]
 
 
-def sequence_logprobs(model, dispatch, sequences, case, *, micro_batch_size=8, layout="packed"):
-    """One fp32 tensor [len(completion)] per sequence, in input order."""
+def sequence_logprobs(model, dispatch, sequences, case, *, micro_batch_size=8, layout="packed",
+                      head_chunk_rows=None, head_fold_rows=FOLD_ROWS):
+    """One fp32 tensor [len(completion)] per sequence, in input order. head_chunk_rows,
+    head_fold_rows: the chunked head's (under autograd in trainer_bwd)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout: {layout!r} is not one of {LAYOUTS}")
     if micro_batch_size <= 0:
         raise ValueError("micro_batch_size: must be positive")
     results = []
     for lo in range(0, len(sequences), micro_batch_size):
-        results.extend(_micro_batch(model, dispatch, sequences[lo:lo + micro_batch_size], case, layout))
+        results.extend(_micro_batch(model, dispatch, sequences[lo:lo + micro_batch_size], case, layout,
+                                    (head_chunk_rows, head_fold_rows)))
     return results
 
 
-def _micro_batch(model, dispatch, sequences, case, layout):
+def _micro_batch(model, dispatch, sequences, case, layout, chunking):
     token_lists = [list(s.prompt) + list(s.completion) for s in sequences]
     if layout == "padded":
         width = max(len(ids) for ids in token_lists)
@@ -62,9 +67,14 @@ def _micro_batch(model, dispatch, sequences, case, layout):
         targets.extend(sequence.completion)
         temperatures.extend([sequence.temperature] * len(sequence.completion))
     rows = torch.tensor(rows, dtype=torch.long, device=device)
-    with dispatch.selecting_rows(rows):
-        logits = model.logits(hidden[rows], dispatch, case)
-        logprobs = dispatch("logprob", case, None, logits,
-                            torch.tensor(targets, dtype=torch.long, device=device),
-                            torch.tensor(temperatures, dtype=torch.float32, device=device))
+    targets = torch.tensor(targets, dtype=torch.long, device=device)
+    temperatures = torch.tensor(temperatures, dtype=torch.float32, device=device)
+    if case == "trainer_bwd" and torch.is_grad_enabled():
+        weight = model.embed_tokens if model.config.tie_word_embeddings else model.lm_head
+        logprobs = head_logprobs(hidden[rows], weight, targets, temperatures, dispatch, case, rows,
+                                 chunk_rows=chunking[0], fold_rows=chunking[1])
+    else:
+        with dispatch.selecting_rows(rows):
+            logits = model.logits(hidden[rows], dispatch, case)
+            logprobs = dispatch("logprob", case, None, logits, targets, temperatures)
     return list(logprobs.split([len(s.completion) for s in sequences]))

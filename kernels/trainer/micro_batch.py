@@ -22,7 +22,8 @@ def leaf(trainer, sequences, advantages, old_logprobs, indices):
     """(log-probs, loss share, {name: fp32 gradient}) of the micro-batch `indices`; the
     parameters' .grad are left empty."""
     logprobs = sequence_logprobs(trainer.model, trainer.dispatch, [sequences[i] for i in indices],
-                                 "trainer_bwd", micro_batch_size=trainer.micro_batch_size, layout=trainer.layout)
+                                 "trainer_bwd", micro_batch_size=trainer.micro_batch_size, layout=trainer.layout,
+                                 head_chunk_rows=trainer.head_chunk_rows, head_fold_rows=trainer.head_fold_rows)
     loss = policy_loss(logprobs, [old_logprobs[i] for i in indices],
                        [advantages[i] for i in indices]) * (len(indices) / len(sequences))
     loss.backward()

@@ -5,6 +5,9 @@ An update runs forward and backward one micro-batch at a time (kernels/trainer/m
 so memory follows the micro-batch, not the step; the micro-batches' gradients are added in
 the fixed pairwise tree by micro-batch index, the additions data-parallel replicas make
 (kernels/layout/data_parallel.py), so one process and any DP degree reduce the same bits.
+Inside a micro-batch the head runs in chunks of `head_chunk_rows` rows (memory: no [tokens, V]
+logits kept for backward); the lm_head gradient adds its `head_fold_rows`-row tiles in order
+(kernels/trainer/chunked_head.py), the leaf that fixes its order: the chunk size moves no bit.
 """
 import torch
 
@@ -14,6 +17,7 @@ from kernels.layout.dispatch import make_dispatch
 from kernels.layout.groups import comm_fingerprint
 from kernels.models.registry import build_model
 from kernels.layout.tree import StreamingTreeSum
+from kernels.trainer.chunked_head import FOLD_ROWS, check_chunking
 from kernels.trainer.logprobs import sequence_logprobs
 from kernels.trainer.micro_batch import leaf, micro_batches
 from kernels.trainer.optim import MixedPrecisionAdamW
@@ -23,7 +27,8 @@ class Trainer:
     """Scores completions and applies GRPO updates; `weights()` is what syncs to the engine."""
 
     def __init__(self, config, contract, *, seed=0, weights=None, lr=1e-3, weight_decay=0.0,
-                 micro_batch_size=8, layout="packed", observers=(), device="cpu", parallel=None):
+                 micro_batch_size=8, layout="packed", observers=(), device="cpu", parallel=None,
+                 head_chunk_rows=None, head_fold_rows=FOLD_ROWS):
         """Seeded random weights, or a copy of `weights` (a state dict) when given; the model,
         its fp32 master weights and the optimizer state live on `device`."""
         contract.require_regions(config.REGIONS)
@@ -36,6 +41,8 @@ class Trainer:
         self.optimizer = MixedPrecisionAdamW(self.model, lr=lr, weight_decay=weight_decay)
         self.micro_batch_size = micro_batch_size
         self.layout = layout
+        check_chunking(head_chunk_rows, head_fold_rows)
+        self.head_chunk_rows, self.head_fold_rows = head_chunk_rows, head_fold_rows
 
     def score(self, sequences, *, micro_batch_size=None, layout=None):
         """Per-token log-probs of each sequence's completion (no gradient)."""
