@@ -123,10 +123,14 @@ class NemotronModel(nn.Module):
         normed, _ = dispatch("norm", case, c.num_layers, hidden, self.final_norm, eps=c.layer_norm_epsilon)
         return normed
 
+    @property
+    def head_weight(self):
+        """lm_head's [V, hidden] weight: the embedding table when the config ties them."""
+        return self.embed_tokens if self.config.tie_word_embeddings else self.lm_head
+
     def logits(self, hidden, dispatch, case):
         """[M, V] logits in the activation dtype."""
-        weight = self.embed_tokens if self.config.tie_word_embeddings else self.lm_head
-        return dispatch("lm_head", case, None, hidden, weight)
+        return dispatch("lm_head", case, None, hidden, self.head_weight)
 
     def _attention(self, dispatch, batch, index, layer, normed, cache):
         c, case, rows = self.config, batch.case, normed.shape[0]

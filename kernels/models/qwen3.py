@@ -133,10 +133,14 @@ class Qwen3Model(nn.Module):
         normed, _ = self._norm(dispatch, case, config.num_layers, hidden, residual, self.final_norm)
         return normed
 
+    @property
+    def head_weight(self):
+        """lm_head's [V, hidden] weight: the embedding table when the config ties them."""
+        return self.embed_tokens if self.config.tie_word_embeddings else self.lm_head
+
     def logits(self, hidden, dispatch, case):
         """[M, V] logits in the activation dtype."""
-        weight = self.embed_tokens if self.config.tie_word_embeddings else self.lm_head
-        return dispatch("lm_head", case, None, hidden, weight)
+        return dispatch("lm_head", case, None, hidden, self.head_weight)
 
     def _norm(self, dispatch, case, index, hidden, residual, weight):
         eps = self.config.rms_norm_eps

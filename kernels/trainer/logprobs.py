@@ -70,8 +70,7 @@ def _micro_batch(model, dispatch, sequences, case, layout, chunking):
     targets = torch.tensor(targets, dtype=torch.long, device=device)
     temperatures = torch.tensor(temperatures, dtype=torch.float32, device=device)
     if case == "trainer_bwd" and torch.is_grad_enabled():
-        weight = model.embed_tokens if model.config.tie_word_embeddings else model.lm_head
-        logprobs = head_logprobs(hidden[rows], weight, targets, temperatures, dispatch, case, rows,
+        logprobs = head_logprobs(hidden[rows], model.head_weight, targets, temperatures, dispatch, case, rows,
                                  chunk_rows=chunking[0], fold_rows=chunking[1])
     else:
         with dispatch.selecting_rows(rows):
