@@ -9,6 +9,7 @@ from gates import device
 from gates.candidate import ask_once, ask_tensors
 from gates.compare import first_differences
 
+
 def subject_facts(gate) -> dict:
     """The subject's regions, dtype (a torch dtype) and sizes, asked of a worker once a process."""
     facts = ask_once("subject_facts", {"subject": gate.subject(), "device": device.target()})

@@ -145,8 +145,13 @@ def long_probe(model, contract, config, rng) -> dict:
     phases = [(f"long context ({length} tokens): prefill {prefix}, decode {LONG_DECODE}", decoded),
               (f"long context ({length} tokens): trainer_fwd", [("trainer_fwd", "trainer_fwd", [(0, 0, tokens[0])])])]
     return {"tokens": length, "full": position_digests(_run_phase(model, contract, phase_steps(tokens))),
-            "phases": [{"name": name, "num_forwards": len(steps), "rows": position_digests(_run_phase(model, contract, steps))}
-                       for name, steps in phases]}
+            "phases": _digested(model, contract, phases)}
+
+
+def _digested(model, contract, phases) -> list:
+    """[{name, num_forwards, rows}] of phases [(name, steps)], each on its own fresh cache."""
+    return [{"name": name, "num_forwards": len(steps), "rows": position_digests(_run_phase(model, contract, steps))}
+            for name, steps in phases]
 
 
 def every_phase(model, contract, config, seed: int) -> dict:
@@ -170,8 +175,7 @@ def every_phase(model, contract, config, seed: int) -> dict:
     return {"inputs": {"lengths": lengths, "chunk_sizes": list(chunk_sizes), "kv_cache_dtype": config.kv_cache_dtype,
                        "coverage": coverage(lengths, block, chunk), "has_ssm": hasattr(config, "chunk_size")},
             "full": position_digests(_run_phase(model, contract, phase_steps(tokens))),
-            "phases": [{"name": name, "num_forwards": len(steps),
-                        "rows": position_digests(_run_phase(model, contract, steps))} for name, steps in phases],
+            "phases": _digested(model, contract, phases),
             "engine": {"rows": position_digests(engine_rows), "reference": position_digests(reference),
                        "facts": {"sequence_lengths": [len(t) for t in engine_tokens], **facts}},
             "long": long_probe(model, contract, config, rng)}

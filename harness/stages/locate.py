@@ -7,10 +7,10 @@ each), compared by harness/trace_compare.py, first over a narrow workload (secon
 finds no door, diff's own workload runs untraced and, only where it differs, traced
 (locate/wide/): locate is never less sensitive than `harness diff`. A second pass re-runs the
 finding workload and captures the divergent door's inputs and outputs (locate/capture/),
+from which the magnitude is measured and `harness shrink` builds a repro.
 Where the contract's attention pins an integer past diff's longest context (a context past
 which a kernel changes its walk), a third pass of a few sequences runs one key block past it
 (locate/long/), as C03's probes do: a fault that starts at long contexts is named, not missed.
-from which the magnitude is measured and `harness shrink` builds a repro.
 Both runtimes are deterministic (gate C01), so the second pass sees the first's bits.
 Exit codes: 0 clean, 2 divergence, 3 inconclusive (log-probs differ but no traced door
 does), 1 bad input.
@@ -139,13 +139,14 @@ def locate(model: str, contract_name: str, out_dir: Path, *, size="cut", config_
     figures = _figures(_run_sides(config, contract, weights, narrow, out_dir, facts))
     found, compared = first_divergence(out_dir / "engine.jsonl", out_dir / "trainer.jsonl")
     passes = {"narrow": figures}
-    for name, later in (("wide (diff's workload)", wide), ("long (past the attention's constants)",
-                                                          _long_setting(contract, config, wide[0], seed))):
+    later_passes = (("wide (diff's workload)", "wide", wide),
+                    ("long (past the attention's constants)", "long", _long_setting(contract, config, wide[0], seed)))
+    for name, folder, later in later_passes:
         if found is not None or figures["frac_tokens_differing"] or later is None:
             break  # a door found, or log-probs that differ with no door (inconclusive), ends it
         passes[f"{name}, untraced"] = figures = _figures(_run_sides(config, contract, weights, later, None, facts))
         if figures["frac_tokens_differing"]:
-            setting, trace_dir = later, out_dir / name.split()[0]
+            setting, trace_dir = later, out_dir / folder
             facts = {**facts, "workload": dataclasses.asdict(later[0])}
             passes[f"{name}, traced"] = figures = _figures(
                 _run_sides(config, contract, weights, later, trace_dir, facts))
