@@ -2,12 +2,14 @@
 engine, eager or replaying its decode steps from CUDA graphs, answered as JSON: every
 completion's tokens and log-prob bits, and for a graphed run the record of which graph paths
 ran (replays by size, padded ones, rows sampled inside the graph, steps launched ahead, SSM
-chunks folded inside the graph). The eager and the graphed run are asked of separate workers,
+chunks folded inside the graph), each sequence's context and the boundaries it must cross
+(gates/boundaries.py: the prompts reach past the contract's key block). The eager and the graphed run are asked of separate workers,
 so neither can hand its outputs to the other; and the sources that decide bits, for the judge
 to scan for torch.compile itself.
 """
 import inspect
 
+from gates.boundaries import boundaries
 from gates.compare import int32_bits
 from gates.workload import EngineShape, Workload, rollout
 from kernels.contract.identity import policy_source_files
@@ -28,12 +30,24 @@ def graph_facts(config, contract) -> dict:
             "graphs_refused": graphs_unsupported(config, None) or ""}
 
 
+def workload_for(crossing: dict) -> dict:
+    """WORKLOAD with its longest prompts past the key block and the SSM chunk (where there is
+    one), whatever the contract and the config pin; the shortest stay as they were."""
+    past = max(crossing["key_block"], crossing["ssm_chunk"] or 0) + 8
+    return dict(WORKLOAD, max_prompt_len=max(WORKLOAD["max_prompt_len"], past))
+
+
 def graph_run(config, contract, weights, seed: int, cuda_graphs: bool) -> dict:
-    """The rollout of WORKLOAD under `seed` on CUDA: {completions: [[tokens, log-prob bits]],
-    graphs: what the graphed run replayed (None for the eager run)}."""
-    completions, engine = rollout(config, contract, weights, Workload(**WORKLOAD, seed=seed), SHAPE, device="cuda",
+    """The rollout of the workload under `seed` on CUDA: {completions: [[tokens, log-prob
+    bits]], graphs: what the graphed run replayed (None for the eager run), contexts,
+    boundaries, workload}."""
+    crossing = boundaries(contract, config)
+    workload = workload_for(crossing)
+    completions, engine = rollout(config, contract, weights, Workload(**workload, seed=seed), SHAPE, device="cuda",
                                   cuda_graphs=cuda_graphs)
-    answer = {"completions": [[list(c.tokens), int32_bits(c.logprob_tensor)] for c in completions], "graphs": None}
+    answer = {"completions": [[list(c.tokens), int32_bits(c.logprob_tensor)] for c in completions], "graphs": None,
+              "contexts": [len(c.request.prompt) + len(c.tokens) for c in completions], "boundaries": crossing,
+              "workload": workload}
     if cuda_graphs:
         graphs, mamba = engine.graphs, engine.graphs.mamba
         answer["graphs"] = {

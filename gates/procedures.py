@@ -212,7 +212,7 @@ def c05_rollout(arguments: dict) -> dict:
     """C05's rollout under `seed`, eager or graphed (`cuda_graphs`; gates/graph_runs.py)."""
     config, contract, weights = _subject(arguments)
     return dict(graph_runs.graph_run(config, contract, weights, arguments["seed"], arguments["cuda_graphs"]),
-                config=_label(arguments), workload=graph_runs.WORKLOAD)
+                config=_label(arguments))
 
 
 def c09_steps(arguments: dict) -> dict:

@@ -16,10 +16,11 @@ some replayed row must have been sampled inside the graph. For a hybrid model th
 some replayed row must have completed its SSM chunk (a scan that re-plays its chunk folds it
 in place inside the graph), or the comparison misses that path and fails. An engine that
 launches decode steps ahead (token ids read on the device) must have launched some, or the
-comparison misses that path and fails. The eager and the graphed run are separate workers
-(gates/graph_runs.py), so neither can hand its outputs to the other; the sources are scanned
-here, as text; this process, which writes the verdict, loads no module of the code under
-test (a condition). Negative control:
+comparison misses that path and fails. The workload's contexts must cross the contract's key
+block and, for a hybrid model, an SSM chunk (else vacuous: a fail). The eager and the graphed
+run are separate workers (gates/graph_runs.py), so neither can hand its outputs to the other;
+the sources are scanned here, as text; this process, which writes the verdict, loads no
+module of the code under test (a condition). Negative control:
 the planted fault `attention.planted_graph_baked_block_kv` (gates/faults.py: the walk's key
 block chosen on the host from the step's longest context, which a capture bakes at its dummy
 context) fails it on the GPU (benchmarks/gpu_gates.sh runs it); a scanned source that calls
@@ -31,6 +32,7 @@ from pathlib import Path
 import torch
 
 from gates import device
+from gates.boundaries import check_crossed
 from gates.candidate import ask, check_judge_clean, confinement
 from gates.inputs import fresh_seed
 
@@ -86,6 +88,7 @@ def test_graph_replay_equals_eager(gate):
     graphed = ask("c05_rollout", dict(asked, cuda_graphs=True), side="graphed")
     gate.inputs.update(config=graphed["config"], workload=graphed["workload"])
     ran = graphed["graphs"]
+    check_crossed(gate, graphed["contexts"], graphed["boundaries"])
     gate.check("decode steps were replayed from CUDA graphs, padded batches among them",
                sum(ran["replays_by_size"].values()) > 0 and ran["padded_replays"] > 0,
                replays_by_size=ran["replays_by_size"], padded_replays=ran["padded_replays"])
