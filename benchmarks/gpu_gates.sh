@@ -6,6 +6,10 @@
 #
 #   bash benchmarks/gpu_gates.sh OUT_DIR [GATES]      (GATES default: all, e.g. C1,C2,C7)
 #
+# GATES may name `plants`: the faults planted in the consistent CUDA kernels
+# (tests/test_triton_plants.py, each through the gate meant for it, 4 at a time) run beside
+# the untimed phase; every one of them must fail its gate.
+#
 # Carry .gitbundle (benchmarks/device_git_sync.sh says why and how to make it).
 #
 # Two phases. The untimed gates (C00-C09) run side by side, separate processes sharing the
@@ -33,7 +37,8 @@ run() {  # run NAME SECONDS ARGS...: one harness call, its output in NAME.log, i
 source benchmarks/device_git_sync.sh
 # the untimed phase: the asked gates but C10 (all of C00-C09 by default); C10 if asked or by default
 untimed=${only:-C0,C1,C2,C3,C4,C5,C6,C7,C8,C9}
-untimed=$(echo "$untimed" | tr ',' '\n' | grep -viE '^c?10$' | paste -sd, -)
+plants=$(echo ",$untimed," | grep -qi ',plants,' && echo yes)
+untimed=$(echo "$untimed" | tr ',' '\n' | grep -viE '^(c?10|plants)$' | paste -sd, -)
 timed=$([ -z "$only" ] || echo ",$only," | grep -qiE ',c?10,' && echo yes)
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$work/summary.txt"
 limit=${BITWISE_GATES_LIMIT_S:-480}
@@ -46,6 +51,11 @@ names=""
 # (benchmarks/gemm_mixed_table.py): the gates then prove the speed table's freedom moves no bit
 python3 benchmarks/gemm_mixed_table.py --out "$work/gemm-mixed.json" | tee -a "$work/summary.txt"
 export BITWISE_GEMM_TUNING="$work/gemm-mixed.json"  # the fast contract never reads it
+if [ -n "$plants" ]; then
+    (timeout "$limit" python3 -m pytest tests/test_triton_plants.py -n 4 -p no:cacheprovider -rA -s \
+        >"$work/plants.log" 2>&1; echo $? >"$work/plants.exit") &
+    names="$names plants"
+fi
 for model in $([ -n "$untimed" ] && echo $models); do
     run "$model-consistent" "$limit" gates --model $model --device cuda --only $untimed \
         --out "$work/$model-consistent" &
@@ -79,7 +89,7 @@ for model in $([ -n "$timed" ] && echo $timed_models); do  # alone on the GPUs, 
 done
 for name in $names; do
     echo "== $name: exit $(cat "$work/$name.exit")" | tee -a "$work/summary.txt"
-    tail -n 16 "$work/$name.log" | tee -a "$work/summary.txt"
+    tail -n $([ "$name" = plants ] && echo 40 || echo 16) "$work/$name.log" | tee -a "$work/summary.txt"
 done
 tar czf "$out/gates-$stamp.tgz" -C "$(dirname "$work")" "gates-$stamp"
 cp "$work/summary.txt" "$out/gates-$stamp-summary.txt"

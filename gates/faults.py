@@ -2,7 +2,7 @@
 contract can use (`<family>.planted_<bug>`), so tests can show every gate catching a fault
 of its own kind. Other faults need no code: a contract that maps one case of a region to a
 fast variant (split-K in decode only, the one-step recurrence in decode, two roundings in
-one phase) is the planted fault."""
+one phase) is the planted fault. The CUDA kernels' plants live in gates/faults_cuda.py."""
 import random
 import sys
 from functools import partial
@@ -10,6 +10,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from gates import faults_cuda
 from kernels.ops import activation, attention, linear, logprob, moe, quant_regions, sampler
 from kernels.ops.registry import register_variant
 from kernels.trainer.rl_loop import GRPORun
@@ -204,5 +205,5 @@ PLANTED = {
 
 
 def register_all() -> None:
-    for (family, variant), function in PLANTED.items():
+    for (family, variant), function in {**PLANTED, **faults_cuda.PLANTED}.items():
         register_variant(family, variant, function)

@@ -67,8 +67,10 @@ def _rows(t):
     return t
 
 
-def launch(x, w, eps: float, residual=None, norm_reads_rounded: bool = True):
-    """(y, h): y like x; h = x + residual rounded to x's dtype (None without a residual)."""
+def launch(x, w, eps: float, residual=None, norm_reads_rounded: bool = True, block: int = 0):
+    """(y, h): y like x; h = x + residual rounded to x's dtype (None without a residual).
+    block: the lanes a row is summed over; 0 = the width's own (a test or planted fault
+    passes another: the lane count is the sum's order)."""
     if x.shape[-1] != w.shape[-1] or (residual is not None and residual.shape != x.shape):
         raise ValueError(f"rms_norm: x {tuple(x.shape)}, w {tuple(w.shape)}, residual "
                          f"{None if residual is None else tuple(residual.shape)}")
@@ -78,7 +80,7 @@ def launch(x, w, eps: float, residual=None, norm_reads_rounded: bool = True):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     h = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else None
     count = rows.shape[0] * rows.shape[1]
-    block = min(MAX_BLOCK, triton.next_power_of_2(width))
+    block = block or min(MAX_BLOCK, triton.next_power_of_2(width))
     rows_per_program = max(1, TILE_ELEMENTS // block)  # follows the width alone
     if count:
         _rms_norm_kernel[(triton.cdiv(count, rows_per_program),)](
