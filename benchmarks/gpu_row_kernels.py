@@ -1,5 +1,6 @@
 """The row kernels of an attention layer on CUDA (RMSNorm, RoPE on q and k, the paged K/V
-write), this tree's against a reference commit's, bits and time side by side.
+write), this tree's against a reference commit's, bits and time side by side; the fused q/k
+norm + RoPE against this tree's three launches it replaces (the same bits required).
 
     python3 benchmarks/gpu_row_kernels.py --out DIR [--ref COMMIT] [--rows 128,38400]
 
@@ -27,7 +28,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
-from kernels.ops import kv_write_triton, norm_triton, rope_triton  # noqa: E402
+from kernels.ops import kv_write_triton, norm_triton, qk_norm_rope_triton, rope_triton  # noqa: E402
 from kernels.ops.rope import _device_table  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
@@ -116,6 +117,30 @@ def check_rope(ref, tokens, generator, log):
                     "new_samples": new_samples, "ref_samples": old_samples, "ok": moved == 0})
 
 
+def check_qk_norm_rope(tokens, generator, log):
+    """The fused q/k norm + RoPE against this tree's three launches (norm q, norm k, rope):
+    the same bits required, both contracts' rotations; the time of one against the three."""
+    qkv = torch.randn(tokens, (HEADS + 2 * KV_HEADS) * HEAD_DIM, generator=generator).to(DEVICE, DTYPE)
+    q = qkv[:, :HEADS * HEAD_DIM].view(tokens, HEADS, HEAD_DIM)
+    k = qkv[:, HEADS * HEAD_DIM:(HEADS + KV_HEADS) * HEAD_DIM].view(tokens, KV_HEADS, HEAD_DIM)
+    q_w, k_w = ((1 + 0.1 * torch.randn(HEAD_DIM, generator=generator)).to(DEVICE, DTYPE) for _ in range(2))
+    positions = torch.randint(0, 40960, (tokens,), generator=generator).to(DEVICE)
+    cos, sin = _device_table(1e6, HEAD_DIM, 40960, torch.device(DEVICE))
+    for name, tables, theta in (("qk-norm+rope consistent", {"cos_table": cos, "sin_table": sin}, 0.0),
+                                ("qk-norm+rope fast", {}, 1e6)):
+        def three():
+            q_n, k_n = norm_triton.launch(q, q_w, 1e-6)[0], norm_triton.launch(k, k_w, 1e-6)[0]
+            return (q_n, k_n, *rope_triton.launch(q_n, k_n, positions, theta=theta, **tables))
+
+        def one():
+            return qk_norm_rope_triton.launch(q, k, q_w, k_w, positions, eps=1e-6, theta=theta, **tables)
+        moved = sum(differing(a, b) for a, b in zip(one(), three()))
+        new_ms, new_samples = median_ms(one)
+        old_ms, old_samples = median_ms(three)
+        log.append({"kernel": name, "rows": tokens, "vs_ref_differing": moved, "new_ms": new_ms, "ref_ms": old_ms,
+                    "new_samples": new_samples, "ref_samples": old_samples, "ok": moved == 0})
+
+
 def check_kv_write(tokens, generator, log):
     qkv = torch.randn(tokens, (HEADS + 2 * KV_HEADS) * HEAD_DIM, generator=generator).to(DEVICE, DTYPE)
     v = qkv[:, (HEADS + KV_HEADS) * HEAD_DIM:].view(tokens, KV_HEADS, HEAD_DIM)
@@ -157,6 +182,7 @@ def main() -> int:
             check_head_norm(ref_norm, rows, HEADS, generator, log)
             check_head_norm(ref_norm, rows, KV_HEADS, generator, log)
             check_rope(ref_rope, rows, generator, log)
+            check_qk_norm_rope(rows, generator, log)
             check_kv_write(rows, generator, log)
     write_raw({"ref": args.ref, "results": log, **provenance()}, args.out, "gpu_row_kernels")
     print(f"{'kernel':<22} {'rows':>6} {'ours us':>8} {'ref us':>8} {'ratio':>6} {'moved vs ref':>12} {'check':>6}")

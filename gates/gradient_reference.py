@@ -38,6 +38,9 @@ class ReferenceDispatch:
     def selecting_rows(self, rows):
         return contextlib.nullcontext()  # row selections only matter to tracers
 
+    def fused(self, chain, case, layer, *args, **kwargs):
+        return None  # no fused launch: the model calls each region's reference formula
+
     def __call__(self, region, case, layer, *args, **kwargs):
         if region in LINEAR_REGIONS:
             return ref_linear.linear(*args)

@@ -584,6 +584,33 @@ def check_fused_rope_and_silu_rows_do_not_follow_the_batch(fused, dtype, fresh_s
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [32, 128])
+def check_qk_norm_rope_is_the_three_launches(fused, dtype, head_dim, fresh_seed):
+    """The fused q/k norm + RoPE gives the bits of norm(q), norm(k), then rope, for both
+    contracts' arithmetic (the table, the angles from theta), q and k read through the fused
+    qkv's strides; the normed rows it also stores are norm's output."""
+    from kernels.ops.rope import _fp32_table
+    norm, rope = fused["norm_triton"], fused["rope_triton"]
+    kernel = _import_kernel("qk_norm_rope_triton")
+    gen = torch.Generator().manual_seed(fresh_seed)
+    tokens, q_heads, k_heads = 21, 4, 2
+    qkv = torch.randn(tokens, (q_heads + 2 * k_heads) * head_dim, generator=gen).to(dtype)
+    q = qkv[:, :q_heads * head_dim].view(tokens, q_heads, head_dim)
+    k = qkv[:, q_heads * head_dim:(q_heads + k_heads) * head_dim].view(tokens, k_heads, head_dim)
+    q_w, k_w = ((1 + 0.1 * torch.randn(head_dim, generator=gen)).to(dtype) for _ in range(2))
+    positions = torch.randint(0, 500, (tokens,), generator=gen)
+    cos, sin = _fp32_table(1e6, head_dim, 512)
+    q_normed, k_normed = norm.launch(q, q_w, 1e-6)[0], norm.launch(k, k_w, 1e-6)[0]
+    for tables, theta in (({"cos_table": cos, "sin_table": sin}, 0.0), ({}, 1e6)):
+        expected = (q_normed, k_normed, *rope.launch(q_normed, k_normed, positions, theta=theta, **tables))
+        got = kernel.launch(q, k, q_w, k_w, positions, eps=1e-6, theta=theta, **tables)
+        for name, a, b in zip(("normed q", "normed k", "rotated q", "rotated k"), got, expected):
+            assert_bitwise_equal(a, b, f"{name}, table={bool(tables)} D={head_dim} seed={fresh_seed}")
+    moved = kernel.launch(q, k, q_w, k_w, positions, eps=1e-2, cos_table=cos, sin_table=sin)  # control: eps
+    assert first_bit_difference(moved[2], got[2]) is not None, f"the check cannot see the norm seed={fresh_seed}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def check_kv_write_is_the_two_scatters(dtype, fresh_seed):
     """The one-launch K/V write lands every row where `pool[slots] = rows` puts it, v read
     through the fused qkv's row stride; slots nobody wrote keep their NaN; a layout it does

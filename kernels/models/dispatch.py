@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from kernels.ops.fusions import fused_for
+
 
 @dataclass(frozen=True, slots=True)
 class DoorCall:
@@ -46,6 +48,19 @@ class RegionDispatch:
     def __call__(self, region: str, case: str, layer, *args, **kwargs):
         output = self.contract.op(region, case)(*args, **kwargs)
         self.notify(region, case, layer, args, kwargs, output)
+        return output
+
+    def fused(self, chain: tuple, case: str, layer, *args, **kwargs):
+        """The regions of `chain` in one launch (kernels/ops/fusions.py) when the contract binds
+        each link to implementations fused there and the call allows it; None otherwise, and
+        the caller calls each region. Observers see every link's call as if it ran alone."""
+        function = fused_for(chain, [self.contract.binding(region, case) for region in chain])
+        result = function(*args, **kwargs) if function is not None else None
+        if result is None:
+            return None
+        output, links = result
+        for region, link_args, link_kwargs, link_output in links:
+            self.notify(region, case, layer, link_args, link_kwargs, link_output)
         return output
 
     def notify(self, region: str, case: str, layer, args, kwargs, output) -> None:

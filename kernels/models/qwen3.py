@@ -3,7 +3,8 @@ SiLU(gate)*up MLP, embeddings tied to lm_head (or not, as the config says).
 
 ONE definition for both runtimes: every region goes through `dispatch(region, case, layer,
 ...)`, so the engine and the trainer differ only in the contract's choice per case and in
-the cache they pass (paged vs transient). Weights are fused the way engines store them
+the cache they pass (paged vs transient); qk_norm and rope may run as one launch where the
+contract's bindings fuse (kernels/ops/fusions.py), with the same bits. Weights are fused the way engines store them
 (qkv, gate_up); kernels/models/hf_checkpoint.py maps transformers' names onto them.
 """
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from torch import nn
 
 from kernels.models.batch import call_per_case
 from kernels.models.config import DTYPES
+from kernels.ops.fusions import QK_NORM_ROPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +160,14 @@ class Qwen3Model(nn.Module):
         q = q.reshape(num_rows, config.num_heads, head_dim)
         k = k.reshape(num_rows, config.num_kv_heads, head_dim)
         v = v.reshape(num_rows, config.num_kv_heads, head_dim)
-        q, _ = dispatch("qk_norm", case, index, q, layer.q_norm, eps=config.rms_norm_eps)
-        k, _ = dispatch("qk_norm", case, index, k, layer.k_norm, eps=config.rms_norm_eps)
-        q, k = dispatch("rope", case, index, q, k, positions,
-                        theta=config.rope_theta, max_position=config.max_position)
+        rope = {"theta": config.rope_theta, "max_position": config.max_position}
+        fused = dispatch.fused(QK_NORM_ROPE, case, index, q, k, layer.q_norm, layer.k_norm, positions,
+                               eps=config.rms_norm_eps, **rope)
+        if fused is None:  # region by region
+            q, _ = dispatch("qk_norm", case, index, q, layer.q_norm, eps=config.rms_norm_eps)
+            k, _ = dispatch("qk_norm", case, index, k, layer.k_norm, eps=config.rms_norm_eps)
+            fused = dispatch("rope", case, index, q, k, positions, **rope)
+        q, k = fused
         attended = call_per_case(dispatch, "attention", batch, index, (q, k, v), cache.kv(index),
                                  scale=head_dim ** -0.5).reshape(num_rows, q_width)
         return dispatch("o_proj", case, index, attended, layer.o_proj)

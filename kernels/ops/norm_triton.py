@@ -25,10 +25,13 @@ TILE_ELEMENTS = 2048  # a program holds max(1, TILE_ELEMENTS // BLOCK) rows: 16 
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, num_rows, inner, stride_xa, stride_xb, stride_ra,
-                     stride_rb, width, eps, HAS_RESIDUAL: tl.constexpr, NORM_READS_ROUNDED: tl.constexpr,
-                     BLOCK: tl.constexpr, ROWS: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+def _norm_rows(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, block, num_rows, inner, stride_xa, stride_xb, stride_ra,
+               stride_rb, width, eps, HAS_RESIDUAL: tl.constexpr, NORM_READS_ROUNDED: tl.constexpr,
+               BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    """Rows block * ROWS .. + ROWS normed into out (contiguous rows of `width`); the kernel
+    below and the fused q/k norm + RoPE (kernels/ops/qk_norm_rope_triton.py) both run it, so
+    a row's tile, lanes and tree are the same in both."""
+    rows = block.to(tl.int64) * ROWS + tl.arange(0, ROWS)
     is_row = (rows < num_rows)[:, None]
     x_rows = x_ptr + ((rows // inner) * stride_xa + (rows % inner) * stride_xb)[:, None]
     r_rows = res_ptr + ((rows // inner) * stride_ra + (rows % inner) * stride_rb)[:, None]
@@ -56,6 +59,20 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, num_rows, inner, str
         tl.store(out_ptr + rows[:, None] * width + lo + offs, (h * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, num_rows, inner, stride_xa, stride_xb, stride_ra,
+                     stride_rb, width, eps, HAS_RESIDUAL: tl.constexpr, NORM_READS_ROUNDED: tl.constexpr,
+                     BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    _norm_rows(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, tl.program_id(0), num_rows, inner, stride_xa, stride_xb,
+               stride_ra, stride_rb, width, eps, HAS_RESIDUAL, NORM_READS_ROUNDED, BLOCK, ROWS)
+
+
+def tile(width: int) -> tuple:
+    """(BLOCK lanes, rows per program) for rows of `width`: the width's alone."""
+    block = min(MAX_BLOCK, triton.next_power_of_2(width))
+    return block, max(1, TILE_ELEMENTS // block)
+
+
 def _rows(t):
     """(t as [A, B, D] with a unit last stride, A, B): a 2D or 3D tensor's rows in place."""
     if t.stride(-1) != 1:
@@ -80,8 +97,8 @@ def launch(x, w, eps: float, residual=None, norm_reads_rounded: bool = True, blo
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     h = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else None
     count = rows.shape[0] * rows.shape[1]
-    block = block or min(MAX_BLOCK, triton.next_power_of_2(width))
-    rows_per_program = max(1, TILE_ELEMENTS // block)  # follows the width alone
+    natural, rows_per_program = tile(width)  # follows the width alone
+    block = block or natural
     if count:
         _rms_norm_kernel[(triton.cdiv(count, rows_per_program),)](
             rows, res, w, out, h if h is not None else out, count, rows.shape[1], rows.stride(0), rows.stride(1),

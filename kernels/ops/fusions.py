@@ -1,0 +1,47 @@
+"""Region chains that run as one launch where the contract allows: a chain of regions, and for
+each pair of implementations it fuses, a function that computes the bits those
+implementations give when called one after another (each fused kernel's docstring says why).
+
+A chain fuses only where every link is bound to an implementation named here with no pinned
+constant; anything else (another variant, a planted fault) runs link by link, as does any
+call the fused kernel does not take (CPU tensors, autograd recording: the trainer's backward
+needs the links' own Functions). A fused function returns None for those, else
+(output, links): the chain's output and each link's (region, args, kwargs, output), so that
+tracers see every region as if it had run alone (kernels/models/dispatch.py).
+"""
+from kernels.ops.autograd_use import records_graph
+
+QK_NORM_ROPE = ("qk_norm", "rope")
+
+
+def _qk_norm_rope(from_table: bool):
+    def fused(q, k, q_weight, k_weight, positions, *, eps, theta, max_position):
+        if q.device.type != "cuda" or records_graph(q, k, q_weight, k_weight):
+            return None
+        from kernels.ops import qk_norm_rope_triton, rope  # imports Triton: CUDA machines only
+        tables = {}
+        if from_table:
+            cos, sin = rope._device_table(float(theta), q.shape[-1], int(max_position), q.device)
+            tables = {"cos_table": cos, "sin_table": sin}
+        positions = positions.to(q.device)
+        q_normed, k_normed, q_out, k_out = qk_norm_rope_triton.launch(q, k, q_weight, k_weight, positions, eps=eps,
+                                                                      theta=float(theta), **tables)
+        links = (("qk_norm", (q, q_weight), {"eps": eps}, (q_normed, None)),
+                 ("qk_norm", (k, k_weight), {"eps": eps}, (k_normed, None)),
+                 ("rope", (q_normed, k_normed, positions), {"theta": theta, "max_position": max_position},
+                  (q_out, k_out)))
+        return (q_out, k_out), links
+    return fused
+
+
+FUSED = {
+    QK_NORM_ROPE: {("norm.consistent", "rope.consistent"): _qk_norm_rope(from_table=True),
+                   ("norm.fast_fused", "rope.fast"): _qk_norm_rope(from_table=False)},
+}
+
+
+def fused_for(chain: tuple, bindings) -> object:
+    """The fused function of `chain` for its links' bindings, or None."""
+    if any(binding.constants for binding in bindings):
+        return None
+    return FUSED.get(chain, {}).get(tuple(binding.impl for binding in bindings))

@@ -1,0 +1,74 @@
+"""q/k RMSNorm and rotary embedding in one Triton launch on CUDA: the fusion of the qk_norm and
+rope regions (kernels/ops/fusions.py) where three launches ran per layer (norm q, norm k, rope).
+
+Each part is the region kernel it replaces, called as a function, not new arithmetic: a
+program norms ROWS (token, head) rows of q, or of k (programs past q's take k's), with
+norm_triton's row code at norm_triton's tile for the head width (so the same lanes, the same
+tree, one rounding), stores the normed rows, and after a block barrier rotates its own rows
+from them with rope_triton's row code (the fp32 table for consistent, angles from theta with
+every product rounded for fast). The normed rows are the qk_norm region's output and the
+rotated ones the rope region's, bit for bit the three launches' (an elementwise rotation
+moves no bit with the tile); tracers see both (RegionDispatch.fused).
+Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+"""
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.ops.norm_triton import _norm_rows, tile
+from kernels.ops.rope_triton import _rotate_rows, _unit_last
+
+
+@triton.jit
+def _norm_then_rotate(x_ptr, w_ptr, normed_ptr, out_ptr, pos_ptr, cos_ptr, sin_ptr, block, num_rows, heads,
+                      stride_xt, stride_xh, eps, log2_theta, HALF: tl.constexpr, NORM_BLOCK: tl.constexpr,
+                      ROPE_BLOCK: tl.constexpr, ROWS: tl.constexpr, FROM_TABLE: tl.constexpr):
+    _norm_rows(x_ptr, x_ptr, w_ptr, normed_ptr, normed_ptr, block, num_rows, heads, stride_xt, stride_xh, 0, 0,
+               2 * HALF, eps, False, True, NORM_BLOCK, ROWS)
+    tl.debug_barrier()  # the program's normed rows, stored by all its threads, are read back below
+    _rotate_rows(normed_ptr, out_ptr, pos_ptr, cos_ptr, sin_ptr, block, num_rows, heads, heads * 2 * HALF, 2 * HALF,
+                 log2_theta, HALF, ROPE_BLOCK, ROWS, FROM_TABLE)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, qn_ptr, kn_ptr, q_out_ptr, k_out_ptr, pos_ptr, cos_ptr,
+                         sin_ptr, q_rows, k_rows, q_heads, k_heads, stride_qt, stride_qh, stride_kt, stride_kh, eps,
+                         log2_theta, HALF: tl.constexpr, NORM_BLOCK: tl.constexpr, ROPE_BLOCK: tl.constexpr,
+                         ROWS: tl.constexpr, FROM_TABLE: tl.constexpr):
+    program = tl.program_id(0)
+    q_programs = tl.cdiv(q_rows, ROWS)
+    if program < q_programs:
+        _norm_then_rotate(q_ptr, qw_ptr, qn_ptr, q_out_ptr, pos_ptr, cos_ptr, sin_ptr, program, q_rows, q_heads,
+                          stride_qt, stride_qh, eps, log2_theta, HALF, NORM_BLOCK, ROPE_BLOCK, ROWS, FROM_TABLE)
+    else:
+        _norm_then_rotate(k_ptr, kw_ptr, kn_ptr, k_out_ptr, pos_ptr, cos_ptr, sin_ptr, program - q_programs, k_rows,
+                          k_heads, stride_kt, stride_kh, eps, log2_theta, HALF, NORM_BLOCK, ROPE_BLOCK, ROWS,
+                          FROM_TABLE)
+
+
+def launch(q, k, q_weight, k_weight, positions, *, eps: float, cos_table=None, sin_table=None, theta: float = 0.0):
+    """q [T, Hq, D], k [T, Hk, D] (any strides with a unit last one), their norm weights [D]
+    and positions [T] -> (normed q, normed k, rotated q, rotated k), all contiguous: from the
+    fp32 tables when given (consistent), else from theta (fast)."""
+    q, k = _unit_last(q), _unit_last(k)
+    num_tokens, q_heads, head_dim = q.shape
+    if (head_dim % 2 or positions.shape != (num_tokens,) or k.shape[0] != num_tokens or k.shape[2] != head_dim
+            or q_weight.shape != (head_dim,) or k_weight.shape != (head_dim,)):
+        raise ValueError(f"qk_norm_rope: q {tuple(q.shape)}, k {tuple(k.shape)}, weights {tuple(q_weight.shape)}, "
+                         f"{tuple(k_weight.shape)}, positions {tuple(positions.shape)}")
+    normed = [torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k)]
+    rotated = [torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k)]
+    norm_block, rows = tile(head_dim)
+    q_rows, k_rows = num_tokens * q_heads, num_tokens * k.shape[1]
+    from_table = cos_table is not None
+    programs = triton.cdiv(q_rows, rows) + triton.cdiv(k_rows, rows)
+    if programs:
+        _qk_norm_rope_kernel[(programs,)](
+            q, k, q_weight, k_weight, *normed, *rotated, positions, cos_table if from_table else q,
+            sin_table if from_table else q, q_rows, k_rows, q_heads, max(1, k.shape[1]), q.stride(0), q.stride(1),
+            k.stride(0), k.stride(1), eps, math.log2(theta) if theta > 0 else 0.0, HALF=head_dim // 2,
+            NORM_BLOCK=norm_block, ROPE_BLOCK=triton.next_power_of_2(head_dim // 2), ROWS=rows,
+            FROM_TABLE=from_table, num_warps=4)
+    return (*normed, *rotated)
