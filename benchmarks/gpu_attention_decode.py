@@ -12,7 +12,10 @@ not the host's launch path, which dominates an eager decode-sized launch) and th
 The consistent contract runs one configuration in every phase, so a change of its key block
 or warps is a change of its bits: each decode output is compared (int16 view) with the
 configuration the tree runs now at the same key block, and the count of differing elements
-is saved beside the time. Raw samples saved with the commit and environment.
+is saved beside the time. `--k-loads columns,rows` also tries each key block loaded as rows of
+D (transposed for the dot: the same bits must come out), `--splits 1,2,4` the fast contract's
+flash-decoding at those split counts, merge included (its bits may move: it is the fast path).
+Raw samples saved with the commit and environment.
 """
 import argparse
 import itertools
@@ -45,9 +48,18 @@ def paged_case(batch: int, context: int, rows_per_seq: int, generator, device):
     return q, keys, values, segments, table, rows_per_seq
 
 
-def run(case, block_kv: int, launch: tuple):
+def run(case, block_kv: int, launch: tuple, k_load: str = "columns", splits: int = 1):
+    """The walk (splits 1) or the fast contract's flash-decoding with its merge (splits > 1,
+    32 tokens a split at least, as the fast contract pins)."""
     q, keys, values, segments, table, rows_per_seq = case  # no host sync: graph replays time it
     attention_triton.LAUNCH_TABLE[(HEAD_DIM, torch.bfloat16)] = launch
+    attention_triton.K_LOAD = k_load
+    if splits > 1:
+        acc, m, l = attention_triton._launch(q, keys, values, scale=HEAD_DIM ** -0.5, block_kv=block_kv,
+                                             segments=segments, table=table, page_size=PAGE,
+                                             max_tokens=rows_per_seq, splits=(32, splits))
+        weight = torch.exp(m - m.amax(dim=0)).nan_to_num(0.0)
+        return ((weight[..., None] * acc).sum(dim=0) / (weight * l).sum(dim=0)[..., None]).to(q.dtype)
     return attention_triton._launch(q, keys, values, scale=HEAD_DIM ** -0.5, block_kv=block_kv, segments=segments,
                                     table=table, page_size=PAGE, max_tokens=rows_per_seq)
 
@@ -60,6 +72,8 @@ def main() -> int:
     parser.add_argument("--block-kv", default="16,32,64,128")
     parser.add_argument("--warps", default="2,4,8")
     parser.add_argument("--stages", default="2,3,4")
+    parser.add_argument("--k-loads", default="columns", help="columns,rows: how a key block is loaded")
+    parser.add_argument("--splits", default="1", help="flash-decoding split counts (the fast contract's; 1: the walk)")
     parser.add_argument("--prefill", default="8x512", help="SEQUENCESxROWS of the prefill-shaped launch")
     parser.add_argument("--device", default="cuda", help="cpu: TRITON_INTERPRET=1, tiny sizes, a smoke test")
     args = parser.parse_args()
@@ -72,25 +86,31 @@ def main() -> int:
              for c in map(int, args.contexts.split(","))}
     seqs, rows = map(int, args.prefill.split("x"))
     cases[f"prefill {args.prefill}"] = (paged_case(seqs, rows, rows, generator, device), None)
-    blocks, warps, stages = (list(map(int, a.split(","))) for a in (args.block_kv, args.warps, args.stages))
+    blocks, warps, stages, splits = (list(map(int, a.split(","))) for a in (args.block_kv, args.warps, args.stages,
+                                                                           args.splits))
+    loads = args.k_loads.split(",")
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s; the tree runs (warps, stages) = {now}")
-    print(f"{'case':<15}{'block':>6}{'warps':>6}{'stages':>7}{'us':>9}{'x bound':>9}{'bits moved':>11}")
+    print(f"{'case':<15}{'block':>6}{'warps':>6}{'stages':>7}{'load':>8}{'splits':>7}{'us':>9}{'x bound':>9}"
+          f"{'bits moved':>11}")
     for name, (case, keys_read) in cases.items():
         reference = {b: run(case, b, now) for b in blocks}
-        for block_kv, num_warps, num_stages in itertools.product(blocks, warps, stages):
+        for block_kv, num_warps, num_stages, k_load, split in itertools.product(blocks, warps, stages, loads, splits):
             started = time.perf_counter()
-            out = run(case, block_kv, (num_warps, num_stages))
+            out = run(case, block_kv, (num_warps, num_stages), k_load, split)
             moved = int((out.view(torch.int16) != reference[block_kv].view(torch.int16)).sum())
-            samples = (do_bench_cudagraph(lambda: run(case, block_kv, (num_warps, num_stages)), return_mode="all")
+            samples = (do_bench_cudagraph(lambda: run(case, block_kv, (num_warps, num_stages), k_load, split),
+                                          return_mode="all")
                        if device == "cuda" else [1e3 * (time.perf_counter() - started)])
             us = 1e3 * sorted(samples)[len(samples) // 2]
             bound_us = None if keys_read is None else 1e6 * keys_read * KV_HEADS * HEAD_DIM * 2 * 2 / bandwidth
             record["cells"].append({"case": name, "block_kv": block_kv, "num_warps": num_warps,
-                                    "num_stages": num_stages, "us": us, "bound_us": bound_us,
+                                    "num_stages": num_stages, "k_load": k_load, "splits": split, "us": us, "bound_us": bound_us,
                                     "bits_moved_vs_current": moved, "samples_ms": samples})
             ratio = f"{us / bound_us:9.2f}" if bound_us else f"{'-':>9}"
-            print(f"{name:<15}{block_kv:>6}{num_warps:>6}{num_stages:>7}{us:>9.1f}{ratio}{moved:>11}", flush=True)
+            print(f"{name:<15}{block_kv:>6}{num_warps:>6}{num_stages:>7}{k_load:>8}{split:>7}{us:>9.1f}{ratio}"
+                  f"{moved:>11}", flush=True)
     attention_triton.LAUNCH_TABLE[(HEAD_DIM, torch.bfloat16)] = now
+    attention_triton.K_LOAD = "columns"
     write_raw(record, args.out, "gpu_attention_decode")
     return 0
 

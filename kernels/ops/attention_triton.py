@@ -35,6 +35,10 @@ BLOCK_M = 16  # query rows per program, whatever T is (decode pads)
 # (head_dim, dtype) -> (num_warps, num_stages); any other pair uses DEFAULT_LAUNCH. Never keyed by T or C.
 LAUNCH_TABLE = {(128, torch.bfloat16): (4, 2), (128, torch.float16): (4, 2), (64, torch.bfloat16): (4, 2)}
 DEFAULT_LAUNCH = (4, 2)
+# How a key block is loaded: "columns" ([D, keys], the dot's operand as it comes) or "rows"
+# ([keys, D], each key's D contiguous, transposed for the dot). The same values reach the
+# same dot, so the bits are the same; only the load differs (benchmarks/gpu_attention_decode.py).
+K_LOAD = "columns"
 
 
 @triton.jit(do_not_specialize=["num_tokens_arg", "query_start_arg", "page_size", "tokens_per_split", "stride_table"],
@@ -45,7 +49,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, m_ptr, l_ptr, rows_ptr, length
                       stride_os, stride_ot, stride_oh, stride_ms, stride_mt, stride_table,
                       GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_KV: tl.constexpr, VARLEN: tl.constexpr,
-                      PAGED: tl.constexpr, MAX_SPLITS: tl.constexpr, IS_FP32: tl.constexpr):
+                      PAGED: tl.constexpr, MAX_SPLITS: tl.constexpr, IS_FP32: tl.constexpr,
+                      K_ROWS: tl.constexpr):
     tile, kv_head = tl.program_id(0), tl.program_id(1)
     seq, split = tl.program_id(2) // MAX_SPLITS, tl.program_id(2) % MAX_SPLITS
     if VARLEN:  # one segment per sequence: its first row, its length and its first position
@@ -87,8 +92,12 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, m_ptr, l_ptr, rows_ptr, length
                 k_at = k_ptr + seq.to(tl.int64) * stride_kb + key_pos * stride_kc + kv_head * stride_kh
                 v_at = v_ptr + seq.to(tl.int64) * stride_vb + key_pos * stride_vc + kv_head * stride_vh
             # an FP8 pool dequantizes as kv_decode does: e4m3 -> fp32 -> the activation dtype (exact)
-            k = tl.load(k_at[None, :] + offs_d[:, None], mask=is_key[None, :] & is_d[:, None],
-                        other=0.0).to(tl.float32).to(q.dtype)  # [BLOCK_D, BLOCK_KV]
+            if K_ROWS:
+                k = tl.trans(tl.load(k_at[:, None] + offs_d[None, :], mask=is_key[:, None] & is_d[None, :],
+                                     other=0.0).to(tl.float32).to(q.dtype))  # [BLOCK_D, BLOCK_KV]
+            else:
+                k = tl.load(k_at[None, :] + offs_d[:, None], mask=is_key[None, :] & is_d[:, None],
+                            other=0.0).to(tl.float32).to(q.dtype)  # [BLOCK_D, BLOCK_KV]
             v = tl.load(v_at[:, None] + offs_d[None, :], mask=is_key[:, None] & is_d[None, :],
                         other=0.0).to(tl.float32).to(q.dtype)  # [BLOCK_KV, BLOCK_D]
             if IS_FP32:
@@ -169,7 +178,7 @@ def _launch(q, keys, values, *, scale, block_kv, segments=None, table=None, page
         *(m.stride()[:2] if splits is not None else (0, 0)), table.stride(0) if table is not None else 0,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=BLOCK_M,
         BLOCK_KV=block_kv, VARLEN=segments is not None, PAGED=table is not None, MAX_SPLITS=max_splits,
-        IS_FP32=q.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages)
+        IS_FP32=q.dtype == torch.float32, K_ROWS=K_LOAD == "rows", num_warps=num_warps, num_stages=num_stages)
     return out if splits is None else (out, m, l)
 
 
