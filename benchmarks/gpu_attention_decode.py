@@ -12,8 +12,8 @@ not the host's launch path, which dominates an eager decode-sized launch) and th
 The consistent contract runs one configuration in every phase, so a change of its key block
 or warps is a change of its bits: each decode output is compared (int16 view) with the
 configuration the tree runs now at the same key block, and the count of differing elements
-is saved beside the time. `--k-loads columns,rows` also tries each key block loaded as rows of
-D (transposed for the dot: the same bits must come out), `--splits 1,2,4` the fast contract's
+is saved beside the time. `--k-loads columns,rows` also tries each key block loaded as a
+[D, keys] tile as well as rows of D transposed for the dot (the tree's: the same bits must come out), `--splits 1,2,4` the fast contract's
 flash-decoding at those split counts, merge included (its bits may move: it is the fast path).
 Raw samples saved with the commit and environment.
 """
@@ -48,7 +48,7 @@ def paged_case(batch: int, context: int, rows_per_seq: int, generator, device):
     return q, keys, values, segments, table, rows_per_seq
 
 
-def run(case, block_kv: int, launch: tuple, k_load: str = "columns", splits: int = 1):
+def run(case, block_kv: int, launch: tuple, k_load: str = "rows", splits: int = 1):
     """The walk (splits 1) or the fast contract's flash-decoding with its merge (splits > 1,
     32 tokens a split at least, as the fast contract pins)."""
     q, keys, values, segments, table, rows_per_seq = case  # no host sync: graph replays time it
@@ -72,7 +72,7 @@ def main() -> int:
     parser.add_argument("--block-kv", default="16,32,64,128")
     parser.add_argument("--warps", default="2,4,8")
     parser.add_argument("--stages", default="2,3,4")
-    parser.add_argument("--k-loads", default="columns", help="columns,rows: how a key block is loaded")
+    parser.add_argument("--k-loads", default="rows", help="columns,rows: how a key block is loaded")
     parser.add_argument("--splits", default="1", help="flash-decoding split counts (the fast contract's; 1: the walk)")
     parser.add_argument("--prefill", default="8x512", help="SEQUENCESxROWS of the prefill-shaped launch")
     parser.add_argument("--device", default="cuda", help="cpu: TRITON_INTERPRET=1, tiny sizes, a smoke test")
@@ -110,7 +110,7 @@ def main() -> int:
             print(f"{name:<15}{block_kv:>6}{num_warps:>6}{num_stages:>7}{k_load:>8}{split:>7}{us:>9.1f}{ratio}"
                   f"{moved:>11}", flush=True)
     attention_triton.LAUNCH_TABLE[(HEAD_DIM, torch.bfloat16)] = now
-    attention_triton.K_LOAD = "columns"
+    attention_triton.K_LOAD = "rows"
     write_raw(record, args.out, "gpu_attention_decode")
     return 0
 

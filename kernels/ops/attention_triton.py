@@ -38,7 +38,7 @@ DEFAULT_LAUNCH = (4, 2)
 # How a key block is loaded: "columns" ([D, keys], the dot's operand as it comes) or "rows"
 # ([keys, D], each key's D contiguous, transposed for the dot). The same values reach the
 # same dot, so the bits are the same; only the load differs (benchmarks/gpu_attention_decode.py).
-K_LOAD = "columns"
+K_LOAD = "rows"
 
 
 @triton.jit(do_not_specialize=["num_tokens_arg", "query_start_arg", "page_size", "tokens_per_split", "stride_table"],
