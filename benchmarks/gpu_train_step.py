@@ -2,7 +2,7 @@
 
     python3 benchmarks/gpu_train_step.py --out DIR [--models qwen3-1.7b,nemotron-wide-cut]
         [--sequences 128] [--prompt-len 150] [--new-tokens 512] [--micro-batch 8]
-        [--head-chunk-rows 1024] [--pairs 2] [--device cuda|cpu]
+        [--head-chunk-rows 1024] [--pairs 2] [--contracts fast,consistent] [--device cuda|cpu]
 
 Per model: synthetic answers (random prompt and completion tokens, the rollout's log-probs
 replaced by the trainer's own scores, rewards alternating in groups of 8), one Trainer per
@@ -11,7 +11,8 @@ alternating the contracts. Printed per contract: median step seconds, tokens per
 the peak device memory of a step (torch.cuda.max_memory_allocated, reset before it) and the
 model FLOP utilisation: 6 x parameters x tokens (forward + backward) over the step time and
 the device's dense bf16 peak (--peak-tflops, the H200's 989 by default). Then consistent /
-fast. Raw samples, the commit and the environment are written before the table.
+fast. Raw samples, the commit and the environment are written before the table; a model
+that runs out of device memory is recorded as such and the next one runs.
 --device cpu runs the cut configs at a small shape as a smoke test (no memory or MFU figures).
 """
 import argparse
@@ -64,15 +65,16 @@ def run_model(name: str, args) -> dict:
     advantages = group_advantages(rewards, GROUP if len(sequences) % GROUP == 0 else 1)
     options = dict(device=args.device, micro_batch_size=args.micro_batch, head_chunk_rows=args.head_chunk_rows,
                    head_fold_rows=args.head_fold_rows)
-    trainers = {c: Trainer(config, load_contract(c), weights=weights, **options) for c in CONTRACTS}
-    old = trainers["consistent"].score(sequences)
-    samples = {c: [] for c in CONTRACTS}
-    for contract in CONTRACTS:  # warm-up: allocator, kernel compiles
+    contracts = args.contracts.split(",")
+    trainers = {c: Trainer(config, load_contract(c), weights=weights, **options) for c in contracts}
+    old = trainers["consistent" if "consistent" in trainers else contracts[0]].score(sequences)
+    samples = {c: [] for c in contracts}
+    for contract in contracts:  # warm-up: allocator, kernel compiles
         timed_step(trainers[contract], sequences, advantages, old, args.device)
     for _ in range(args.pairs):
-        for contract in CONTRACTS:
+        for contract in contracts:
             samples[contract].append(timed_step(trainers[contract], sequences, advantages, old, args.device))
-    parameters = sum(p.numel() for p in trainers["fast"].model.parameters())
+    parameters = sum(p.numel() for p in trainers[contracts[0]].model.parameters())
     tokens = args.sequences * (args.prompt_len + args.new_tokens)
     return {"config": name, "parameters": parameters, "tokens": tokens, "samples": samples}
 
@@ -86,7 +88,8 @@ def summarize(entry: dict, peak_tflops: float) -> dict:
         rows[contract] = {"step_s": seconds, "tokens_per_s": entry["tokens"] / seconds,
                           "peak_gb": max(peaks) / 1e9 if peaks else None,
                           "mfu": flops / seconds / (peak_tflops * 1e12)}
-    rows["ratio"] = rows["consistent"]["step_s"] / rows["fast"]["step_s"]
+    if set(CONTRACTS) <= set(rows):
+        rows["ratio"] = rows["consistent"]["step_s"] / rows["fast"]["step_s"]
     return rows
 
 
@@ -104,7 +107,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the device")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--contracts", default=",".join(CONTRACTS),
+                        help="one contract alone gives its trainer's own peak (two trainers share the device)")
     args = parser.parse_args()
+    if not args.contracts or not set(args.contracts.split(",")) <= set(CONTRACTS):
+        parser.error(f"--contracts: a comma list of {', '.join(CONTRACTS)}, got {args.contracts!r}")
     if args.head_chunk_rows % args.head_fold_rows:
         parser.error(f"--head-chunk-rows must be a multiple of --head-fold-rows ({args.head_fold_rows})")
     models = args.models or ("qwen3-1.7b,nemotron-wide-cut" if args.device == "cuda" else CPU_MODELS)
@@ -112,16 +119,24 @@ def main() -> int:
     for name in models.split(","):
         print(time.strftime("%H:%M:%S"), f"{name}: {args.sequences} x {args.prompt_len + args.new_tokens} tokens",
               flush=True)
-        record["models"][name] = run_model(name, args)
+        try:
+            record["models"][name] = run_model(name, args)
+        except torch.OutOfMemoryError as error:  # a figure too: say so, keep the other models
+            record["models"][name] = {"out_of_memory": str(error).splitlines()[0]}
+            print(f"{name}: out of memory: {record['models'][name]['out_of_memory']}", flush=True)
         write_raw(record, args.out, "gpu_train_step")  # raw samples before any summary
     print(f"{'model':<20}{'contract':<12}{'step s':>8}{'tok/s':>10}{'peak GB':>9}{'MFU':>7}")
     for name, entry in record["models"].items():
+        if "out_of_memory" in entry:
+            print(f"{name:<20}out of memory")
+            continue
         rows = summarize(entry, args.peak_tflops)
-        for contract in CONTRACTS:
+        for contract in entry["samples"]:
             row = rows[contract]
             peak = f"{row['peak_gb']:>9.1f}" if row["peak_gb"] is not None else f"{'-':>9}"
             print(f"{name:<20}{contract:<12}{row['step_s']:>8.2f}{row['tokens_per_s']:>10.0f}{peak}{row['mfu']:>7.1%}")
-        print(f"{name:<20}{'cons/fast':<12}{rows['ratio']:>8.2f}")
+        if "ratio" in rows:
+            print(f"{name:<20}{'cons/fast':<12}{rows['ratio']:>8.2f}")
     return 0
 
 
