@@ -13,8 +13,9 @@ The consistent contract runs one configuration in every phase, so a change of it
 or warps is a change of its bits: each decode output is compared (int16 view) with the
 configuration the tree runs now at the same key block, and the count of differing elements
 is saved beside the time. `--k-loads columns,rows` also tries each key block loaded as a
-[D, keys] tile as well as rows of D transposed for the dot (the tree's: the same bits must come out), `--splits 1,2,4` the fast contract's
-flash-decoding at those split counts, merge included (its bits may move: it is the fast path).
+[D, keys] tile as well as rows of D transposed for the dot (the tree's: the same bits must
+come out), `--splits 1,2,4` the fast contract's flash-decoding at those split counts, merge
+included (its bits may move: it is the fast path).
 Raw samples saved with the commit and environment.
 """
 import argparse
@@ -58,8 +59,7 @@ def run(case, block_kv: int, launch: tuple, k_load: str = "rows", splits: int = 
         acc, m, l = attention_triton._launch(q, keys, values, scale=HEAD_DIM ** -0.5, block_kv=block_kv,
                                              segments=segments, table=table, page_size=PAGE,
                                              max_tokens=rows_per_seq, splits=(32, splits))
-        weight = torch.exp(m - m.amax(dim=0)).nan_to_num(0.0)
-        return ((weight[..., None] * acc).sum(dim=0) / (weight * l).sum(dim=0)[..., None]).to(q.dtype)
+        return attention_triton.merged_splits(acc, m, l, q.dtype)
     return attention_triton._launch(q, keys, values, scale=HEAD_DIM ** -0.5, block_kv=block_kv, segments=segments,
                                     table=table, page_size=PAGE, max_tokens=rows_per_seq)
 

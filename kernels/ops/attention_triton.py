@@ -226,10 +226,14 @@ def split_kv_paged(q, paged, *, scale: float, block_kv: int, tokens_per_split: i
                         segments=(tables.rows, tables.lengths, tables.starts), table=tables.block_table,
                         page_size=paged.page_size, max_tokens=tables.max_length,
                         splits=(tokens_per_split, max_splits))
-    top = m.amax(dim=0)
-    weight = torch.exp(m - top).nan_to_num(0.0)  # an empty split (-inf - finite) weighs 0
-    out = (weight[..., None] * acc).sum(dim=0) / (weight * l).sum(dim=0)[..., None]
-    return out.to(q.dtype)
+    return merged_splits(acc, m, l, q.dtype)
+
+
+def merged_splits(acc, m, l, dtype):
+    """Flash-decoding's merge of split partials (acc [S, M, H, D], maxima m and sums l [S, M,
+    H]) by their maxima, rounded once to `dtype`."""
+    weight = torch.exp(m - m.amax(dim=0)).nan_to_num(0.0)  # an empty split (-inf - finite) weighs 0
+    return ((weight[..., None] * acc).sum(dim=0) / (weight * l).sum(dim=0)[..., None]).to(dtype)
 
 
 def _recomputed_fp32(q, keys, values, query_start, scale):
