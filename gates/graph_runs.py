@@ -3,9 +3,9 @@ engine, eager or replaying its decode steps from CUDA graphs, answered as JSON: 
 completion's tokens and log-prob bits, and for a graphed run the record of which graph paths
 ran (replays by size, padded ones, rows sampled inside the graph, steps launched ahead, SSM
 chunks folded inside the graph), each sequence's context and the boundaries it must cross
-(gates/boundaries.py: the prompts reach past the contract's key block). The eager and the graphed run are asked of separate workers,
-so neither can hand its outputs to the other; and the sources that decide bits, for the judge
-to scan for torch.compile itself.
+(gates/boundaries.py: the prompts reach past the contract's key block). The eager and the
+graphed run are asked of separate workers, so neither can hand its outputs to the other; and
+the sources that decide bits, for the judge to scan for torch.compile itself.
 """
 import inspect
 

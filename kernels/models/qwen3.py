@@ -4,8 +4,9 @@ SiLU(gate)*up MLP, embeddings tied to lm_head (or not, as the config says).
 ONE definition for both runtimes: every region goes through `dispatch(region, case, layer,
 ...)`, so the engine and the trainer differ only in the contract's choice per case and in
 the cache they pass (paged vs transient); qk_norm and rope may run as one launch where the
-contract's bindings fuse (kernels/ops/fusions.py), with the same bits. Weights are fused the way engines store them
-(qkv, gate_up); kernels/models/hf_checkpoint.py maps transformers' names onto them.
+contract's bindings fuse (kernels/ops/fusions.py), with the same bits. Weights are fused the
+way engines store them (qkv, gate_up); kernels/models/hf_checkpoint.py maps transformers'
+names onto them.
 """
 from dataclasses import dataclass
 
