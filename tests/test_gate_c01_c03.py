@@ -6,13 +6,12 @@ kernel that does not re-play prefill's arithmetic (C03)."""
 import json
 
 import pytest
-import yaml
 
 from gates.boundaries import check_crossed
 from gates.conftest import GateRecord
 from harness.cli import EXIT_DIFFERENT, EXIT_OK, main
-from kernels.contract.contract import CONTRACT_DIR
 from kernels.contract.regions import CASES, REGION_FAMILY
+from tests.planted_contracts import planted as _planted
 
 LINEAR_REGIONS = sorted(region for region, family in REGION_FAMILY.items() if family == "linear")
 
@@ -26,17 +25,6 @@ def _gates(tmp_path, model, only, contract="consistent"):
 
 def _failed(result) -> dict:
     return {c["name"]: c for c in result["conditions"] if c["status"] == "fail"}
-
-
-def _planted(tmp_path, remap) -> str:
-    """The consistent contract with some region x case bindings replaced, as a YAML file."""
-    document = yaml.safe_load((CONTRACT_DIR / "consistent.yaml").read_text())
-    document["name"] = "consistent-planted"
-    for (region, case), binding in remap.items():
-        document["regions"][region][case] = binding
-    path = tmp_path / "planted.yaml"
-    path.write_text(yaml.safe_dump(document))
-    return str(path)
 
 
 def test_list_names_the_new_gates(capsys):

@@ -10,12 +10,11 @@ import json
 
 import pytest
 import torch
-import yaml
 
 from gates.boundaries import coverage
 from harness.cli import EXIT_DIFFERENT, main
-from kernels.contract.contract import CONTRACT_DIR
 from kernels.contract.regions import REGION_FAMILY
+from tests.planted_contracts import planted
 
 ENGINE_CASES = ("engine_prefill", "engine_decode", "engine_graph")
 LINEARS = sorted(region for region, family in REGION_FAMILY.items() if family == "linear")
@@ -42,24 +41,14 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                        "(benchmarks/gpu_gates.sh runs this file on the device)")
 
 
-def _planted(tmp_path, regions, cases, binding) -> str:
-    document = yaml.safe_load((CONTRACT_DIR / "consistent.yaml").read_text())
-    document["name"] = "consistent-planted-cuda"
-    for region in regions:
-        for case in cases:
-            document["regions"][region][case] = binding
-    path = tmp_path / "planted.yaml"
-    path.write_text(yaml.safe_dump(document))
-    return str(path)
-
-
 @needs_cuda
 @pytest.mark.parametrize("name, model", RUNS)
 def test_a_planted_kernel_constant_fails_its_gate_on_cuda(tmp_path, name, model):
     regions, cases, binding, gate, _ = PLANTS[name]
     out = tmp_path / "gates"
     code = main(["gates", "--model", model, "--device", "cuda", "--only", gate, "--contract",
-                 _planted(tmp_path, regions, cases, binding), "--out", str(out)])
+                 planted(tmp_path, {(r, c): binding for r in regions for c in cases}, "consistent-planted-cuda"),
+                 "--out", str(out)])
     (result,) = [json.loads(path.read_text()) for path in out.glob("C*.json")]
     failed = [c["name"] for c in result["conditions"] if c["status"] == "fail"]
     print(name, model, gate, "failed:", failed)
