@@ -191,7 +191,9 @@ def test_c02_catches_a_reduction_split_per_thread(tmp_path):
     ("qwen3", "attention", {"impl": "attention.fast_split_kv",
                             "constants": {"tokens_per_split": 8, "max_splits": 8}}, False),
     ("nemotron", "ssm_scan", {"impl": "ssm_scan.fast_recurrent"}, True),
-    ("nemotron", "attention", {"impl": "attention.fast_split_kv",
+    # on nemotron's quantized cut (FP8 KV) the fp32-merged split moved no decode bit in 1 of
+    # ~4 runs (CI, session 9): the split with a bf16 workspace moves most rows, every run
+    ("nemotron", "attention", {"impl": "attention.planted_bf16_split_kv",
                                "constants": {"tokens_per_split": 8, "max_splits": 8}}, False),
 ])
 def test_c03_catches_decode_that_does_not_replay_prefill(tmp_path, model, region, binding, engine_fails):
