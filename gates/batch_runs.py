@@ -24,6 +24,7 @@ from gates.boundaries import key_block, ssm_chunk
 from gates.case_calls import intra_op_threads, thread_counts
 from gates.inputs import BATCH_SIZES
 from gates.region_runs import summary
+from gates.row_replay import RowCapture, replay
 from kernels.models.batch import TokenBatch
 from kernels.models.dispatch import RegionDispatch
 from kernels.models.state import TransientCache
@@ -64,10 +65,12 @@ class Capture:
         self.calls.append((call.region, call.layer, output if isinstance(output, tuple) else (output,)))
 
 
-def _forward(model, contract, case, pieces, cache, sampling_seeds):
-    """(batch, region calls) of one forward over `pieces`, logits, logprob and sampler too."""
+def _forward(model, contract, case, pieces, cache, sampling_seeds, rows_seen):
+    """(batch, region calls) of one forward over `pieces`, logits, logprob and sampler too;
+    `rows_seen` (a RowCapture) keeps the row-wise calls' arguments for the replay."""
     capture = Capture()
-    dispatch = RegionDispatch(contract, [capture])
+    rows_seen.start()
+    dispatch = RegionDispatch(contract, [capture, rows_seen])
     batch = TokenBatch.from_sequences(pieces, case, device=device.target())
     with torch.no_grad():
         logits = model.logits(model(batch, dispatch, cache), dispatch, case)
@@ -103,14 +106,16 @@ class World:
         self.pool = [(POOL_SEQ + j, rng.randint(least, most)) for j in range(POOL_SIZE)]
         seq_ids = [probe[0] for probe in self.probes] + [seq for seq, _ in self.pool]
         self.seeds = {seq: rng.randrange(2**31) for seq in seq_ids}  # sampler seed per sequence
+        self.rows_seen = RowCapture()
         self.cache = TransientCache.for_case(model.config, case)
         history = [(seq, 0, ids[:h]) for seq, h, ids in self.probes if h] + [
             (seq, 0, self.tokens(h)) for seq, h in self.pool if h]
         if history:  # prefilled once; every batch runs on a copy
-            _forward(model, contract, "engine_prefill", history, self.cache, self.seeds)
+            _forward(model, contract, "engine_prefill", history, self.cache, self.seeds, RowCapture())
 
     def run(self, pieces):
-        return _forward(self.model, self.contract, self.case, pieces, copy.deepcopy(self.cache), self.seeds)
+        return _forward(self.model, self.contract, self.case, pieces, copy.deepcopy(self.cache), self.seeds,
+                        self.rows_seen)
 
     def probe_piece(self, index):
         seq, history, ids = self.probes[index]
@@ -133,7 +138,8 @@ class World:
 
 def case_runs(model, contract, case: str, seed: int, probes: dict) -> dict:
     """{alone: [rows of each probe alone], batches: [{num_rows, num_segments, probes: [{index,
-    first_row, rows}]}], threads: {alone, batches}} of one case under `seed`."""
+    first_row, rows}]}], threads: {alone, batches}, row_replay (gates/row_replay.py)} of one
+    case under `seed`."""
     rng = random.Random(seed)
     world = World(model, contract, case, rng, probes)
     alone_threads, batch_threads = thread_counts()
@@ -161,4 +167,5 @@ def case_runs(model, contract, case: str, seed: int, probes: dict) -> dict:
             placed.append({"index": index, "first_row": batch.segments[position].row,
                            "rows": _rows_of(batch, calls, position)})
         batches.append({"num_rows": num_rows, "num_segments": len(pieces), "probes": placed})
-    return {"alone": alone, "batches": batches, "threads": {"alone": alone_threads, "batches": batch_threads}}
+    return {"alone": alone, "batches": batches, "threads": {"alone": alone_threads, "batches": batch_threads},
+            "row_replay": replay(RegionDispatch(contract), world.rows_seen)}

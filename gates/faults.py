@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from gates import faults_cuda
-from kernels.ops import activation, attention, linear, logprob, moe, quant_regions, sampler
+from kernels.ops import activation, attention, linear, logprob, moe, norm, quant_regions, sampler
 from kernels.ops.registry import register_variant
 from kernels.trainer.rl_loop import GRPORun
 
@@ -94,6 +94,21 @@ def linear_thread_split_k(x, w, *, row_multiple: int, out_dtype=None):
         part = linear.consistent(x[..., lo:hi].contiguous(), w[:, lo:hi].contiguous(), row_multiple=row_multiple)
         total = part if total is None else total + part
     return total
+
+
+def norm_sum_in_halves_below_16_rows(x, w, *, eps, residual=None):
+    """The consistent RMSNorm, but a call of fewer than 16 rows sums each row's squares as two
+    halves added last (a lane count that follows the rows). Its output is rounded to bf16 from
+    an fp32 sum that moved by an ulp, so about one element in 10^6 changes: only rows widened
+    to fp32 (C02's row replay) show it every time."""
+    h = x if residual is None else x + residual
+    h32 = h.float()
+    if h32.numel() // h32.shape[-1] >= 16:
+        return norm.consistent(x, w, eps=eps, residual=residual)
+    half = h32.shape[-1] // 2
+    squares = h32 * h32
+    variance = (squares[..., :half].sum(-1, keepdim=True) + squares[..., half:].sum(-1, keepdim=True)) / h32.shape[-1]
+    return (h32 * torch.rsqrt(variance + eps) * w.float()).to(x.dtype), (None if residual is None else h)
 
 
 def sampler_keeps_every_tie(logits, params_list, draw_indices):
@@ -192,6 +207,7 @@ PLANTED = {
     ("moe_combine", "planted_reverse_order"): combine_reverse_order,
     ("moe_combine", "planted_bf16_reverse_order"): combine_bf16_reverse_order,
     ("topk", "planted_highest_id_wins"): topk_highest_id_wins,
+    ("norm", "planted_sum_in_halves_below_16_rows"): norm_sum_in_halves_below_16_rows,
     ("sampler", "planted_keeps_every_tie"): sampler_keeps_every_tie,
     ("activation", "planted_wrong_gradient"): silu_mul_wrong_gradient,
     ("activation", "planted_inference_two_roundings"): silu_mul_inference_two_roundings,

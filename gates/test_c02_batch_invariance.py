@@ -9,14 +9,20 @@ largest affordable; the probe alone is the 1-row end), equal bit for bit the sam
 computed with the probe alone; on the CPU the probe alone runs on 1 intra-op thread and the
 batches on at least 2 (an engine's and a trainer's pools may differ); and the decode probes'
 contexts end on either side of the contract's key block and the config's SSM chunk and run
-past two key blocks (gates/boundaries.py; else vacuous, recorded as `coverage`); rows are
+past two key blocks (gates/boundaries.py; else vacuous, recorded as `coverage`); and every
+call site of a row-wise region in a case, replayed on all the rows it saw there (hundreds),
+gives each row the same bits in one call of all of them as in calls of 1-64 rows, the
+norms' rows also widened to fp32, where a change of the sum's order is not rounded away
+(gates/row_replay.py; vacuous without a site, or without one past 64 rows); rows are
 compared by the sha256 of their bytes, computed in a worker process (gates/candidate.py,
 gates/batch_runs.py), and this process, which writes the verdict, loads no module of the code
 under test (a condition; `harness locate` gives the elements of a difference).
 Negative control: the fast contract fails it, and so does the consistent contract with every
 linear region mapped to linear.fast_split_k (split-K below 64 rows only) or to
-linear.planted_thread_split_k (a reduction split per intra-op thread); decode probes that cross
-no boundary (BITWISE_C02_DECODE_HISTORIES) fail it as vacuous.
+linear.planted_thread_split_k (a reduction split per intra-op thread), or the norms to
+norm.planted_sum_in_halves_below_16_rows (a bf16 output that hides the order: the replay's
+fp32 rows catch it); decode probes that cross no boundary (BITWISE_C02_DECODE_HISTORIES)
+fail it as vacuous.
 
 What a batch is, per case: gates/batch_runs.py.
 """
@@ -85,5 +91,10 @@ def test_rows_do_not_depend_on_the_batch(gate):
             gate.check(f"[{size}] {case}: probe rows equal alone and in batches of {rows[0]}..{rows[-1]} rows",
                        figures["num_differing"] == 0 and min(per_probe) > 0, batch_rows=rows,
                        batches_per_probe=per_probe, intra_op_threads=runs["threads"], **figures)
+            replayed = runs["row_replay"]
+            gate.check(f"[{size}] {case}: replayed row-wise regions equal in one call and in calls of "
+                       f"{replayed['call_sizes'][0]}-{replayed['call_sizes'][-1]} rows (else vacuous)",
+                       replayed["differing_rows"] == 0 and replayed["sites"] > 0
+                       and (replayed["rows"][1] or 0) > replayed["call_sizes"][-1], **replayed)
     check_judge_clean(gate)
     gate.verdict()

@@ -46,8 +46,10 @@ def test_consistent_contract_passes(tmp_path, model):
     c02 = {c["name"].split(":")[0]: c for c in results["C02"]["conditions"] if "batch_rows" in c}
     sizes = ["[cut]"] + (["[cut-quant]"] if model == "nemotron" else [])  # the quantized cut ships for nemotron
     assert set(c02) == {f"{size} {case}" for size in sizes for case in CASES}
-    crossed = [c for c in results["C02"]["conditions"] if "(else vacuous)" in c["name"]]
+    crossed = [c for c in results["C02"]["conditions"] if "decode probes end" in c["name"]]
     assert len(crossed) == len(sizes) and all(c["either_side_of_a_key_block"] for c in crossed)
+    replayed = [c for c in results["C02"]["conditions"] if "replayed row-wise" in c["name"]]
+    assert len(replayed) == len(sizes) * len(CASES) and all(c["sites"] > 10 and c["widened_sites"] for c in replayed)
     assert c02["[cut] engine_decode"]["batch_rows"][-1] == 64
     assert c02["[cut] trainer_fwd"]["batch_rows"] == [2, 3, 5, 7, 8, 13, 16, 31, 64, 127, 128]
     c03 = [c["name"] for c in results["C03"]["conditions"]]
@@ -60,9 +62,10 @@ def test_fast_contract_fails_batch_invariance_and_phase_but_not_determinism(tmp_
     code, results = _gates(tmp_path, "qwen3", "C1,C2,C3", "fast")
     assert code == EXIT_DIFFERENT
     assert [results[g]["status"] for g in ("C01", "C02", "C03")] == ["pass", "fail", "fail"]
-    for condition in _failed(results["C02"]).values():
+    for name, condition in _failed(results["C02"]).items():
         first = condition["first_difference"]
-        assert {"region", "layer", "probe", "batch_rows"} <= set(first)
+        assert {"region", "layer"} <= set(first)
+        assert {"probe", "batch_rows"} <= set(first) if "probe rows" in name else {"call_rows", "whole_rows"} <= set(first)
     assert "[cut] token-by-token decode == full prefill" in _failed(results["C03"])
 
 
@@ -83,7 +86,7 @@ def test_c02_catches_split_k_below_64_rows(tmp_path):
     code, results = _gates(tmp_path, "qwen3", "C2", contract)
     assert code == EXIT_DIFFERENT and results["C02"]["status"] == "fail"
     failed = _failed(results["C02"])
-    assert len(failed) == len(CASES)
+    assert len(failed) == 2 * len(CASES)  # the probes and the row replay, in every case
     for condition in failed.values():
         assert condition["first_difference"]["region"] in LINEAR_REGIONS, condition["first_difference"]
 
@@ -177,7 +180,7 @@ def test_c02_catches_a_reduction_split_per_thread(tmp_path):
     planted = {"impl": "linear.planted_thread_split_k", "constants": {"row_multiple": 8}}
     contract = _planted(tmp_path, {(region, case): planted for region in LINEAR_REGIONS for case in CASES})
     code, results = _gates(tmp_path, "qwen3", "C2", contract)
-    assert code == EXIT_DIFFERENT and len(_failed(results["C02"])) == len(CASES)
+    assert code == EXIT_DIFFERENT and len(_failed(results["C02"])) == 2 * len(CASES)  # probes and replay
     threads = {c["intra_op_threads"]["alone"] for c in results["C02"]["conditions"] if "intra_op_threads" in c}
     assert threads == {1}
     code, results = _gates(tmp_path, "qwen3", "C7", contract)  # engine on 1 thread, trainer on 2+

@@ -1,0 +1,154 @@
+"""C02's row replay, as its worker computes it: every call of a row-wise region seen in a
+case's forwards (a region whose output row i is a function of input row i alone) replayed on
+all the rows its call site saw, once as one call of N rows and once in calls of 1 to 64 rows,
+each row's outputs compared bit for bit (integer views).
+
+Why: a probe meets a kernel constant that follows the row count in only a few rows, and a
+fault in an fp32 reduction whose output is rounded to bf16 moves an element in 10^5 or 10^6
+(benchmarks/gpu_plant_effects.py: split-K 1e-4, RMSNorm's lanes 1e-6). Replaying the site
+on every row the case produced (hundreds of rows per site) gives the row count's every value
+many rows; the norms run a second time on their rows widened to fp32, where any change of
+the sum's order shows (the kernel's order follows the width, never the dtype).
+
+Row arguments are found, not declared: a tensor or list argument whose length equals the
+call's rows at every capture of its site, where the site was seen at two row counts or more
+(a weight's length cannot follow the batch). On the CPU the small calls run on 1 intra-op
+thread and the whole on at least 2, as C02's probes do.
+"""
+import itertools
+
+import torch
+
+from gates.case_calls import intra_op_threads, thread_counts
+from kernels.contract.regions import REGION_FAMILY
+
+ROW_FAMILIES = ("embedding", "norm", "linear", "rope", "activation", "gated_norm", "router", "topk", "relu2_mlp",
+                "act_quant", "logprob", "sampler")
+WIDENED_FAMILIES = ("norm", "gated_norm")  # fp32 reductions rounded once: fp32 rows show their order
+CALL_SIZES = (1, 2, 3, 5, 8, 13, 16, 17, 31, 64)
+INTEGER_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _rows_of(value):
+    return len(value) if isinstance(value, (list, tuple)) else value.shape[0] if (
+        isinstance(value, torch.Tensor) and value.dim()) else None
+
+
+def _detached(value):
+    return value.detach().clone() if isinstance(value, torch.Tensor) else list(value) if isinstance(
+        value, list) else value
+
+
+class RowCapture:
+    """Observer: the arguments and row count of every row-wise region call, by call site
+    (region, case, layer, n-th call of that key in its forward); `start()` marks a forward."""
+
+    def __init__(self):
+        self.sites, self.counts = {}, {}
+
+    def start(self):
+        self.counts = {}
+
+    def __call__(self, call):
+        if REGION_FAMILY.get(call.region) not in ROW_FAMILIES:
+            return
+        outputs = call.output if isinstance(call.output, tuple) else (call.output,)
+        rows = next((_rows_of(t) for t in outputs if isinstance(t, torch.Tensor)), None)
+        if not rows:
+            return
+        key = (call.region, call.case, call.layer)
+        n = self.counts[key] = self.counts.get(key, -1) + 1
+        self.sites.setdefault(key + (n,), []).append(
+            (rows, tuple(_detached(a) for a in call.args), {k: _detached(v) for k, v in call.kwargs.items()}))
+
+
+def _row_slots(captures) -> list:
+    """Positions (index or name) of the arguments that follow the call's rows at every capture."""
+    first = captures[0]
+    slots = [i for i in range(len(first[1]))] + list(first[2])
+    return [s for s in slots if all(_rows_of(args[s] if isinstance(s, int) else kwargs.get(s)) == rows
+                                    for rows, args, kwargs in captures)]
+
+
+def _joined(values):
+    return torch.cat(values) if isinstance(values[0], torch.Tensor) else list(itertools.chain(*values))
+
+
+def _call(dispatch, site, slots, args, kwargs, lo, hi):
+    region, case, layer, _ = site
+    pick = {s: (args[s] if isinstance(s, int) else kwargs[s])[lo:hi] for s in slots}
+    out = dispatch(region, case, layer, *(pick.get(i, a) for i, a in enumerate(args)),
+                   **{k: pick.get(k, v) for k, v in kwargs.items()})
+    return [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, torch.Tensor)]
+
+
+def _row_bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().cpu().contiguous()
+    return t.view(INTEGER_VIEW[t.element_size()]).reshape(t.shape[0], -1) if t.is_floating_point() else \
+        t.reshape(t.shape[0], -1).long()
+
+
+def replay_site(dispatch, site, captures, widen: bool) -> dict:
+    """One site's replay: rows, call sizes, rows that differ and the first one."""
+    slots = _row_slots(captures)
+    args = list(captures[0][1])
+    kwargs = dict(captures[0][2])
+    for s in slots:
+        joined = _joined([(a[s] if isinstance(s, int) else k[s]) for _, a, k in captures])
+        if widen and isinstance(joined, torch.Tensor) and joined.dtype in (torch.bfloat16, torch.float16):
+            joined = joined.float()
+        if isinstance(s, int):
+            args[s] = joined
+        else:
+            kwargs[s] = joined
+    total = sum(rows for rows, _, _ in captures)
+    small_threads, whole_threads = thread_counts()
+    with torch.no_grad():
+        with intra_op_threads(whole_threads):
+            whole = _call(dispatch, site, slots, args, kwargs, 0, total)
+        pieces, sizes, lo = [], [], 0
+        with intra_op_threads(small_threads):
+            for size in itertools.cycle(CALL_SIZES):
+                if lo >= total:
+                    break
+                pieces.append(_call(dispatch, site, slots, args, kwargs, lo, min(total, lo + size)))
+                sizes += [min(size, total - lo)] * min(size, total - lo)
+                lo += size
+    differing, first = 0, None
+    for index, tensor in enumerate(whole):
+        if tensor.dim() == 0 or tensor.shape[0] != total:
+            continue
+        small = torch.cat([piece[index] for piece in pieces])
+        bad = (_row_bits(tensor) != _row_bits(small)).any(dim=1)
+        differing += int(bad.sum())
+        if first is None and bad.any():
+            row = int(bad.nonzero()[0, 0])
+            first = {"output": index, "row": row, "call_rows": sizes[row], "whole_rows": total}
+    return {"rows": total, "differing_rows": differing, "first_difference": first}
+
+
+def replay(dispatch, capture: RowCapture) -> dict:
+    """Every replayable site of `capture`, at the runtime's dtypes and (norms) widened:
+    {sites, widened_sites, rows: [min, max], differing_rows, differing_sites, first_difference,
+    skipped: {reason: count}}."""
+    record = {"sites": 0, "widened_sites": 0, "rows": [None, None], "call_sizes": list(CALL_SIZES),
+              "differing_rows": 0, "differing_sites": {}, "first_difference": None, "skipped": {}}
+    for site, captures in capture.sites.items():
+        if len({rows for rows, _, _ in captures}) < 2 or not _row_slots(captures):
+            reason = "seen at one row count" if len({r for r, _, _ in captures}) < 2 else "no row argument"
+            record["skipped"][reason] = record["skipped"].get(reason, 0) + 1
+            continue
+        widen_too = REGION_FAMILY[site[0]] in WIDENED_FAMILIES
+        for widen in (False, True) if widen_too else (False,):
+            found = replay_site(dispatch, site, captures, widen)
+            record["sites" if not widen else "widened_sites"] += 1
+            low, high = record["rows"]
+            record["rows"] = [min(low or found["rows"], found["rows"]), max(high or 0, found["rows"])]
+            if found["differing_rows"]:
+                name = f"{site[0]}{' (fp32 rows)' if widen else ''}"
+                record["differing_rows"] += found["differing_rows"]
+                record["differing_sites"][name] = record["differing_sites"].get(name, 0) + 1
+                if record["first_difference"] is None:
+                    record["first_difference"] = {"region": site[0], "case": site[1], "layer": site[2],
+                                                  "call": site[3], "widened": widen, **found["first_difference"]}
+    return record
