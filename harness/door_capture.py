@@ -129,7 +129,7 @@ class _SnapshotBefore:
 
 def _spec(value, name: str, tensors: dict, segment):
     if isinstance(value, torch.Tensor):
-        tensors[name] = value.detach().contiguous().clone()
+        tensors[name] = value.detach().cpu().contiguous().clone()  # a CUDA run's repro loads anywhere
         return {"tensor": name}
     if isinstance(value, Segment):
         return {"segment": {f: getattr(value, f) for f in Segment.__slots__}}

@@ -49,7 +49,7 @@ def truncation_levels(tensors) -> tuple:
 
 def _row_bits(tensor: torch.Tensor, num_rows: int, keep: int | None) -> numpy.ndarray:
     """[num_rows, bytes] uint8 of each row's bits, low mantissa bits cleared to `keep`."""
-    flat = bit_view(tensor.reshape(num_rows, -1))
+    flat = bit_view(tensor.detach().cpu().reshape(num_rows, -1))
     if keep is not None and tensor.dtype in MANTISSA_BITS:  # floats only
         drop = MANTISSA_BITS[tensor.dtype] - min(keep, MANTISSA_BITS[tensor.dtype])
         flat = flat & ~((1 << drop) - 1)

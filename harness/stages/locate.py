@@ -19,6 +19,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from gates import device
 from gates.boundaries import key_block, longest_constant
 from gates.compare import first_bit_difference
 from gates.faults import register_all
@@ -50,7 +51,7 @@ def _run_sides(config, contract, weights, setting, out_dir, facts, captures=None
     None); DoorCaptures attach if given. setting: (workload, engine shape, micro-batch)."""
     workload, shape, micro_batch = setting
     engine = make_engine(config, contract, weights, workload, shape)
-    trainer = Trainer(config, contract, weights=weights, micro_batch_size=micro_batch)
+    trainer = Trainer(config, contract, weights=weights, micro_batch_size=micro_batch, device=device.target())
     tracers = {} if out_dir is None else {"engine": Tracer(out_dir, "engine").attach(engine),
                                           "trainer": Tracer(out_dir, "trainer", sequence_ids="running").attach(trainer)}
     for side, runtime in (("engine", engine), ("trainer", trainer)):
@@ -116,13 +117,15 @@ def _capture_pass(config, contract, weights, setting, out_dir, trace_dir, facts,
     return _magnitude(captured)
 
 
-def locate(model: str, contract_name: str, out_dir: Path, *, size="cut", config_path=None, seed=0) -> dict:
+def locate(model: str, contract_name: str, out_dir: Path, *, size="cut", config_path=None, seed=0,
+           device_name="cpu") -> dict:
     """Trace both sides, find the first divergent door, measure it; writes locate.json.
     A narrow traced pass first (seconds); when it finds no door, diff's own workload untraced,
     and only if that differs a traced pass of it (out_dir/wide): as sensitive as diff, never
     `clean` where diff would see a difference; then, the same way, the long pass where the
     attention pins a constant past diff's contexts (out_dir/long)."""
     register_all()  # a contract may name a planted fault (gates/faults.py)
+    device.select(device_name)  # both runtimes run there; traces and captures come back to the CPU
     config = load_model_config(config_path or config_name(model, size))
     if config.family != model:
         raise ValueError(f"config {config_path} is a {config.family} config, not {model}")
@@ -134,7 +137,7 @@ def locate(model: str, contract_name: str, out_dir: Path, *, size="cut", config_
     facts = {"model": model, "config": str(config_path or config_name(model, size)),
              "contract": str(contract_name), "contract_name": contract.name,
              "commit": current_commit(open_repo(judged_tree())), "seed": seed,
-             "workload": WORKLOAD, "environment": deployment_fingerprint()}
+             "workload": WORKLOAD, "device": device_name, "environment": deployment_fingerprint()}
     setting, trace_dir = narrow, out_dir
     figures = _figures(_run_sides(config, contract, weights, narrow, out_dir, facts))
     found, compared = first_divergence(out_dir / "engine.jsonl", out_dir / "trainer.jsonl")
@@ -189,12 +192,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--size", default="cut", help="which shipped config (cut, cut-quant, ...)")
     parser.add_argument("--config", help="a model config YAML instead of --size (e.g. a repro's cut)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: where both runtimes run")
     parser.add_argument("--out", default="runs/locate", help="directory for traces and locate.json")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def run(args) -> int:
     result = locate(args.model, args.contract, Path(args.out), size=args.size, config_path=args.config,
-                    seed=args.seed)
+                    seed=args.seed, device_name=args.device)
     print(json.dumps(result, sort_keys=True) if args.json else format_result(result))
     return EXIT_BY_STATUS[result["status"]]
