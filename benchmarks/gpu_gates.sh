@@ -8,7 +8,8 @@
 #
 # GATES may name `plants`: the faults planted in the consistent CUDA kernels
 # (tests/test_triton_plants.py, each through the gate meant for it, 4 at a time) run beside
-# the untimed phase; every one of them must fail its gate.
+# the untimed phase; every one of them must fail its gate, and locate must name its region
+# (BITWISE_PLANTS_WORKERS: pytest workers, default 4; BITWISE_PLANTS_SELECT: a pytest -k).
 #
 # Carry .gitbundle (benchmarks/device_git_sync.sh says why and how to make it).
 #
@@ -52,7 +53,8 @@ names=""
 python3 benchmarks/gemm_mixed_table.py --out "$work/gemm-mixed.json" | tee -a "$work/summary.txt"
 export BITWISE_GEMM_TUNING="$work/gemm-mixed.json"  # the fast contract never reads it
 if [ -n "$plants" ]; then
-    (timeout "$limit" python3 -m pytest tests/test_triton_plants.py -n 4 -p no:cacheprovider -rA -s \
+    (timeout "$limit" python3 -m pytest tests/test_triton_plants.py -n "${BITWISE_PLANTS_WORKERS:-4}" \
+        -k "${BITWISE_PLANTS_SELECT:-}" -p no:cacheprovider -rA -s \
         >"$work/plants.log" 2>&1; echo $? >"$work/plants.exit") &
     names="$names plants"
 fi
@@ -89,7 +91,7 @@ for model in $([ -n "$timed" ] && echo $timed_models); do  # alone on the GPUs, 
 done
 for name in $names; do
     echo "== $name: exit $(cat "$work/$name.exit")" | tee -a "$work/summary.txt"
-    tail -n $([ "$name" = plants ] && echo 40 || echo 16) "$work/$name.log" | tee -a "$work/summary.txt"
+    tail -n $([ "$name" = plants ] && echo 70 || echo 16) "$work/$name.log" | tee -a "$work/summary.txt"
 done
 tar czf "$out/gates-$stamp.tgz" -C "$(dirname "$work")" "gates-$stamp"
 cp "$work/summary.txt" "$out/gates-$stamp-summary.txt"

@@ -3,8 +3,9 @@
 faults_cuda.py: split-K, the norm's lanes, the vocabulary sum's block, each below 16 rows;
 and shipped variants bound to one case: the attention walk's key block chosen from the
 step's longest context, flash-decoding's split count, the scan chunked from the call's first
-row). On a machine without CUDA the gate runs are skipped with the reason (`n/a`): the
-device runs this file (benchmarks/gpu_gates.sh). What runs everywhere: every plant refuses a
+row). locate, on CUDA, names each plant's region. On a machine without CUDA the gate and
+locate runs are skipped with the reason (`n/a`): the device runs this file
+(benchmarks/gpu_gates.sh). What runs everywhere: every plant refuses a
 CPU tensor with its reason, and C05's workload reaches past any key block and SSM chunk."""
 import json
 
@@ -35,6 +36,7 @@ PLANTS = {
     "scan chunked from the call's first row": (("ssm_scan",), ("engine_prefill",), {"impl": "ssm_scan.fast_chunked"},
                                                "C3", ("nemotron",)),
 }
+ROUNDED_AWAY = ("RMSNorm on half the lanes below 16 rows",)  # moves ~1e-6 of bf16 outputs (gpu_plant_effects.py)
 RUNS = [(name, model) for name, plant in PLANTS.items() for model in plant[4]]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="n/a: the planted constants are the Triton kernels', which run on CUDA only "
@@ -54,6 +56,25 @@ def test_a_planted_kernel_constant_fails_its_gate_on_cuda(tmp_path, name, model)
     print(name, model, gate, "failed:", failed)
     assert code == EXIT_DIFFERENT and result["status"] == "fail" and failed, result["status"]
     assert all("judge" not in n and "module" not in n for n in failed), failed  # its bits, not its apparatus
+
+
+@needs_cuda
+@pytest.mark.parametrize("name, model", RUNS)
+def test_locate_names_a_planted_kernel_constants_region_on_cuda(tmp_path, name, model):
+    """locate on CUDA: the engine with the plant, the trainer consistent. Where the fault moves
+    a log-prob, the first divergent door is its region; where it moves none on locate's and
+    diff's workloads (the norm's lanes: an element in 10^6, rounded away), `clean` with 0
+    differing log-probs, never `inconclusive` and never another region."""
+    from harness.stages.locate import locate
+    regions, cases, binding, _, _ = PLANTS[name]
+    contract = planted(tmp_path, {(r, c): binding for r in regions for c in cases}, "consistent-planted-cuda")
+    result = locate(model, contract, tmp_path / "locate", device_name="cuda")
+    print(name, model, "locate:", result["status"], result["region"], result["logprob_figures"])
+    if result["status"] == "divergent":
+        assert result["region"] in regions, result["region"]
+    else:
+        assert result["status"] == "clean" and result["logprob_figures"]["frac_tokens_differing"] == 0, result
+        assert name in ROUNDED_AWAY, f"{name}: no divergence found on {model}"
 
 
 @pytest.mark.parametrize("plant", ["linear_triton_split_k_small_m", "norm_triton_lanes_by_rows",
