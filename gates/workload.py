@@ -30,6 +30,9 @@ class Workload:
     """Longest prompt (crosses several KV blocks)."""
     arrival_spread: int = 40
     """Requests arrive at random engine steps in [0, this)."""
+    longest_prompts: int = 0
+    """The first this many requests take a prompt of max_prompt_len exactly: a workload sized
+    to cross a boundary crosses it whatever the seed."""
     seed: int = 0
     """Prompts, sampling seeds and arrivals."""
 
@@ -59,8 +62,9 @@ def make_requests(workload: Workload, vocab_size: int) -> list:
                  SamplingParams(0.0)]
     requests = []
     for index in range(workload.num_sequences):
-        prompt = tuple(rng.randrange(1, vocab_size)
-                       for _ in range(rng.randint(workload.min_prompt_len, workload.max_prompt_len)))
+        length = rng.randint(workload.min_prompt_len, workload.max_prompt_len)
+        length = workload.max_prompt_len if index < workload.longest_prompts else length
+        prompt = tuple(rng.randrange(1, vocab_size) for _ in range(length))
         base = samplings[index % len(samplings)]
         params = SamplingParams(base.temperature, base.top_k, base.top_p, seed=rng.randrange(2**62))
         requests.append(Request(index, prompt, workload.new_tokens, params,
