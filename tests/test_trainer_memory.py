@@ -1,7 +1,9 @@
 """The trainer's update holds one micro-batch's graph at a time: what autograd keeps for
 backward peaks at the same size whether a step has 2 micro-batches or 6, where one backward
-over the whole step (the negative control) grows with them; and the micro-batches' gradients
-add in tree_sum's order, so one process reduces the bits data-parallel replicas do."""
+over the whole step (the negative control) grows with them; its fp32 gradient memory is flat
+in the micro-batch count (fixed leaves), where a leaf per micro-batch (the negative control)
+grows; and the leaves fold in order and add in tree_sum's order, so one process reduces the
+bits data-parallel replicas do."""
 import random
 
 import pytest
@@ -13,7 +15,8 @@ from kernels.layout.tree import StreamingTreeSum, tree_sum
 from kernels.models.config import load_model_config
 from kernels.trainer.grpo import policy_loss
 from kernels.trainer.logprobs import ScoredSequence, sequence_logprobs
-from kernels.trainer.micro_batch import leaf, micro_batches
+from kernels.trainer.gradient_leaves import leaf_groups
+from kernels.trainer.micro_batch import leaf
 from kernels.trainer.trainer import Trainer
 
 CONFIG = load_model_config("qwen3-cut")
@@ -85,24 +88,60 @@ def test_the_streaming_tree_adds_as_tree_sum(count, fresh_seed):
     parts = list(torch.randn(count, 257, generator=torch.Generator().manual_seed(fresh_seed)) * 1e3)
     streaming = StreamingTreeSum()
     for part in parts:
-        streaming.add(part)
+        streaming.add(part.clone())  # the tree owns (and adds into) what it is given
     assert_bitwise_equal(streaming.total(), tree_sum(parts), f"{count} parts")
     assert count < 4 or not torch.equal(streaming.total(), sum(parts))  # from 4 parts on, not a left fold
 
 
-def test_the_update_reduces_the_leaves_in_tree_order(fresh_seed):
+@pytest.mark.parametrize("num_leaves, leaf_sizes", [(2, [2, 1]), (4, [1, 1, 1, 0]), (1, [3])])
+def test_the_update_folds_each_leaf_then_adds_the_leaves_in_tree_order(num_leaves, leaf_sizes, fresh_seed):
+    """5 sequences at micro-batch 2 are 3 micro-batches, cut into num_leaves leaves; the
+    reference writes the fold (left to right, fp32) and the tree (tree_sum) out."""
     sequences, advantages = _step_inputs(fresh_seed, 5)
-    trainers = [Trainer(CONFIG, load_contract("consistent"), seed=fresh_seed % 1000, micro_batch_size=MICRO_BATCH)
-                for _ in range(2)]
+    trainers = [Trainer(CONFIG, load_contract("consistent"), seed=fresh_seed % 1000, micro_batch_size=MICRO_BATCH,
+                        gradient_leaves=num_leaves) for _ in range(2)]
     old = trainers[0].score(sequences)
-    leaves = [leaf(trainers[1], sequences, advantages, old, indices)[2]
-              for indices in micro_batches(len(sequences), MICRO_BATCH)]
+    groups = leaf_groups(len(sequences), MICRO_BATCH, num_leaves)
+    assert [len(batches) for batches in groups] == leaf_sizes
+    folds = []
+    for batches in [b for b in groups if b]:
+        grads = [leaf(trainers[1], sequences, advantages, old, indices)[2] for indices in batches]
+        folds.append({name: _left_fold([g[name].float() for g in grads]) for name in grads[0]})
     params, reduced = dict(trainers[0].model.named_parameters()), {}
     trainers[0].optimizer.step = lambda: reduced.update({n: p.grad.clone() for n, p in params.items()})
     trainers[0].train_step(sequences, advantages, old)
-    assert len(leaves) == 3 and set(reduced) == set(params)
+    assert set(reduced) == set(params)
     for name, param in params.items():
-        assert_bitwise_equal(reduced[name], tree_sum([grads[name] for grads in leaves]).to(param.dtype), name)
+        assert_bitwise_equal(reduced[name], tree_sum([fold[name] for fold in folds]).to(param.dtype), name)
+
+
+def _left_fold(parts):
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
+
+
+def test_the_updates_gradient_memory_is_flat_in_the_micro_batch_count(fresh_seed):
+    """Fixed leaves: the fp32 gradient bytes an update holds at once (the trainer's books) are
+    the same for 2, 6 and 12 micro-batches; a leaf per micro-batch (the negative control, the
+    tree over micro-batches) holds one more partial sum per doubling."""
+    peaks = {}
+    for leaves in ("fixed", "per micro-batch"):
+        for batches in (2, 6, 12):
+            trainer = Trainer(CONFIG, load_contract("consistent"), seed=fresh_seed % 1000, micro_batch_size=1,
+                              gradient_leaves=2 if leaves == "fixed" else batches)
+            sequences, advantages = _step_inputs(fresh_seed, batches)
+            trainer.train_step(sequences, advantages, trainer.score(sequences))
+            peaks[leaves, batches] = trainer.gradient_bytes_peak
+    print("peak fp32 gradient bytes held:", peaks)
+    assert peaks["fixed", 2] > 0 and peaks["fixed", 2] == peaks["fixed", 6] == peaks["fixed", 12]
+    assert peaks["per micro-batch", 12] >= 2 * peaks["per micro-batch", 2]
+
+
+def test_a_bad_leaf_count_is_a_clear_error():
+    with pytest.raises(ValueError, match="gradient_leaves: must be at least 1"):
+        Trainer(CONFIG, load_contract("consistent"), gradient_leaves=0)
 
 
 def _leaf_gradients(config, seed, **head):

@@ -1,32 +1,33 @@
 """Data parallelism for the trainer: which sequences each replica scores, and how gradients
 from the replicas meet.
 
-fixed_tree: the micro-batches are the single-replica ones (consecutive runs of
-micro_batch_size sequences); replica d takes a contiguous block of them. Each micro-batch's
-gradient is a leaf (its share of the loss, backward alone); the leaves are all-gathered one
-parameter at a time (tensors on the transport's device, so a full-width model never goes
-through pickling or host memory) and added in one pairwise tree by micro-batch index in
-fp32, rounded once to the parameter dtype, so any DP degree sums the same leaves in the same
-order. Per-token log-probs do not depend on
-which replica computed a micro-batch (the same arithmetic on the same rows).
+fixed_tree: the leaves are the single-replica ones (kernels/trainer/gradient_leaves.py: the
+step's micro-batches cut into the trainer's gradient_leaves, each folded in order); replica
+d takes a contiguous block of whole leaves, so the degree must divide the leaf count. The
+leaf sums are all-gathered one parameter at a time (tensors on the transport's device, so a
+full-width model never goes through pickling or host memory) and added in one pairwise tree
+by leaf index in fp32, rounded once to the parameter dtype: any such degree sums the same
+leaves in the same order. Per-token log-probs do not depend on which replica computed a
+micro-batch (the same arithmetic on the same rows).
 rank_order: sequences dealt round robin (as a distributed sampler does), micro-batched per
 replica, each replica's gradient accumulated by autograd and all-reduced (the transport's order).
 """
 import torch
 
 from kernels.layout.tree import tree_sum
+from kernels.trainer.gradient_leaves import folded_leaf, leaf_groups
 from kernels.trainer.logprobs import sequence_logprobs
-from kernels.trainer import micro_batch
 
 
-def replica_shares(num_sequences: int, micro_batch_size: int, dp: int, dp_reduce: str) -> list:
-    """Per replica: the micro-batches it computes, each (index, [sequence indices])."""
+def replica_shares(num_sequences: int, micro_batch_size: int, dp: int, dp_reduce: str, num_leaves: int) -> list:
+    """Per replica: the leaves it computes, each a list of micro-batches ([sequence indices])."""
     if dp_reduce == "rank_order":
-        return [[(d, list(range(d, num_sequences, dp)))] for d in range(dp)]
-    batches = micro_batch.micro_batches(num_sequences, micro_batch_size)
-    base, extra = divmod(len(batches), dp)
-    bounds = [d * base + min(d, extra) for d in range(dp + 1)]
-    return [list(enumerate(batches))[bounds[d]:bounds[d + 1]] for d in range(dp)]
+        return [[[list(range(d, num_sequences, dp))]] for d in range(dp)]
+    if num_leaves % dp:
+        raise ValueError(f"data parallel {dp}: the update's {num_leaves} gradient leaves do not split over "
+                         f"{dp} replicas (set the trainer's gradient_leaves to a multiple of the degree)")
+    leaves, per_rank = leaf_groups(num_sequences, micro_batch_size, num_leaves), num_leaves // dp
+    return [leaves[d * per_rank:(d + 1) * per_rank] for d in range(dp)]
 
 
 def _in_order(gathered, num_sequences: int, device) -> list:
@@ -42,9 +43,10 @@ def _in_order(gathered, num_sequences: int, device) -> list:
 def score(trainer, sequences, micro_batch_size: int, layout: str) -> list:
     """Per-token log-probs of every sequence, the work split over the DP replicas."""
     groups = trainer.parallel
-    share = replica_shares(len(sequences), micro_batch_size, groups.dp.size, trainer.dispatch.policy.dp_reduce)
+    share = replica_shares(len(sequences), micro_batch_size, groups.dp.size, trainer.dispatch.policy.dp_reduce,
+                           trainer.gradient_leaves)
     pairs = []
-    for _, indices in share[groups.dp.rank]:
+    for indices in [batch for leaf in share[groups.dp.rank] for batch in leaf]:
         logprobs = sequence_logprobs(trainer.model, trainer.dispatch, [sequences[i] for i in indices],
                                      "trainer_fwd", micro_batch_size=micro_batch_size, layout=layout)
         pairs.extend(zip(indices, logprobs))
@@ -66,26 +68,28 @@ def train_step(trainer, sequences, advantages, old_logprobs) -> dict:
         raise NotImplementedError(f"train_step in {groups.layout}: backward through the TP/EP "
                                   f"collectives is not built; those layouts score only")
     dp_reduce = trainer.dispatch.policy.dp_reduce
-    share = replica_shares(len(sequences), trainer.micro_batch_size, groups.dp.size, dp_reduce)
-    local = [(batch, indices, *micro_batch.leaf(trainer, sequences, advantages, old_logprobs, indices))
-             for batch, indices in share[groups.dp.rank] if indices]
+    share = replica_shares(len(sequences), trainer.micro_batch_size, groups.dp.size, dp_reduce,
+                           trainer.gradient_leaves)
+    local = [folded_leaf(trainer, sequences, advantages, old_logprobs, batches)
+             for batches in share[groups.dp.rank] if any(batches)]
     params = dict(trainer.model.named_parameters())
     if dp_reduce == "fixed_tree":
-        counts = [len([indices for _, indices in part if indices]) for part in share]
+        counts = [len([batches for batches in part if any(batches)]) for part in share]
         gradients = {}
         for name, p in params.items():
-            gradients[name] = tree_sum(_leaves_in_order(groups.dp, [leaf[4][name] for leaf in local], counts,
+            gradients[name] = tree_sum(_leaves_in_order(groups.dp, [leaf[2][name] for leaf in local], counts,
                                                         p.shape, p.device)).to(p.dtype)
             for leaf in local:
-                del leaf[4][name]  # one parameter's leaves at a time: a full-width model fits
-        loss = tree_sum(_leaves_in_order(groups.dp, [leaf[3] for leaf in local], counts, (), groups.device))
+                del leaf[2][name]  # one parameter's leaves at a time: a full-width model fits
+        loss = tree_sum(_leaves_in_order(groups.dp, [leaf[1] for leaf in local], counts, (), groups.device))
     else:
-        grads = local[0][4] if local else {name: torch.zeros(p.shape, device=p.device) for name, p in params.items()}
+        grads = local[0][2] if local else {name: torch.zeros(p.shape, device=p.device) for name, p in params.items()}
         gradients = {name: groups.dp.all_reduce(grads[name].to(p.dtype)) for name, p in params.items()}
-        loss = groups.dp.all_reduce((local[0][3] if local else torch.zeros((), device=groups.device)).reshape(1))
-    scored = [pair for part in groups.dp.gather_objects([(leaf[1], leaf[2]) for leaf in local]) for pair in part]
+        loss = groups.dp.all_reduce((local[0][1] if local else torch.zeros((), device=groups.device)).reshape(1))
+    gathered = groups.dp.gather_objects([leaf[0] for leaf in local])
+    scored = [pair for part in gathered for pairs in part for pair in pairs]
     for name, param in params.items():
         param.grad = gradients[name]
     trainer.optimizer.step()
-    logprobs = _in_order([list(zip(indices, lps)) for indices, lps in scored], len(sequences), groups.device)
+    logprobs = _in_order([scored], len(sequences), groups.device)
     return {"loss": float(loss), "logprobs": logprobs, "gradients": gradients}

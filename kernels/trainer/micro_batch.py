@@ -2,9 +2,8 @@
 backward, so autograd holds one micro-batch's graph at a time.
 
 The share is policy_loss over the micro-batch's sequences times (its sequences / all), so the
-shares add up to the step's loss; each share's gradient is a leaf (fp32) that the caller adds
-in the fixed pairwise tree by micro-batch index (kernels/layout/tree.py): the same additions
-whether one process streams the leaves or data-parallel replicas gather them.
+shares add up to the step's loss; each share's gradient (in the parameter's dtype) is folded
+by the caller into its leaf (kernels/trainer/gradient_leaves.py).
 """
 import torch
 
@@ -19,8 +18,8 @@ def micro_batches(num_sequences: int, micro_batch_size: int) -> list:
 
 
 def leaf(trainer, sequences, advantages, old_logprobs, indices):
-    """(log-probs, loss share, {name: fp32 gradient}) of the micro-batch `indices`; the
-    parameters' .grad are left empty."""
+    """(log-probs, loss share, {name: gradient, zeros where none flowed}) of the micro-batch
+    `indices`; the parameters' .grad are handed over and left empty."""
     logprobs = sequence_logprobs(trainer.model, trainer.dispatch, [sequences[i] for i in indices],
                                  "trainer_bwd", micro_batch_size=trainer.micro_batch_size, layout=trainer.layout,
                                  head_chunk_rows=trainer.head_chunk_rows, head_fold_rows=trainer.head_fold_rows)
@@ -29,6 +28,6 @@ def leaf(trainer, sequences, advantages, old_logprobs, indices):
     loss.backward()
     grads = {}
     for name, param in trainer.model.named_parameters():
-        grads[name] = torch.zeros(param.shape, device=param.device) if param.grad is None else param.grad.float()
+        grads[name] = torch.zeros_like(param) if param.grad is None else param.grad
         param.grad = None
     return [lp.detach() for lp in logprobs], loss.detach(), grads

@@ -2,9 +2,12 @@
 case trainer_fwd, and one GRPO update per step whose forward runs in case trainer_bwd.
 
 An update runs forward and backward one micro-batch at a time (kernels/trainer/micro_batch.py),
-so memory follows the micro-batch, not the step; the micro-batches' gradients are added in
-the fixed pairwise tree by micro-batch index, the additions data-parallel replicas make
-(kernels/layout/data_parallel.py), so one process and any DP degree reduce the same bits.
+so activation memory follows the micro-batch, not the step. The leaf that fixes the gradient's
+summation order: the step's micro-batches cut into `gradient_leaves` contiguous leaves, each
+folded left to right in fp32, the leaves added in the pairwise tree by index
+(kernels/trainer/gradient_leaves.py); gradient memory is then one accumulator and
+log2(leaves) + 1 partials whatever the step's size, and data-parallel replicas owning whole
+leaves (kernels/layout/data_parallel.py) reduce the same bits as one process.
 Inside a micro-batch the head runs in chunks of `head_chunk_rows` rows (memory: no [tokens, V]
 logits kept for backward); the lm_head gradient adds its `head_fold_rows`-row tiles in order
 (kernels/trainer/chunked_head.py), the leaf that fixes its order: the chunk size moves no bit.
@@ -19,8 +22,10 @@ from kernels.models.registry import build_model
 from kernels.layout.tree import StreamingTreeSum
 from kernels.trainer.chunked_head import FOLD_ROWS, check_chunking
 from kernels.trainer.logprobs import sequence_logprobs
-from kernels.trainer.micro_batch import leaf, micro_batches
+from kernels.trainer.gradient_leaves import folded_leaf, leaf_groups
 from kernels.trainer.optim import MixedPrecisionAdamW
+
+GRADIENT_LEAVES = 4  # leaves of every update (kernels/trainer/gradient_leaves.py): DP degrees 1, 2, 4
 
 
 class Trainer:
@@ -28,7 +33,7 @@ class Trainer:
 
     def __init__(self, config, contract, *, seed=0, weights=None, lr=1e-3, weight_decay=0.0,
                  micro_batch_size=8, layout="packed", observers=(), device="cpu", parallel=None,
-                 head_chunk_rows=None, head_fold_rows=FOLD_ROWS):
+                 head_chunk_rows=None, head_fold_rows=FOLD_ROWS, gradient_leaves=GRADIENT_LEAVES):
         """Seeded random weights, or a copy of `weights` (a state dict) when given; the model,
         its fp32 master weights and the optimizer state live on `device`."""
         contract.require_regions(config.REGIONS)
@@ -43,6 +48,9 @@ class Trainer:
         self.layout = layout
         check_chunking(head_chunk_rows, head_fold_rows)
         self.head_chunk_rows, self.head_fold_rows = head_chunk_rows, head_fold_rows
+        leaf_groups(0, 1, gradient_leaves)  # a bad count fails here, not at the first step
+        self.gradient_leaves = gradient_leaves
+        self.gradient_bytes_peak = 0  # fp32 gradient bytes the last update held at once (its books)
 
     def score(self, sequences, *, micro_batch_size=None, layout=None):
         """Per-token log-probs of each sequence's completion (no gradient)."""
@@ -64,14 +72,21 @@ class Trainer:
                              f"{len(advantages)} advantages")
         params = dict(self.model.named_parameters())
         gradients, loss, logprobs = {name: StreamingTreeSum() for name in params}, StreamingTreeSum(), []
-        for indices in micro_batches(len(sequences), self.micro_batch_size):  # one graph alive at a time
-            leaf_logprobs, leaf_loss, leaf_grads = leaf(self, sequences, advantages, old_logprobs, indices)
-            logprobs.extend(leaf_logprobs)
+        self.gradient_bytes_peak = 0
+        for batches in leaf_groups(len(sequences), self.micro_batch_size, self.gradient_leaves):
+            if not batches:
+                continue
+            scored, leaf_loss, leaf_grads = folded_leaf(self, sequences, advantages, old_logprobs, batches)
+            logprobs.extend(lp for _, lp in scored)
+            held = sum(t.numel() * t.element_size() for tree in gradients.values() for t in tree.held())
+            self.gradient_bytes_peak = max(self.gradient_bytes_peak,
+                                           held + sum(g.numel() * g.element_size() for g in leaf_grads.values()))
             loss.add(leaf_loss)
             for name, grad in leaf_grads.items():
                 gradients[name].add(grad)
         for name, param in params.items():
             param.grad = gradients[name].total().to(param.dtype)
+            gradients[name] = None  # its partials, freed as the parameter's gradient is made
         self.optimizer.step()
         return {"loss": float(loss.total()), "logprobs": logprobs}
 
