@@ -2,8 +2,8 @@
 
     python3 benchmarks/gpu_train_step.py --out DIR [--models qwen3-1.7b,nemotron-wide-cut]
         [--sequences 128] [--prompt-len 150] [--new-tokens 512] [--micro-batch 8]
-        [--head-chunk-rows 1024] [--gradient-leaves 4] [--pairs 2] [--contracts fast,consistent]
-        [--device cuda|cpu]
+        [--head-chunk-rows 1024] [--gradient-leaves 4] [--recompute] [--pairs 2]
+        [--contracts fast,consistent] [--device cuda|cpu]
 
 Per model: synthetic answers (random prompt and completion tokens, the rollout's log-probs
 replaced by the trainer's own scores, rewards alternating in groups of 8), one Trainer per
@@ -65,7 +65,8 @@ def run_model(name: str, args) -> dict:
     rewards = [float(i % 2) for i in range(len(sequences))]
     advantages = group_advantages(rewards, GROUP if len(sequences) % GROUP == 0 else 1)
     options = dict(device=args.device, micro_batch_size=args.micro_batch, head_chunk_rows=args.head_chunk_rows,
-                   head_fold_rows=args.head_fold_rows, gradient_leaves=args.gradient_leaves)
+                   head_fold_rows=args.head_fold_rows, gradient_leaves=args.gradient_leaves,
+                   recompute_layers=args.recompute)
     contracts = args.contracts.split(",")
     trainers = {c: Trainer(config, load_contract(c), weights=weights, **options) for c in contracts}
     old = trainers["consistent" if "consistent" in trainers else contracts[0]].score(sequences)
@@ -106,6 +107,7 @@ def main() -> int:
     parser.add_argument("--head-fold-rows", type=int, default=256)
     parser.add_argument("--gradient-leaves", type=int, default=GRADIENT_LEAVES,
                         help="the update's fixed gradient leaves (fp32 gradient memory: 1 + log2 of it)")
+    parser.add_argument("--recompute", action="store_true", help="per-layer activation recompute (same bits)")
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the device")

@@ -14,6 +14,7 @@ from torch import nn
 
 from kernels.models.batch import call_per_case
 from kernels.models.nemotron_config import NemotronConfig
+from kernels.models.recompute import run_layer
 
 
 def _param(*shape, dtype):
@@ -87,6 +88,7 @@ class NemotronModel(nn.Module):
         self.embed_tokens = _param(config.vocab_size, config.hidden_size, dtype=dt)
         self.layers = nn.ModuleList(BLOCKS[kind](config) for kind in config.block_types)
         self.final_norm = _param(config.hidden_size, dtype=dt)
+        self.recompute_layers = False  # kernels/models/recompute.py; the trainer switches it
         if not config.tie_word_embeddings:
             self.lm_head = _param(config.vocab_size, config.hidden_size, dtype=dt)
 
@@ -118,8 +120,10 @@ class NemotronModel(nn.Module):
         hidden = dispatch("embed", case, None, batch.tokens, self.embed_tokens)
         mixers = {"mamba": self._mamba, "attention": self._attention, "moe": self._moe, "mlp": self._mlp}
         for index, (kind, layer) in enumerate(zip(c.block_types, self.layers)):
-            normed, _ = dispatch("norm", case, index, hidden, layer.norm, eps=c.layer_norm_epsilon)
-            hidden = hidden + mixers[kind](dispatch, batch, index, layer, normed, cache)
+            def block(hidden, index=index, kind=kind, layer=layer):
+                normed, _ = dispatch("norm", case, index, hidden, layer.norm, eps=c.layer_norm_epsilon)
+                return hidden + mixers[kind](dispatch, batch, index, layer, normed, cache)
+            hidden = run_layer(self.recompute_layers, block, hidden)
         normed, _ = dispatch("norm", case, c.num_layers, hidden, self.final_norm, eps=c.layer_norm_epsilon)
         return normed
 

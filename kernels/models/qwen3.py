@@ -15,6 +15,7 @@ from torch import nn
 
 from kernels.models.batch import call_per_case
 from kernels.models.config import DTYPES
+from kernels.models.recompute import run_layer
 from kernels.ops.fusions import QK_NORM_ROPE
 
 
@@ -108,6 +109,7 @@ class Qwen3Model(nn.Module):
         self.embed_tokens = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype))
         self.layers = nn.ModuleList(Qwen3Layer(config) for _ in range(config.num_layers))
         self.final_norm = nn.Parameter(torch.ones(config.hidden_size, dtype=dtype))
+        self.recompute_layers = False  # kernels/models/recompute.py; the trainer switches it
         if not config.tie_word_embeddings:
             self.lm_head = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype))
 
@@ -129,10 +131,12 @@ class Qwen3Model(nn.Module):
         residual = None
         positions = batch.positions
         for index, layer in enumerate(self.layers):
-            normed, residual = self._norm(dispatch, case, index, hidden, residual, layer.input_norm)
-            hidden = self._attention(dispatch, batch, index, layer, normed, positions, cache)
-            normed, residual = self._norm(dispatch, case, index, hidden, residual, layer.post_norm)
-            hidden = self._mlp(dispatch, case, index, layer, normed)
+            def block(hidden, residual, index=index, layer=layer):
+                normed, residual = self._norm(dispatch, case, index, hidden, residual, layer.input_norm)
+                hidden = self._attention(dispatch, batch, index, layer, normed, positions, cache)
+                normed, residual = self._norm(dispatch, case, index, hidden, residual, layer.post_norm)
+                return self._mlp(dispatch, case, index, layer, normed), residual
+            hidden, residual = run_layer(self.recompute_layers, block, hidden, residual)
         normed, _ = self._norm(dispatch, case, config.num_layers, hidden, residual, self.final_norm)
         return normed
 

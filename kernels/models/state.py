@@ -39,6 +39,11 @@ class ContiguousKV(KVStore):
         self._lengths: dict[int, int] = {}
 
     def write(self, segment, k, v) -> None:
+        """Append at the sequence's end; a segment at 0 starts the sequence anew (a layer
+        recomputed in backward writes its keys again, as the Mamba store reopens its state)."""
+        if segment.start == 0:
+            for held_lists in (self._keys, self._values, self._lengths):
+                held_lists.pop(segment.seq_id, None)
         held = self._lengths.get(segment.seq_id, 0)
         if segment.start != held:
             raise ValueError(f"sequence {segment.seq_id}: write at {segment.start}, holds {held}")

@@ -7,7 +7,9 @@ summation order: the step's micro-batches cut into `gradient_leaves` contiguous 
 folded left to right in fp32, the leaves added in the pairwise tree by index
 (kernels/trainer/gradient_leaves.py); gradient memory is then one accumulator and
 log2(leaves) + 1 partials whatever the step's size, and data-parallel replicas owning whole
-leaves (kernels/layout/data_parallel.py) reduce the same bits as one process.
+leaves (kernels/layout/data_parallel.py) reduce the same bits as one process. With
+recompute_layers each layer's activations are rebuilt in backward (kernels/models/recompute.py):
+memory for the bits of a second forward, no bit moved.
 Inside a micro-batch the head runs in chunks of `head_chunk_rows` rows (memory: no [tokens, V]
 logits kept for backward); the lm_head gradient adds its `head_fold_rows`-row tiles in order
 (kernels/trainer/chunked_head.py), the leaf that fixes its order: the chunk size moves no bit.
@@ -33,7 +35,8 @@ class Trainer:
 
     def __init__(self, config, contract, *, seed=0, weights=None, lr=1e-3, weight_decay=0.0,
                  micro_batch_size=8, layout="packed", observers=(), device="cpu", parallel=None,
-                 head_chunk_rows=None, head_fold_rows=FOLD_ROWS, gradient_leaves=GRADIENT_LEAVES):
+                 head_chunk_rows=None, head_fold_rows=FOLD_ROWS, gradient_leaves=GRADIENT_LEAVES,
+                 recompute_layers=False):
         """Seeded random weights, or a copy of `weights` (a state dict) when given; the model,
         its fp32 master weights and the optimizer state live on `device`."""
         contract.require_regions(config.REGIONS)
@@ -50,6 +53,7 @@ class Trainer:
         self.head_chunk_rows, self.head_fold_rows = head_chunk_rows, head_fold_rows
         leaf_groups(0, 1, gradient_leaves)  # a bad count fails here, not at the first step
         self.gradient_leaves = gradient_leaves
+        self.model.recompute_layers = recompute_layers  # per-layer activation recompute: the same bits
         self.gradient_bytes_peak = 0  # fp32 gradient bytes the last update held at once (its books)
 
     def score(self, sequences, *, micro_batch_size=None, layout=None):
