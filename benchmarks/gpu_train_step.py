@@ -15,6 +15,10 @@ the device's dense bf16 peak (--peak-tflops, the H200's 989 by default). Then co
 fast. Raw samples, the commit and the environment are written before the table; a model
 that runs out of device memory is recorded as such and the next one runs.
 --device cpu runs the cut configs at a small shape as a smoke test (no memory or MFU figures).
+Issue 23's shape (128 x 662 tokens) on one GPU: one contract per process (two trainers do
+not fit beside each other), e.g. `--models qwen3-1.7b --contracts consistent --micro-batch 8
+--head-chunk-rows 1024 --head-fold-rows 256 --gradient-leaves 2 --pairs 1`, then `fast`;
+add `--recompute` where the activations do not fit (the same bits).
 """
 import argparse
 import random

@@ -7,7 +7,8 @@ decisions (MoE expert ids, FP8 activations, the K and V an FP8 KV store received
 rewire the model the reference differentiates: that definition on a float64 copy of the
 tested side's weights, every region its float64 formula (gates/gradient_reference.py), the
 tested decisions replayed. Both answer tensors by name: loss, the sum of |loss terms|, every
-parameter's gradient; the tested side also its weights and decisions.
+parameter's gradient; the tested side also its weights and decisions, and its gradients again
+with every layer's activations recomputed in backward (recomputed/grad/<parameter>).
 """
 import dataclasses
 
@@ -63,7 +64,10 @@ def tested(subject, size: str, model_seed: int, contract, spec: list, coefficien
 
     found = _loss_and_grads(model.to(target), RegionDispatch(contract, [keep_decisions]), spec, coefficients,
                             **HEAD_CHUNKING)
-    return {**found, **weights, **kept}, [name for name, _ in model.named_parameters()]
+    model.recompute_layers = True  # the trainer's option (kernels/models/recompute.py): the same bits required
+    again = _loss_and_grads(model, RegionDispatch(contract), spec, coefficients, **HEAD_CHUNKING)
+    recomputed = {f"recomputed/{name}": t for name, t in again.items() if name.startswith("grad/")}
+    return {**found, **weights, **kept, **recomputed}, [name for name, _ in model.named_parameters()]
 
 
 def replayed_decisions(tensors: dict) -> dict:

@@ -17,7 +17,9 @@ gates/reference, differentiated by torch autograd; MoE routing reuses the tested
 choice, a discrete decision with no gradient, and inputs that put a Mamba dt within 1e-4
 (relative) of time_step_min, where the clamp's gradient jumps, are redrawn (at most 4 draws,
 each recorded). Every shipped size runs, the quantized cut included, whose quantizers are
-straight-through estimators: the reference's quantized weight is gates/reference/quant.py's
+straight-through estimators; and every gradient is the same bits, by integer view, when the
+tested side recomputes each layer's activations in backward (the trainer's recompute_layers).
+The reference's quantized weight is gates/reference/quant.py's
 float64 quantization of the master weight (FP8 128x128 blocks or NVFP4, as every contract
 stores it), its FP8 activations and FP8 KV take the tested side's quantized values (the
 scale and rounding decisions, which C02-C04 judge bit for bit), and every one passes its
@@ -25,7 +27,8 @@ gradient through unchanged; the reference must have taken every kind of quantiza
 config names (else the size proved nothing). Negative controls: the consistent contract with mlp_act bound to
 activation.planted_wrong_gradient fails it on qwen3, and with weight_quant bound to
 weight_quant.planted_detached (the same forward, no gradient to the master weight) on the
-quantized cut.
+quantized cut; with o_proj's trainer_bwd bound to linear.planted_atomic_split_k (an order
+drawn per call) the recomputed forward is another and the recompute condition fails.
 The tested side runs in a worker on the judged tree; the reference in a worker on the base
 commit's kernels (BITWISE_BASE, default HEAD; exported here), so the model definition it
 differentiates is not the candidate's (gates/gradient_runs.py); this process draws the inputs,
@@ -40,6 +43,7 @@ import torch
 from gates import device
 from gates.baseline import ROOT, export_commit
 from gates.candidate import ask, ask_once, ask_tensors, check_judge_clean, confinement
+from gates.compare import first_bit_difference
 from gates.gradient_reference import KINK_BAND
 from gates.inputs import fresh_seed, generator
 
@@ -98,6 +102,12 @@ def check_size(gate, size: str, reference_tree) -> None:
     error = abs(loss - ref_loss) / ref_terms
     gate.check(f"[{size}] loss: relative error <= {TOLERANCE:g}", error <= TOLERANCE, relative_error=error,
                tolerance=TOLERANCE, loss=loss, reference_loss=ref_loss, reference_sum_abs_terms=ref_terms)
+    differing = [name for name in tested["parameters"] if f"grad/{name}" in mine and (
+        f"recomputed/grad/{name}" not in mine
+        or first_bit_difference(mine[f"recomputed/grad/{name}"], mine[f"grad/{name}"]) is not None)]
+    gate.check(f"[{size}] every gradient bit equal with each layer's activations recomputed in backward",
+               not differing and any(name.startswith("recomputed/") for name in mine),
+               differing=differing[:8], num_differing=len(differing))
     for name in dict.fromkeys(tested["parameters"] + reference["parameters"]):  # the reference's names too
         grad, expected = mine.get(f"grad/{name}"), theirs.get(f"grad/{name}")
         if grad is None or expected is None:

@@ -86,6 +86,8 @@ def test_consistent_contract_passes(tmp_path, model):
     covered = _sized(model, "the calls covered every quantization the config names") & set(statuses)
     assert covered == ({"[cut-quant] the calls covered every quantization the config names"}
                        if model == "nemotron" else set()) and all(statuses[name] == "pass" for name in covered)
+    recomputed = [c for c in results["C08"]["conditions"] if "recomputed in backward" in c["name"]]
+    assert len(recomputed) == (2 if model == "nemotron" else 1) and all(c["status"] == "pass" for c in recomputed)
     grads = [c for c in results["C08"]["conditions"] if "] d loss / d " in c["name"]]
     assert len(grads) > 30 and all(c["relative_error"] <= c["tolerance"] == 1e-4 for c in grads)
     sizes = {c["name"].split("]")[0] + "]" for c in grads}
@@ -126,6 +128,17 @@ def test_c08_catches_a_wrong_gradient(tmp_path):
     failed = _failed(results["C08"])
     assert "[cut] d loss / d layers.0.gate_up_proj: relative error <= 0.0001" in failed
     assert "[cut] loss: relative error <= 0.0001" not in failed  # the forward bits are right
+
+
+def test_c08_catches_a_recomputed_forward_that_is_another(tmp_path):
+    """o_proj's trainer_bwd reduced in an order drawn per call: the recomputed forward of each
+    layer is another, so the gradients with recompute differ from those without."""
+    from tests.planted_contracts import planted
+    binding = {"impl": "linear.planted_atomic_split_k", "constants": {"num_splits": 4}}
+    code, results = _gates(tmp_path, "qwen3", "C8", planted(tmp_path, {("o_proj", "trainer_bwd"): binding}))
+    recompute = "[cut] every gradient bit equal with each layer's activations recomputed in backward"
+    assert code == EXIT_DIFFERENT and recompute in _failed(results["C08"])
+    assert next(c for c in results["C08"]["conditions"] if c["name"] == recompute)["num_differing"] > 0
 
 
 REFERENCE_AGREES = """
