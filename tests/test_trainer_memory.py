@@ -144,15 +144,21 @@ def test_a_bad_leaf_count_is_a_clear_error():
         Trainer(CONFIG, load_contract("consistent"), gradient_leaves=0)
 
 
-def _leaf_gradients(config, seed, **head):
-    """One micro-batch's fp32 gradients (leaf) under the consistent contract, head options `head`."""
-    trainer = Trainer(config, load_contract("consistent"), seed=seed % 1000, micro_batch_size=4, **head)
+def leaf_inputs(config, seed, micro_batch=4, **options):
+    """(trainer, 4 sequences, advantages, old log-probs) under the consistent contract, the
+    trainer built with `options`: one micro-batch's update, ready for leaf()."""
+    trainer = Trainer(config, load_contract("consistent"), seed=seed % 1000, micro_batch_size=micro_batch, **options)
     rng = random.Random(seed)
     sequences = [ScoredSequence(tuple(rng.randrange(1, config.vocab_size) for _ in range(rng.randint(5, 12))),
                                 tuple(rng.randrange(1, config.vocab_size) for _ in range(rng.randint(15, 30))))
                  for _ in range(4)]
     advantages = [rng.uniform(-1, 1) for _ in sequences]
-    old = trainer.score(sequences)
+    return trainer, sequences, advantages, trainer.score(sequences)
+
+
+def _leaf_gradients(config, seed, **head):
+    """One micro-batch's gradients (leaf) under the consistent contract, head options `head`."""
+    trainer, sequences, advantages, old = leaf_inputs(config, seed, **head)
     return leaf(trainer, sequences, advantages, old, list(range(4)))[2]
 
 

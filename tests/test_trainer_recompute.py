@@ -1,32 +1,20 @@
 """Per-layer activation recompute (kernels/models/recompute.py) moves no bit: one micro-batch's
-log-probs, loss and every fp32 gradient are equal by integer view with it on and off, on both
-model cuts, while what autograd saves for backward shrinks (as saved-tensor hooks count it: they
-do not see the recompute's own saves, one layer's at a time during backward). The negative control proves the
-comparison can see a change: the same update at another micro-batch size moves gradient bits."""
-import random
-
+log-probs, loss and every gradient are equal by integer view with it on and off, on both model
+cuts, while what autograd saves for backward shrinks (as saved-tensor hooks count it: they do
+not see the recompute's own saves, one layer's at a time during backward). The negative
+control proves the comparison sees a change: another micro-batch size moves gradient bits."""
 import pytest
 import torch
 
 from gates.compare import assert_bitwise_equal
-from kernels.contract import load_contract
 from kernels.models.config import load_model_config
-from kernels.trainer.logprobs import ScoredSequence
 from kernels.trainer.micro_batch import leaf
-from kernels.trainer.trainer import Trainer
-from tests.test_trainer_memory import _peak_saved
+from tests.test_trainer_memory import _peak_saved, leaf_inputs
 
 
 def _update(config, seed, recompute, micro_batch=4):
-    """(saved-for-backward peak bytes, (log-probs, loss, grads)) of one micro-batch of 4."""
-    trainer = Trainer(config, load_contract("consistent"), seed=seed % 1000, micro_batch_size=micro_batch,
-                      recompute_layers=recompute)
-    rng = random.Random(seed)
-    sequences = [ScoredSequence(tuple(rng.randrange(1, config.vocab_size) for _ in range(rng.randint(5, 12))),
-                                tuple(rng.randrange(1, config.vocab_size) for _ in range(rng.randint(15, 30))))
-                 for _ in range(4)]
-    advantages = [rng.uniform(-1, 1) for _ in sequences]
-    old = trainer.score(sequences)
+    """(saved-for-backward peak bytes, (log-probs, loss, grads)) of one update of 4 sequences."""
+    trainer, sequences, advantages, old = leaf_inputs(config, seed, micro_batch, recompute_layers=recompute)
     found = {}
     peak = _peak_saved(lambda: found.update(result=leaf(trainer, sequences, advantages, old, list(range(4)))))
     return peak, found["result"]
