@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.agents import claude_code
-from harness.agents.base import AgentLimits, AgentTask, Tool, make_backend
+from harness.agents import make_backend
+from harness.agents.base import AgentLimits, AgentTask, Tool
 from harness.agents.worktree_tools import worktree_tools
 from tests.fake_messages_server import FakeMessagesServer, overloaded, text, tool_results, tool_use
 

@@ -1,5 +1,5 @@
-"""Conventions worth stating are worth a test: layer rules, file sizes, module docstrings,
-no grab-bag modules, and the README's test command being what CI runs."""
+"""Conventions worth stating are worth a test: layer rules, no import circles, file sizes,
+module docstrings, no grab-bag modules, and the README's test command being what CI runs."""
 import ast
 from pathlib import Path
 
@@ -30,6 +30,72 @@ def test_dependencies_point_one_way(package, forbidden):
     offenders = {str(p.relative_to(ROOT)): sorted(_imported_roots(p) & forbidden)
                  for p in _modules(package) if _imported_roots(p) & forbidden}
     assert not offenders, offenders
+
+
+def _module_name(path, root=ROOT) -> str:
+    name = ".".join(path.relative_to(root).with_suffix("").parts)
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
+
+
+def import_graph(paths, root=ROOT) -> dict:
+    """{module: project modules it imports}, lazy (in-function) imports included: a lazy import
+    is still a dependency, and a circle through one is still a circle."""
+    names = {_module_name(p, root): p for p in paths}
+    graph = {}
+    for name, path in names.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets.update([node.module] + [f"{node.module}.{alias.name}" for alias in node.names])
+        graph[name] = sorted(t for t in targets if t in names and t != name)
+    return graph
+
+
+def import_circles(graph) -> list:
+    """The circles of `graph`: each strongly connected set of two or more modules (Tarjan)."""
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            members = []
+            while not members or members[-1] != node:
+                members.append(stack.pop())
+                on_stack.discard(members[-1])
+            if len(members) > 1:
+                circles.append(sorted(members))
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_no_import_circle_among_the_projects_modules():
+    circles = import_circles(import_graph([p for package in PACKAGES for p in _modules(package)]))
+    assert not circles, circles
+
+
+def test_the_circle_finder_finds_a_circle_through_a_lazy_import(tmp_path):
+    """Negative control: pkg.a imports pkg.b, which imports pkg.a inside a function (as a
+    family module picking its CUDA backend did) and pkg.c at the top: one circle, a and b."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("from pkg.b import run\n")
+    (tmp_path / "pkg" / "b.py").write_text("import pkg.c\n\n\ndef run():\n    from pkg import a\n    return a\n")
+    (tmp_path / "pkg" / "c.py").write_text("X = 1\n")
+    graph = import_graph(sorted((tmp_path / "pkg").glob("*.py")), tmp_path)
+    assert import_circles(graph) == [["pkg.a", "pkg.b"]], graph
+    (tmp_path / "pkg" / "b.py").write_text("import pkg.c\n")
+    assert import_circles(import_graph(sorted((tmp_path / "pkg").glob("*.py")), tmp_path)) == []
 
 
 @pytest.mark.parametrize("package", PACKAGES)

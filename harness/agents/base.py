@@ -1,11 +1,11 @@
 """The agent interface: what the orchestrator hands a backend (AgentTask) and gets back
-(AgentResult), the tools it may add (Tool), and `make_backend(name, **settings)`.
+(AgentResult), the tools it may add (Tool); it imports no backend (harness/agents/__init__.py
+makes them by name).
 
 Status strings are shared by every backend: "finished", "limit:turns", "limit:tokens",
 "limit:cost", "limit:time" (the agent's wall-clock budget), "error". Transcripts are JSONL,
 one record per event, appended and flushed as the event happens (`append_transcript`), so a
 killed run still leaves its record.
-Backends are imported lazily by name: a missing SDK only matters to the backend that needs it.
 """
 import json
 import time
@@ -15,7 +15,6 @@ from typing import Any, Callable, Mapping, Protocol
 
 from harness.secrets import redact
 
-BACKENDS = ("anthropic", "claude-code", "none")
 STATUSES = ("finished", "limit:turns", "limit:tokens", "limit:cost", "limit:time", "error")
 
 
@@ -110,18 +109,3 @@ def append_transcript(path: Path, kind: str, **fields) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write(redact(json.dumps(record, default=str)) + "\n")  # no secret reaches the file
-
-
-def make_backend(name: str, **settings) -> AgentBackend:
-    """The backend called `name`; settings go to its constructor, which checks credentials and
-    SDKs up front (ValueError naming what to set) so a run fails before making worktrees."""
-    if name == "anthropic":
-        from harness.agents.anthropic_api import AnthropicBackend
-        return AnthropicBackend(**settings)
-    if name == "claude-code":
-        from harness.agents.claude_code import ClaudeCodeBackend
-        return ClaudeCodeBackend(**settings)
-    if name == "none":
-        from harness.agents.none import NoneBackend
-        return NoneBackend(**settings)
-    raise ValueError(f"unknown agent backend {name!r}; choose one of: {', '.join(BACKENDS)}")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from gates.workload import Workload
-from harness.agents.base import make_backend
+from harness.agents import make_backend
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
 from harness.stages import agents as agents_stage
 from harness.stages.checkpoint_option import add_model_options, checkpoint_path, model_of

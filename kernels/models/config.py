@@ -6,13 +6,9 @@ Unknown or missing fields are a ValueError naming the field.
 import dataclasses
 from pathlib import Path
 
-import torch
-
 from kernels.strict_yaml import load_yaml
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def shipped_configs() -> list:

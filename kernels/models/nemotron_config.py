@@ -4,7 +4,7 @@ config.json. Field names follow ours where both families share a meaning (num_he
 num_kv_heads, head_dim) so the engine and trainer size caches the same way for both."""
 from dataclasses import dataclass
 
-from kernels.models.config import DTYPES
+from kernels.models.dtypes import DTYPES
 
 BLOCK_TYPES = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from kernels.models.batch import call_per_case
-from kernels.models.config import DTYPES
+from kernels.models.dtypes import DTYPES
 from kernels.models.recompute import run_layer
 from kernels.ops.fusions import QK_NORM_ROPE
 

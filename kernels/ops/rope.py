@@ -10,15 +10,7 @@ import functools
 
 import torch
 
-
-def _rotate_half(x):
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat([-second, first], dim=-1)
-
-
-def rotated_fp32(x32, cos, sin):
-    """The consistent rotation in fp32, unrounded (the CPU path; the CUDA backward's recompute)."""
-    return x32 * cos + _rotate_half(x32) * sin
+from kernels.ops.rope_rotation import rotate_half as _rotate_half, rotated_fp32
 
 
 @functools.lru_cache(maxsize=8)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from kernels.ops.autograd_use import records_graph
-from kernels.ops.rope import rotated_fp32
+from kernels.ops.rope_rotation import rotated_fp32
 
 ROWS = 16  # (token, head) rows per program
 

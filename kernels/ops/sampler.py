@@ -22,6 +22,7 @@ import torch
 from kernels.ops.logprob import scaled
 from kernels.ops.reduction import row_prefix_sum, row_sum
 from kernels.ops.transfer import to_device
+from kernels.ops.splitmix import SPLITMIX64
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +50,6 @@ class SamplingParams:
     def logprob_temperature(self) -> float:
         """Temperature of the distribution whose log-probs both sides report (1 if greedy)."""
         return self.temperature if self.temperature > 0 else 1.0
-
-
-SPLITMIX64 = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
-"""SplitMix64's golden increment and its two mixing multipliers, as unsigned 64-bit values
-(mix_seed, race_uniforms and the fused CUDA draw in sampler_triton.py all hash with them)."""
 
 
 def mix_seed(seed: int, index: int) -> int:

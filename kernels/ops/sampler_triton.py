@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ops.sampler import SPLITMIX64
+from kernels.ops.splitmix import SPLITMIX64
 
 BLOCK = 1024
 CHUNK = 4096  # tokens per program of the first pass: a row's vocabulary is spread over many SMs

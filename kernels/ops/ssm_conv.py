@@ -16,17 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from kernels.models.mamba_state import batched_decode, each_segment
-from kernels.ops.activation import position_independent_sigmoid
+from kernels.ops.ssm_conv_taps import consistent_taps, window_rows
 
 
 def _window(xbc, state):
     """[K-1+T, C]: the conv state's K-1 rows, then the segment's rows."""
     return window_rows(state.conv, xbc)
-
-
-def window_rows(conv, xbc):
-    """The conv window from the K-1 held rows `conv` and the segment's rows."""
-    return torch.cat([conv.to(xbc.dtype), xbc])
 
 
 def _decode_window(xbc, segments, store):
@@ -92,12 +87,3 @@ def consistent_segment(xbc, state, weight, bias):
     window = _window(xbc, state)
     _keep_tail(state, window, weight.shape[-1])
     return consistent_taps(window, weight, bias, xbc.shape[0]).to(xbc.dtype)
-
-
-def consistent_taps(window, weight, bias, num_rows):
-    """The consistent conv + SiLU of a window's rows, in fp32 (unrounded); a window [K-1+T,
-    ..., C] with more dims between gives each of them the same terms."""
-    acc = bias.float().expand(num_rows, *window.shape[1:-1], -1)
-    for k in range(weight.shape[-1]):
-        acc = acc + weight[:, k].float() * window[k:k + num_rows].float()
-    return acc * position_independent_sigmoid(acc)

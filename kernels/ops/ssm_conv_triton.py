@@ -82,7 +82,7 @@ class ConsistentConv(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from kernels.ops.ssm_conv import consistent_taps, window_rows  # the torch form
+        from kernels.ops.ssm_conv_taps import consistent_taps, window_rows  # the torch form
 
         def torch_form(xbc, conv_state, weight, bias):
             return consistent_taps(window_rows(conv_state, xbc), weight, bias, xbc.shape[0])

@@ -18,7 +18,7 @@ terms, the decode computing its new row only, in a few launches. Each door takes
 segment, or for a decode-only group on a pooled store (the engine's) one batched call: the
 fast recurrence in a few ops for every sequence (on CUDA one Triton kernel,
 kernels/ops/ssm_update_triton.py), the consistent chunk re-play as the same
-Triton kernels over every sequence's buffered rows (CUDA) or as one _chunk call with a
+Triton kernels over every sequence's buffered rows (CUDA) or as one chunk() call with a
 leading sequence dim (CPU). Reference: gates/reference/ssm.py.
 """
 import torch
@@ -26,34 +26,7 @@ import torch.nn.functional as F
 
 from kernels.models.mamba_state import batched_decode, each_segment
 from kernels.ops.autograd_use import records_graph
-from kernels.ops.padding import pad_to_multiple
-
-
-def _chunk(x, B, C, dt, state0, A, D):
-    """One chunk of Q rows: (y [Q, H, P] fp32, state after the chunk [H, P, N]); with a
-    leading sequence dim on every argument, each sequence's chunk in the same ops."""
-    y, fold = _chunk_outputs(x, B, C, dt, state0, A, D)
-    return y, _end_state(*fold, state0)
-
-
-def _chunk_outputs(x, B, C, dt, state0, A, D):
-    """(y [Q, H, P] fp32, what _end_state folds the chunk from): _chunk without its state."""
-    num_heads, num_groups = x.shape[-2], B.shape[-2]
-    Bh = B.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2)  # [H, Q, N]
-    Ch = C.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2)  # [H, Q, N]
-    xh, dth = x.transpose(-3, -2), dt.transpose(-2, -1)  # [H, Q, P], [H, Q]
-    cs = torch.cumsum(dth * A[:, None], dim=-1)  # [H, Q]
-    causal = torch.ones(cs.shape[-1], cs.shape[-1], dtype=torch.bool, device=cs.device).tril()
-    decay = torch.where(causal, torch.exp(cs[..., :, None] - cs[..., None, :]), 0.0)  # [H, Qt, Qs]
-    weights = (Ch @ Bh.transpose(-1, -2)) * decay * dth[..., None, :]
-    y = weights @ xh + (Ch @ state0.transpose(-1, -2)) * torch.exp(cs)[..., None] + D[:, None, None] * xh
-    return y.transpose(-3, -2), (cs, xh, dth, Bh)
-
-
-def _end_state(cs, xh, dth, Bh, state0):
-    """The state after the chunk [H, P, N] (a leading sequence dim passes through)."""
-    to_end = torch.exp(cs[..., -1:] - cs) * dth  # [H, Q]
-    return torch.exp(cs[..., -1])[..., None, None] * state0 + (xh * to_end[..., None]).transpose(-1, -2) @ Bh
+from kernels.ops.ssm_scan_chunks import chunk_outputs as _chunk_outputs, end_state as _end_state, run_chunks
 
 
 def position_independent_softplus(x):
@@ -68,21 +41,6 @@ def _rows(state, x, B, C, dt):
     if state.pending is None:
         return new
     return [torch.cat([old, fresh]) for old, fresh in zip(state.pending, new)]
-
-
-def run_chunks(rows, state0, A, D, chunk_size):
-    """Scan `rows` chunk by chunk from state0: (y of every row, the state at the last chunk
-    boundary, the state after all rows). Padding rows have dt = 0, so they move neither
-    cumsum nor the end state: a partial chunk's end state is exact for its real rows."""
-    num_rows = rows[0].shape[0]
-    outputs, boundary, end = [], state0, state0
-    for lo in range(0, num_rows, chunk_size):
-        piece = [pad_to_multiple(r[lo:lo + chunk_size], 0, chunk_size) for r in rows]
-        y, end = _chunk(*piece, boundary, A.float(), D.float())
-        outputs.append(y[:min(chunk_size, num_rows - lo)])
-        if lo + chunk_size <= num_rows:
-            boundary = end
-    return torch.cat(outputs), boundary, end
 
 
 def torch_scan(rows, state0, A, D, *, chunk_size, first_row):
@@ -139,7 +97,7 @@ def _consistent_decode_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D
 
 def _consistent_decode_batch_cpu(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min):
     """_consistent_decode_batch in torch ops: every sequence's chunk (its buffered rows and the
-    new one) re-played by one _chunk call with a leading sequence dim, the new rows' outputs
+    new one) re-played by one chunk() call with a leading sequence dim, the new rows' outputs
     kept, and the states of the chunks that complete folded. Pool rows past the new one are
     an earlier chunk's: they reach the new row only through terms the causal mask zeroes, and
     are replaced by consistent_segment's zero padding anyway (a stale inf times 0 is a NaN).
