@@ -16,6 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from gates import faults_cuda  # noqa: E402
+from gates.compare import bit_view  # noqa: E402
 from kernels.ops import logprob, norm_triton  # noqa: E402
 
 WIDTHS = {"norm": (256, 2048, 2688), "logprob": (1024, 151936), "linear": ((256, 256), (2048, 2048))}
@@ -23,9 +24,7 @@ WIDTHS = {"norm": (256, 2048, 2688), "logprob": (1024, 151936), "linear": ((256,
 
 def differing(a, b) -> int:
     """Elements whose bits differ (integer views), NaN-safe."""
-    a, b = a.contiguous(), b.contiguous()
-    view = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return int((a.view(view) != b.view(view)).sum())
+    return int((bit_view(a) != bit_view(b)).sum())
 
 
 def in_calls(function, rows: int, small: int, *row_args):

@@ -99,12 +99,12 @@ def linear_thread_split_k(x, w, *, row_multiple: int, out_dtype=None):
 def norm_sum_in_halves_below_16_rows(x, w, *, eps, residual=None):
     """The consistent RMSNorm, but a call of fewer than 16 rows sums each row's squares as two
     halves added last (a lane count that follows the rows). Its output is rounded to bf16 from
-    an fp32 sum that moved by an ulp, so about one element in 10^6 changes: only rows widened
-    to fp32 (C02's row replay) show it every time."""
+    an fp32 sum that moved by an ulp, so a bf16 element rarely changes: rows widened to fp32
+    (C02's row replay) show it every time."""
+    if x.numel() // x.shape[-1] >= 16:
+        return norm.consistent(x, w, eps=eps, residual=residual)
     h = x if residual is None else x + residual
     h32 = h.float()
-    if h32.numel() // h32.shape[-1] >= 16:
-        return norm.consistent(x, w, eps=eps, residual=residual)
     half = h32.shape[-1] // 2
     squares = h32 * h32
     variance = (squares[..., :half].sum(-1, keepdim=True) + squares[..., half:].sum(-1, keepdim=True)) / h32.shape[-1]

@@ -33,7 +33,7 @@ def graph_facts(config, contract) -> dict:
 def workload_for(crossing: dict) -> dict:
     """WORKLOAD with its longest prompts past the key block and the SSM chunk (where there is
     one), whatever the contract and the config pin, and one prompt that long whatever the
-    seed (else 3% of seeds left a 128-token chunk uncrossed); the shortest stay as they were."""
+    seed (random lengths alone can all fall short); the shortest stay as they were."""
     past = max(crossing["key_block"], crossing["ssm_chunk"] or 0) + 8
     return dict(WORKLOAD, max_prompt_len=max(WORKLOAD["max_prompt_len"], past), longest_prompts=1)
 

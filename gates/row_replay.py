@@ -4,8 +4,8 @@ all the rows its call site saw, once as one call of N rows and once in calls of 
 each row's outputs compared bit for bit (integer views).
 
 Why: a probe meets a kernel constant that follows the row count in only a few rows, and a
-fault in an fp32 reduction whose output is rounded to bf16 moves an element in 10^5 or 10^6
-(benchmarks/gpu_plant_effects.py: split-K 1e-4, RMSNorm's lanes 1e-6). Replaying the site
+fault in an fp32 reduction whose output is rounded to bf16 moves few elements
+(benchmarks/gpu_plant_effects.py measures how few). Replaying the site
 on every row the case produced (hundreds of rows per site) gives the row count's every value
 many rows; the norms run a second time on their rows widened to fp32, where any change of
 the sum's order shows (the kernel's order follows the width, never the dtype).
@@ -20,13 +20,13 @@ import itertools
 import torch
 
 from gates.case_calls import intra_op_threads, thread_counts
+from gates.compare import bit_view
 from kernels.contract.regions import REGION_FAMILY
 
 ROW_FAMILIES = ("embedding", "norm", "linear", "rope", "activation", "gated_norm", "router", "topk", "relu2_mlp",
                 "act_quant", "logprob", "sampler")
 WIDENED_FAMILIES = ("norm", "gated_norm")  # fp32 reductions rounded once: fp32 rows show their order
 CALL_SIZES = (1, 2, 3, 5, 8, 13, 16, 17, 31, 64)
-INTEGER_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _rows_of(value):
@@ -34,9 +34,12 @@ def _rows_of(value):
         isinstance(value, torch.Tensor) and value.dim()) else None
 
 
-def _detached(value):
-    return value.detach().clone() if isinstance(value, torch.Tensor) else list(value) if isinstance(
-        value, list) else value
+def _kept(value, rows: int):
+    """What a capture keeps of an argument: a copy of what may be a row argument (a caller may
+    reuse its buffer), the rest (weights, constants) as it is."""
+    if isinstance(value, torch.Tensor) and _rows_of(value) == rows:
+        return value.detach().clone()
+    return list(value) if isinstance(value, list) else value
 
 
 class RowCapture:
@@ -59,7 +62,7 @@ class RowCapture:
         key = (call.region, call.case, call.layer)
         n = self.counts[key] = self.counts.get(key, -1) + 1
         self.sites.setdefault(key + (n,), []).append(
-            (rows, tuple(_detached(a) for a in call.args), {k: _detached(v) for k, v in call.kwargs.items()}))
+            (rows, tuple(_kept(a, rows) for a in call.args), {k: _kept(v, rows) for k, v in call.kwargs.items()}))
 
 
 def _row_slots(captures) -> list:
@@ -83,14 +86,11 @@ def _call(dispatch, site, slots, args, kwargs, lo, hi):
 
 
 def _row_bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().cpu().contiguous()
-    return t.view(INTEGER_VIEW[t.element_size()]).reshape(t.shape[0], -1) if t.is_floating_point() else \
-        t.reshape(t.shape[0], -1).long()
+    return bit_view(t.cpu()).reshape(t.shape[0], -1)
 
 
-def replay_site(dispatch, site, captures, widen: bool) -> dict:
-    """One site's replay: rows, call sizes, rows that differ and the first one."""
-    slots = _row_slots(captures)
+def replay_site(dispatch, site, captures, slots, widen: bool) -> dict:
+    """One site's replay on its row arguments `slots`: rows, rows that differ, the first one."""
     args = list(captures[0][1])
     kwargs = dict(captures[0][2])
     for s in slots:
@@ -134,13 +134,14 @@ def replay(dispatch, capture: RowCapture) -> dict:
     record = {"sites": 0, "widened_sites": 0, "rows": [None, None], "call_sizes": list(CALL_SIZES),
               "differing_rows": 0, "differing_sites": {}, "first_difference": None, "skipped": {}}
     for site, captures in capture.sites.items():
-        if len({rows for rows, _, _ in captures}) < 2 or not _row_slots(captures):
+        slots = _row_slots(captures)
+        if len({rows for rows, _, _ in captures}) < 2 or not slots:
             reason = "seen at one row count" if len({r for r, _, _ in captures}) < 2 else "no row argument"
             record["skipped"][reason] = record["skipped"].get(reason, 0) + 1
             continue
         widen_too = REGION_FAMILY[site[0]] in WIDENED_FAMILIES
         for widen in (False, True) if widen_too else (False,):
-            found = replay_site(dispatch, site, captures, widen)
+            found = replay_site(dispatch, site, captures, slots, widen)
             record["sites" if not widen else "widened_sites"] += 1
             low, high = record["rows"]
             record["rows"] = [min(low or found["rows"], found["rows"]), max(high or 0, found["rows"])]

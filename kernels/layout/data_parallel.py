@@ -86,10 +86,9 @@ def train_step(trainer, sequences, advantages, old_logprobs) -> dict:
         grads = local[0][2] if local else {name: torch.zeros(p.shape, device=p.device) for name, p in params.items()}
         gradients = {name: groups.dp.all_reduce(grads[name].to(p.dtype)) for name, p in params.items()}
         loss = groups.dp.all_reduce((local[0][1] if local else torch.zeros((), device=groups.device)).reshape(1))
-    gathered = groups.dp.gather_objects([leaf[0] for leaf in local])
-    scored = [pair for part in gathered for pairs in part for pair in pairs]
+    scored = [pairs for part in groups.dp.gather_objects([leaf[0] for leaf in local]) for pairs in part]
     for name, param in params.items():
         param.grad = gradients[name]
     trainer.optimizer.step()
-    logprobs = _in_order([scored], len(sequences), groups.device)
+    logprobs = _in_order(scored, len(sequences), groups.device)
     return {"loss": float(loss), "logprobs": logprobs, "gradients": gradients}

@@ -29,7 +29,7 @@ def owned_leaves(size: int, num_leaves: int, rank: int, num_ranks: int, what: st
 
 
 class StreamingTreeSum:
-    """tree_sum's additions, one part at a time, holding at most log2(n) + 1 partial sums: a
+    """tree_sum's additions over tensors, one part at a time, holding at most log2(n) + 1 partial sums: a
     part merges with the newest partial while both cover as many parts (a binary counter),
     and the end adds the partials newest first, which is where tree_sum carries an odd part.
     It owns the tensors it is given: the earlier operand of each addition takes the sum in
@@ -42,7 +42,7 @@ class StreamingTreeSum:
         count = 1
         while self._partials and self._partials[-1][0] == count:
             covered, partial = self._partials.pop()
-            part, count = _added(partial, part), count + covered
+            part, count = partial.add_(part), count + covered
         self._partials.append((count, part))
 
     def held(self) -> list:
@@ -54,10 +54,5 @@ class StreamingTreeSum:
             raise ValueError("tree_sum: nothing to add")
         total = self._partials[-1][1]
         for _, partial in reversed(self._partials[:-1]):
-            total = _added(partial, total)
+            total = partial.add_(total)
         return total
-
-
-def _added(left, right):
-    """left + right, into left where left is a tensor (the tree owns it)."""
-    return left.add_(right) if hasattr(left, "add_") else left + right
