@@ -39,8 +39,8 @@ from gates.test_c10_performance import plan, subject_size  # noqa: E402
 from gates.timed_worker import rollout_options  # noqa: E402
 from gates.workload import Workload, make_engine, make_requests, seeded_weights  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
+from kernels.contract.dispatch import RegionDispatch  # noqa: E402
 from kernels.models.config import load_model_config  # noqa: E402
-from kernels.models.dispatch import RegionDispatch  # noqa: E402
 
 CONTRACTS = ("fast", "consistent")
 RANGE = "region/"
@@ -97,7 +97,8 @@ def region_times(events) -> dict:
     for e in events:
         if e.device_type() == torch.autograd.DeviceType.CPU:
             if e.name().startswith(RANGE):
-                ranges[e.start_thread_id()].append((e.start_ns(), e.start_ns() + e.duration_ns(), e.name()[len(RANGE):]))
+                ranges[e.start_thread_id()].append((e.start_ns(), e.start_ns() + e.duration_ns(),
+                                                    e.name()[len(RANGE):]))
             else:
                 launches[e.correlation_id()] = (e.start_thread_id(), e.start_ns())
         else:

@@ -15,14 +15,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import write_raw  # noqa: E402
 from gates.workload import EngineShape, Workload, rollout, seeded_weights  # noqa: E402
+from kernels.contract import dispatch as region_door  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
-from kernels.models import dispatch as region_door  # noqa: E402
 from kernels.models.config import load_model_config  # noqa: E402
 from kernels.models.registry import config_name  # noqa: E402
 

@@ -25,8 +25,8 @@ from gates.case_calls import intra_op_threads, thread_counts
 from gates.inputs import BATCH_SIZES
 from gates.region_runs import summary
 from gates.row_replay import RowCapture, replay
+from kernels.contract.dispatch import RegionDispatch
 from kernels.models.batch import TokenBatch
-from kernels.models.dispatch import RegionDispatch
 from kernels.models.state import TransientCache
 from kernels.ops.sampler import SamplingParams
 

@@ -16,7 +16,7 @@ import torch
 
 from gates.gradient_reference import ReferenceDispatch
 from gates.subject import subject_config, subject_model
-from kernels.models.dispatch import RegionDispatch
+from kernels.contract.dispatch import RegionDispatch
 from kernels.models.registry import build_model
 from kernels.trainer.logprobs import ScoredSequence, sequence_logprobs
 

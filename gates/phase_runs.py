@@ -26,9 +26,9 @@ from gates import device
 from gates.boundaries import coverage, key_block, longest_constant, ssm_chunk
 from gates.compare import tensor_digest
 from gates.workload import Workload, make_requests
+from kernels.contract.dispatch import RegionDispatch
 from kernels.engine.engine import Engine
 from kernels.models.batch import Segment, TokenBatch
-from kernels.models.dispatch import RegionDispatch
 from kernels.models.state import TransientCache
 
 REGIONS = ("attention", "ssm_scan")  # per-sequence regions whose rows are compared per token
@@ -130,7 +130,8 @@ def _engine_run(config, contract, model, seed):
 
 def position_digests(rows: dict) -> dict:
     """{"quantity|seq": [sha256 of each position's row]} of a phase's recorded rows."""
-    return {f"{quantity}|{seq}": [tensor_digest(row.cpu()) for row in tensor] for (quantity, seq), tensor in rows.items()}
+    return {f"{quantity}|{seq}": [tensor_digest(row.cpu()) for row in tensor]
+            for (quantity, seq), tensor in rows.items()}
 
 
 def long_probe(model, contract, config, rng) -> dict:

@@ -17,8 +17,8 @@ import torch
 
 from gates import device
 from gates.compare import tensor_digest
+from kernels.contract.dispatch import RegionDispatch
 from kernels.models.batch import TokenBatch
-from kernels.models.dispatch import RegionDispatch
 from kernels.models.state import TransientCache
 from kernels.ops.sampler import SamplingParams
 
@@ -93,7 +93,8 @@ def expected_regions(config) -> list:
 
 def every_case(model, contract, seeds: dict, key_block: int) -> dict:
     """{case: {calls, shapes}} of one run of every case under its seed, allocations poisoned."""
-    was_on, was_warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    was_on, was_warn_only = (torch.are_deterministic_algorithms_enabled(),
+                             torch.is_deterministic_algorithms_warn_only_enabled())
     torch.use_deterministic_algorithms(True)
     try:
         runs = {}

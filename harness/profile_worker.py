@@ -61,8 +61,7 @@ class WorkerSide:
     def hello(self) -> dict:
         """Who this is: what it imported, its identities and the workload it will run."""
         from kernels.contract import load_contract
-        from kernels.contract.identity import (deployment_fingerprint, numerical_policy_identity,
-                                               semantic_identity)
+        from kernels.contract.identity import deployment_fingerprint, numerical_policy_identity, semantic_identity
 
         workload = [(r.request_id, r.prompt, r.max_new_tokens, r.arrival_step, r.params.temperature,
                      r.params.top_k, r.params.top_p, r.params.seed) for r in self.requests]
@@ -105,7 +104,10 @@ class WorkerSide:
     def regions(self, runs: int = REGION_RUNS) -> dict:
         """{region: own CPU ms}: the median over `runs` rollouts on the warm engine, doors
         timed (DoorClock); one run on a shared machine moves a region by a third."""
-        from kernels.models.dispatch import RegionDispatch
+        try:
+            from kernels.contract.dispatch import RegionDispatch
+        except ModuleNotFoundError:  # a frozen baseline's tree from before the door moved
+            from kernels.models.dispatch import RegionDispatch
 
         door, engine, measured = RegionDispatch.__call__, self._warm_engine(), []
         for _ in range(runs):

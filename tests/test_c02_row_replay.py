@@ -11,8 +11,8 @@ import torch
 from gates.row_replay import RowCapture, replay
 from harness.cli import EXIT_DIFFERENT, main
 from kernels.contract import load_contract
+from kernels.contract.dispatch import RegionDispatch
 from kernels.contract.regions import CASES
-from kernels.models.dispatch import RegionDispatch
 from tests.planted_contracts import planted
 
 NORMS = ("norm", "qk_norm")

@@ -6,8 +6,8 @@ import torch
 
 from kernels.contract import load_contract
 from kernels.contract.contract import Binding
+from kernels.contract.dispatch import RegionDispatch
 from kernels.contract.regions import CASES
-from kernels.models.dispatch import RegionDispatch
 from kernels.ops import fusions
 from kernels.ops.fusions import QK_NORM_ROPE, fused_for
 

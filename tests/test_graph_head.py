@@ -9,9 +9,9 @@ import torch
 
 from gates.compare import assert_bitwise_equal
 from kernels.contract import load_contract
+from kernels.contract.dispatch import RegionDispatch
 from kernels.engine.graph_head import GraphHead, tensor_draw
 from kernels.engine.pinned import ResultCopies
-from kernels.models.dispatch import RegionDispatch
 from kernels.ops.sampler import SamplingParams
 
 VOCAB = 300
@@ -28,7 +28,8 @@ class _LogitsModel:
 def _rows(seed: int, count: int):
     generator = torch.Generator().manual_seed(seed)
     kinds = [SamplingParams(1.0), SamplingParams(0.0), SamplingParams(0.7, top_k=20), SamplingParams(1.3, top_p=0.8)]
-    params = [SamplingParams(k.temperature, k.top_k, k.top_p, seed=int(torch.randint(0, 2**40, (1,), generator=generator)))
+    params = [SamplingParams(k.temperature, k.top_k, k.top_p,
+                             seed=int(torch.randint(0, 2**40, (1,), generator=generator)))
               for k in (kinds * count)[:count]]
     draws = [int(d) for d in torch.randint(0, 500, (count,), generator=generator)]
     logits = (3 * torch.randn(count, VOCAB, generator=generator)).to(torch.bfloat16)
@@ -48,8 +49,10 @@ def _head(contract, logits, params, draws, size, draw=None):
     head = GraphHead(size, "cpu")
     head.fill(params, draws, size)
     padded = torch.cat([logits, logits[:size - len(params)]])  # padding rows: whatever the buffers hold
-    captured = head.capture(_LogitsModel, dispatch, "engine_graph", padded, draw or tensor_draw(dispatch, "engine_graph"))
-    return ResultCopies.wait(ResultCopies(size).start(*head.redraw_truncated(dispatch, "engine_graph", captured, params, draws)))
+    captured = head.capture(_LogitsModel, dispatch, "engine_graph", padded,
+                            draw or tensor_draw(dispatch, "engine_graph"))
+    return ResultCopies.wait(ResultCopies(size).start(
+        *head.redraw_truncated(dispatch, "engine_graph", captured, params, draws)))
 
 
 @pytest.mark.parametrize("contract_name", ["consistent", "fast"])

@@ -20,8 +20,8 @@ from safetensors.torch import load_file, save_file
 
 from gates.compare import assert_bitwise_equal
 from kernels.contract import load_contract
+from kernels.contract.dispatch import RegionDispatch
 from kernels.models.batch import TokenBatch
-from kernels.models.dispatch import RegionDispatch
 from kernels.models.hf_nemotron import load_hf_nemotron, nemotron_config_from_hf, weight_sources
 from kernels.models.registry import build_model
 from kernels.models.state import TransientCache

@@ -20,8 +20,8 @@ from safetensors.torch import load_file, save_file
 
 from gates.compare import assert_bitwise_equal
 from kernels.contract import load_contract
+from kernels.contract.dispatch import RegionDispatch
 from kernels.models.batch import TokenBatch
-from kernels.models.dispatch import RegionDispatch
 from kernels.models.hf_checkpoint import load_hf_checkpoint, qwen3_config_from_hf, weight_sources
 from kernels.models.state import TransientCache
 
@@ -268,8 +268,9 @@ def test_rope_matches_transformers_to_8k_positions(fresh_seed):
     bound of exact, and ours within that bound of transformers; the fast one (fp32 angles,
     as transformers) within the same bound. Negative control: theta off by 1e-6 leaves the
     tolerance at long positions."""
-    from kernels.ops import rope
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, apply_rotary_pos_emb
+
+    from kernels.ops import rope
     theta, head_dim, heads = 1_000_000.0, 32, 4
     generator = torch.Generator().manual_seed(fresh_seed)
     positions = torch.cat([torch.tensor([0, ROPE_POSITIONS - 1]),

@@ -15,8 +15,8 @@ import torch
 from gates.compare import assert_bitwise_equal, first_bit_difference
 from gates.layout_sides import preload_for_fork
 from kernels.contract import ContractError, load_contract
+from kernels.contract.dispatch import LayoutDispatch, check_layout
 from kernels.layout import expert_parallel, tensor_parallel
-from kernels.layout.dispatch import LayoutDispatch, check_layout
 from kernels.layout.groups import build_groups
 from kernels.layout.launch import run_processes
 from kernels.layout.layout import Layout, SideLayouts, load_side_layouts

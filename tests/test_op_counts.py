@@ -2,7 +2,7 @@
 not counted, the two contracts' counts come out apart, and the region door is put back."""
 from benchmarks import op_counts
 from gates.workload import EngineShape, Workload
-from kernels.models import dispatch as region_door
+from kernels.contract import dispatch as region_door
 
 
 def test_ops_are_counted_per_region_and_the_door_is_restored():

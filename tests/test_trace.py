@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from gates.workload import Workload, make_engine, make_requests, seeded_weights
-from harness.trace import TraceRefused, Tracer, row_digests, truncation_levels
+from harness.trace import Tracer, TraceRefused, row_digests, truncation_levels
 from harness.trace_compare import first_divergence, read_trace
 from kernels.contract import load_contract
+from kernels.contract.dispatch import DoorCall
 from kernels.models.config import load_model_config
-from kernels.models.dispatch import DoorCall
 from kernels.trainer.logprobs import scored_sequences
 from kernels.trainer.trainer import Trainer
 

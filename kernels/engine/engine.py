@@ -13,15 +13,15 @@ from collections import Counter
 
 import torch
 
+from kernels.contract.dispatch import make_dispatch
 from kernels.contract.identity import identities
 from kernels.engine.cache import EngineCache, PagedKVCache
 from kernels.engine.look_ahead import Launched, adopt, draw_index, next_step_is_known
 from kernels.engine.pinned import ResultCopies
 from kernels.engine.request import Completion, Request, RunningSequence
 from kernels.engine.scheduler import ScheduledWork, Scheduler
-from kernels.models.batch import Segment, TokenBatch
-from kernels.layout.dispatch import make_dispatch
 from kernels.layout.groups import comm_fingerprint
+from kernels.models.batch import Segment, TokenBatch
 from kernels.models.registry import build_model
 from kernels.ops.transfer import to_device
 

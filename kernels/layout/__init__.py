@@ -8,6 +8,6 @@ bits (gate C06).
   tree.py             the fixed leaves and the pairwise reduction tree
   tensor_parallel.py  column/row-parallel linear regions, vocab-parallel log-prob
   expert_parallel.py  MoE experts over ranks: all-to-all dispatch, routing-order combine
-  data_parallel.py    the trainer's micro-batches over replicas, gradients in one tree
-  dispatch.py         the region door under a layout
+The region door that routes split regions here is kernels/contract/dispatch.py; the trainer's
+data-parallel orchestration is kernels/trainer/data_parallel.py.
 """

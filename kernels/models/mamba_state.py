@@ -1,23 +1,11 @@
 """A Mamba-2 layer's per-sequence state (conv rows, SSM state, buffered rows) and the store
-the conv and scan doors open it from, one state per sequence (the trainer's: states carry
-autograd); kernels/models/mamba_pool.py keeps the same states in slot pools for the engine.
+the conv and scan ops open it from (kernels/ops/state_segments.py), one state per sequence (the
+trainer's: states carry autograd); kernels/models/mamba_pool.py keeps them in slot pools for the
+engine.
 """
 from dataclasses import dataclass
 
 import torch
-
-
-def each_segment(form, segments, store, row_inputs, *args, **kwargs):
-    """A per-segment form run over a case group's segments, each on its sequence's state;
-    outputs in row order. form(*the segment's rows of row_inputs, state, *args, **kwargs)."""
-    return torch.cat([form(*(t[s.rows] for t in row_inputs), store.open(s), *args, **kwargs)
-                      for s in segments])
-
-
-def batched_decode(segments, store) -> bool:
-    """A group of one-row segments on a pooled store: a form with a batched decode takes every
-    sequence's state in one call (the store's pools indexed by slot)."""
-    return store.pooled and all(s.length == 1 for s in segments)
 
 
 @dataclass

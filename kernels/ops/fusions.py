@@ -7,7 +7,7 @@ constant; anything else (another variant, a planted fault) runs link by link, as
 call the fused kernel does not take (CPU tensors, autograd recording: the trainer's backward
 needs the links' own Functions). A fused function returns None for those, else
 (output, links): the chain's output and each link's (region, args, kwargs, output), so that
-tracers see every region as if it had run alone (kernels/models/dispatch.py).
+tracers see every region as if it had run alone (kernels/contract/dispatch.py).
 """
 from kernels.ops.autograd_use import records_graph
 

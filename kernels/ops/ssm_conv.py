@@ -4,7 +4,7 @@ segment taken from the sequence's conv state (zeros at position 0).
 
 Each door takes a case group's rows, its segments and the layer's state store; a per-segment
 form runs segment by segment, and a decode-only group on a pooled store (the engine's) is
-one batched call where a form has one (kernels/models/state.py: batched_decode).
+one batched call where a form has one (kernels/ops/state_segments.py).
 
 Consistency: the consistent variant accumulates the K taps one by one in fp32 in a fixed
 order with elementwise ops only, and uses the position-independent sigmoid, so a row's bits
@@ -15,8 +15,8 @@ decode (a different reduction order). Reference: gates/reference/ssm.py.
 import torch
 import torch.nn.functional as F
 
-from kernels.models.mamba_state import batched_decode, each_segment
 from kernels.ops.ssm_conv_taps import consistent_taps, window_rows
+from kernels.ops.state_segments import batched_decode, each_segment
 
 
 def _window(xbc, state):

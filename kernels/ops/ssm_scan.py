@@ -14,19 +14,21 @@ terms are selected away, padding adds exact zeros), so prefill, chunked prefill 
 decode and the trainer give the same bits. Fast variants: chunks aligned at the call's first
 row (engine prefill) and the one-step recurrence (engine decode), as engines run them.
 On CUDA the consistent chunks run as Triton kernels (kernels/ops/ssm_scan_triton.py): the same
-terms, the decode computing its new row only, in a few launches. Each door takes a case group's rows, segments and the layer's state store: segment by
-segment, or for a decode-only group on a pooled store (the engine's) one batched call: the
-fast recurrence in a few ops for every sequence (on CUDA one Triton kernel,
-kernels/ops/ssm_update_triton.py), the consistent chunk re-play as the same
-Triton kernels over every sequence's buffered rows (CUDA) or as one chunk() call with a
-leading sequence dim (CPU). Reference: gates/reference/ssm.py.
+terms, the decode computing its new row only, in a few launches. Each door takes a case
+group's rows, segments and the layer's state store: segment by segment, or for a decode-only
+group on a pooled store (the engine's) one batched call: the fast recurrence in a few ops for
+every sequence (on CUDA one Triton kernel, kernels/ops/ssm_update_triton.py), the consistent
+chunk re-play as the same Triton kernels over every sequence's buffered rows (CUDA) or as one
+chunk() call with a leading sequence dim (CPU). Reference: gates/reference/ssm.py.
 """
 import torch
 import torch.nn.functional as F
 
-from kernels.models.mamba_state import batched_decode, each_segment
 from kernels.ops.autograd_use import records_graph
-from kernels.ops.ssm_scan_chunks import chunk_outputs as _chunk_outputs, end_state as _end_state, run_chunks
+from kernels.ops.ssm_scan_chunks import chunk_outputs as _chunk_outputs
+from kernels.ops.ssm_scan_chunks import end_state as _end_state
+from kernels.ops.ssm_scan_chunks import run_chunks
+from kernels.ops.state_segments import batched_decode, each_segment
 
 
 def position_independent_softplus(x):

@@ -7,7 +7,7 @@ summation order: the step's micro-batches cut into `gradient_leaves` contiguous 
 folded left to right in fp32, the leaves added in the pairwise tree by index
 (kernels/trainer/gradient_leaves.py); gradient memory is then one accumulator and
 log2(leaves) + 1 partials whatever the step's size, and data-parallel replicas owning whole
-leaves (kernels/layout/data_parallel.py) reduce the same bits as one process. With
+leaves (kernels/trainer/data_parallel.py) reduce the same bits as one process. With
 recompute_layers each layer's activations are rebuilt in backward (kernels/models/recompute.py):
 memory for the bits of a second forward, no bit moved.
 Inside a micro-batch the head runs in chunks of `head_chunk_rows` rows (memory: no [tokens, V]
@@ -16,15 +16,15 @@ logits kept for backward); the lm_head gradient adds its `head_fold_rows`-row ti
 """
 import torch
 
+from kernels.contract.dispatch import make_dispatch
 from kernels.contract.identity import identities
-from kernels.layout import data_parallel
-from kernels.layout.dispatch import make_dispatch
 from kernels.layout.groups import comm_fingerprint
-from kernels.models.registry import build_model
 from kernels.layout.tree import StreamingTreeSum
+from kernels.models.registry import build_model
+from kernels.trainer import data_parallel
 from kernels.trainer.chunked_head import FOLD_ROWS, check_chunking
-from kernels.trainer.logprobs import sequence_logprobs
 from kernels.trainer.gradient_leaves import folded_leaf, leaf_groups
+from kernels.trainer.logprobs import sequence_logprobs
 from kernels.trainer.optim import MixedPrecisionAdamW
 
 GRADIENT_LEAVES = 4  # leaves of every update (kernels/trainer/gradient_leaves.py): DP degrees 1, 2, 4

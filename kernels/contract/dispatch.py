@@ -1,16 +1,76 @@
-"""The region door under a layout: the regions a layout splits run the contract's
-implementation in the contract's layout arithmetic (kernels/layout/policy.py): the linear
-regions column- or row-parallel, logprob vocab-parallel, expert_gemm and moe_combine
-expert-parallel. Every other region (norms, attention, SSM, router, the relu^2 MLPs) runs
-whole on every rank: its inputs are the same bits on every rank, so are its outputs.
-Observers see whole tensors, as at the single-process door (the logprob region's own
-variant is replaced by the layout's vocab-parallel reduction).
+"""The single door every region call goes through: (region, case, layer) -> the contract's
+implementation. Observers (tracers) see every call, its inputs and output, as a DoorCall after
+it ran. Under a layout the regions it splits run in the contract's layout arithmetic
+(kernels/layout/policy.py): linear column- or row-parallel, logprob vocab-parallel, the experts
+expert-parallel; every other region runs whole on every rank, its inputs the same bits there.
+Head calls (lm_head, sampler, logprob) name their rows with `selecting_rows`.
 """
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from kernels.layout import expert_parallel, tensor_parallel
 from kernels.layout.tensor_parallel import COLUMN_REGIONS, ROW_REGIONS
-from kernels.models.dispatch import RegionDispatch
+from kernels.ops.fusions import fused_for
+
+
+@dataclass(frozen=True, slots=True)
+class DoorCall:
+    """One region call as an observer sees it."""
+
+    region: str
+    case: str
+    layer: int | None
+    """Layer index, None for embed and the head regions."""
+    args: tuple
+    kwargs: dict
+    output: Any
+    rows: Any = None
+    """For head calls: [R] indices into the last forward's batch rows; None inside a forward."""
+
+
+class RegionDispatch:
+    """Calls region implementations from a contract; optional observers see every call."""
+
+    def __init__(self, contract, observers=()):
+        self.contract = contract
+        self.observers = list(observers)
+        self.row_selection = None
+
+    @contextmanager
+    def selecting_rows(self, rows):
+        """Calls inside work on rows `rows` ([R] long) of the last forward's batch."""
+        self.row_selection = rows
+        try:
+            yield
+        finally:
+            self.row_selection = None
+
+    def __call__(self, region: str, case: str, layer, *args, **kwargs):
+        output = self.contract.op(region, case)(*args, **kwargs)
+        self.notify(region, case, layer, args, kwargs, output)
+        return output
+
+    def fused(self, chain: tuple, case: str, layer, *args, **kwargs):
+        """The regions of `chain` in one launch (kernels/ops/fusions.py) when the contract binds
+        each link to implementations fused there and the call allows it; None otherwise, and
+        the caller calls each region. Observers see every link's call as if it ran alone."""
+        function = fused_for(chain, [self.contract.binding(region, case) for region in chain])
+        result = function(*args, **kwargs) if function is not None else None
+        if result is None:
+            return None
+        output, links = result
+        for region, link_args, link_kwargs, link_output in links:
+            self.notify(region, case, layer, link_args, link_kwargs, link_output)
+        return output
+
+    def notify(self, region: str, case: str, layer, args, kwargs, output) -> None:
+        """Show one finished region call to the observers."""
+        if self.observers:
+            call = DoorCall(region, case, layer, args, kwargs, output, self.row_selection)
+            for observe in self.observers:
+                observe(call)
 
 
 def check_layout(layout, config, side: str) -> None:
