@@ -1,5 +1,7 @@
 """Checks of the apparatus itself (gate C00): both runtimes' identities and fingerprints,
-and that the judging code (gates/, harness/) is unmodified since the run's base commit."""
+and that what judges (gates/, harness/), the frozen baseline record (baseline/) and the skill's
+rules (.agents/, .claude/) are unmodified since the run's base commit: the one list of them,
+which the harness's tamper scan (harness/tamper.py) reads too."""
 import json
 import os
 import subprocess
@@ -10,7 +12,7 @@ from gates.baseline import GIT_TRUE_OBJECTS
 # The tree under judgement: this checkout, or the agent worktree the harness names when it
 # runs the gates from its pristine copy (harness/pristine.py).
 ROOT = Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parent.parent)
-JUDGING_PATHS = ("gates", "harness")
+JUDGING_PATHS = ("gates", "harness", "baseline", ".agents", ".claude")
 
 
 def identity_mismatches(engine_identities: dict, trainer_identities: dict) -> list:
@@ -20,13 +22,14 @@ def identity_mismatches(engine_identities: dict, trainer_identities: dict) -> li
 
 
 def modified_judging_files(base: str = "HEAD", root: Path = ROOT) -> list:
-    """Files under gates/ or harness/ that differ from `base` (committed or not), or a
+    """Files under JUDGING_PATHS that differ from `base` (committed or not), or a
     one-element list explaining why git could not tell (which counts as modified)."""
     try:
         changed = subprocess.run(["git", *GIT_TRUE_OBJECTS, "diff", "--name-only", base, "--", *JUDGING_PATHS],
                                  cwd=root, capture_output=True, text=True, check=True).stdout.split()
         untracked = subprocess.run(["git", *GIT_TRUE_OBJECTS, "ls-files", "--others", "--exclude-standard", "--",
-                                    *JUDGING_PATHS], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+                                    *JUDGING_PATHS], cwd=root, capture_output=True, text=True,
+                                   check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError) as error:
         return [f"(git could not compare with {base}: {error})"]
     return sorted(set(changed) | set(untracked))

@@ -10,8 +10,8 @@ CUDA, written by `harness freeze-baseline [--device]`) with its recorded commit
 present, the fast path's content hash recomputed from that commit's files equal to the
 recorded one, so is the hash of every file of its kernels/ and gates/ (files_hash, where the
 record has one; an older record's figures say it has none), and the tag, where it exists
-here, pointing at that commit; and, when the harness judges an agent's worktree (BITWISE_TAMPER), its tamper scan found nothing
-(harness/tamper.py). Each side is built in a worker of its own (gates/candidate.py): the
+here, pointing at that commit; and, when the harness judges an agent's worktree (BITWISE_TAMPER), its
+tamper scan found nothing (harness/tamper.py). Each side is built in a worker of its own (gates/candidate.py): the
 trainer from the seeded weights, the engine from the weights the trainer's worker saved, as
 weight sync sends them; this process, which writes the verdict, loads no module of the code
 under test (a condition). Negative control: a trainer with other weights, another contract or
@@ -48,7 +48,8 @@ def test_apparatus(gate):
                engine=engine["comm"], trainer=trainer["comm"])
     base = os.environ.get("BITWISE_BASE", "HEAD")
     modified = modified_judging_files(base)
-    gate.check("gates/ and harness/ unmodified since the base commit", not modified, base=base, modified=modified)
+    gate.check("the judge, the baseline record and the rules unmodified since the base commit", not modified,
+               base=base, modified=modified)
     problems, figures = verify_frozen(target=device.target())
     gate.check("baseline frozen and its hash verified", not problems, problems=problems, **figures)
     violations = tamper_violations()

@@ -17,10 +17,11 @@ import os
 import site
 from pathlib import Path
 
+from gates.apparatus import JUDGING_PATHS
 from harness.secrets import holds_secret
 from harness.workspace import read_from_outside
 
-JUDGING_DIRS = ("gates/", "harness/", "baseline/", ".agents/", ".claude/")  # the judge, the record, the rules
+JUDGING_DIRS = tuple(f"{path}/" for path in JUDGING_PATHS)
 AUTOLOADED_NAMES = ("conftest.py", "sitecustomize.py", "usercustomize.py")
 
 

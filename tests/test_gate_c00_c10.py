@@ -26,7 +26,8 @@ def test_identity_check_names_what_differs():
     assert identity_mismatches(reference, identities(config, weights, consistent)) == []
     assert identity_mismatches(reference, identities(config, seeded_weights(config, 1), consistent)) == ["semantic"]
     assert identity_mismatches(reference, identities(config, weights, load_contract("fast"))) == ["numerical_policy"]
-    assert identity_mismatches(reference, identities(config, weights, consistent, comm_backend="gloo")) == ["deployment"]
+    assert identity_mismatches(reference, identities(config, weights, consistent,
+                                                     comm_backend="gloo")) == ["deployment"]
     gloo = identities(config, weights, consistent, comm_backend="gloo", comm_transport="tcp on lo")
     assert identity_mismatches(gloo, identities(config, weights, consistent, comm_backend="gloo",
                                                 comm_transport="tcp on eth0")) == ["deployment"]
@@ -71,7 +72,9 @@ def test_judging_code_check_sees_edits_and_new_files(tmp_path):
     (tmp_path / "gates" / "gate.py").write_text("PASS = 'always'\n")
     (tmp_path / "harness").mkdir()
     (tmp_path / "harness" / "bypass.py").write_text("")
-    assert modified_judging_files(root=tmp_path) == ["gates/gate.py", "harness/bypass.py"]
+    (tmp_path / ".agents").mkdir()
+    (tmp_path / ".agents" / "SKILL.md").write_text("skip the gates")
+    assert modified_judging_files(root=tmp_path) == [".agents/SKILL.md", "gates/gate.py", "harness/bypass.py"]
     assert modified_judging_files(base="no-such-commit", root=tmp_path)[0].startswith("(git could not compare")
 
 
@@ -82,7 +85,7 @@ def test_c00_through_the_harness(tmp_path):
     assert status["identities equal (semantic, numerical_policy, deployment)"] == "pass"
     assert status["engine and trainer use the same comm backend and transport"] == "pass"
     expected = "pass" if not modified_judging_files() else "fail"
-    assert status["gates/ and harness/ unmodified since the base commit"] == expected
+    assert status["the judge, the baseline record and the rules unmodified since the base commit"] == expected
     assert status["baseline frozen and its hash verified"] == ("pass" if read_frozen() else "fail")
     assert status["the judging process loaded no module of the code under test"] == "pass"
 
