@@ -21,7 +21,6 @@ import time
 
 import torch
 import torch.nn.functional as F
-
 from raw_output import write_raw  # benchmarks/ is sys.path[0] when run as a script
 
 from kernels.contract.identity import deployment_fingerprint

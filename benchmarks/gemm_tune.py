@@ -108,7 +108,8 @@ def main() -> None:
     samples, environment = merged([sweep["samples"] for sweep in sweeps]), sweeps[-1]["environment"]
     commits = ", ".join(str(sweep["environment"].get("commit")) for sweep in sweeps)
     document = {"device": environment["gpu"], "triton": environment["triton"], "torch": environment["torch"],
-                "source": f"benchmarks/gemm_tune.py over gpu_gemm.py sweeps (commits {commits}, later replacing earlier)",
+                "source": f"benchmarks/gemm_tune.py over gpu_gemm.py sweeps (commits {commits}, "
+                          "later replacing earlier)",
                 "shapes": table(samples), "default": default_rows(samples)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(document, indent=1) + "\n")

@@ -8,7 +8,8 @@ shuffled through the pool as a served engine's are): one query row per sequence 
 context's last position, as a decode step runs it, and a prefill-shaped launch (`--prefill`, 8 sequences
 of 512 rows) to show what a configuration costs there. For each key block x (num_warps,
 num_stages): the median of CUDA-graph replays (do_bench_cudagraph: the GPU's time,
-not the host's launch path, which dominates an eager decode-sized launch) and the KV bytes read over the copy bandwidth measured here.
+not the host's launch path, which dominates an eager decode-sized launch) and the KV bytes
+read over the copy bandwidth measured here.
 The consistent contract runs one configuration in every phase, so a change of its key block
 or warps is a change of its bits: each decode output is compared (int16 view) with the
 configuration the tree runs now at the same key block, and the count of differing elements
@@ -56,10 +57,10 @@ def run(case, block_kv: int, launch: tuple, k_load: str = "rows", splits: int = 
     attention_triton.LAUNCH_TABLE[(HEAD_DIM, torch.bfloat16)] = launch
     attention_triton.K_LOAD = k_load
     if splits > 1:
-        acc, m, l = attention_triton._launch(q, keys, values, scale=HEAD_DIM ** -0.5, block_kv=block_kv,
-                                             segments=segments, table=table, page_size=PAGE,
-                                             max_tokens=rows_per_seq, splits=(32, splits))
-        return attention_triton.merged_splits(acc, m, l, q.dtype)
+        acc, m, sums = attention_triton._launch(q, keys, values, scale=HEAD_DIM ** -0.5, block_kv=block_kv,
+                                                segments=segments, table=table, page_size=PAGE,
+                                                max_tokens=rows_per_seq, splits=(32, splits))
+        return attention_triton.merged_splits(acc, m, sums, q.dtype)
     return attention_triton._launch(q, keys, values, scale=HEAD_DIM ** -0.5, block_kv=block_kv, segments=segments,
                                     table=table, page_size=PAGE, max_tokens=rows_per_seq)
 
@@ -104,8 +105,8 @@ def main() -> int:
             us = 1e3 * sorted(samples)[len(samples) // 2]
             bound_us = None if keys_read is None else 1e6 * keys_read * KV_HEADS * HEAD_DIM * 2 * 2 / bandwidth
             record["cells"].append({"case": name, "block_kv": block_kv, "num_warps": num_warps,
-                                    "num_stages": num_stages, "k_load": k_load, "splits": split, "us": us, "bound_us": bound_us,
-                                    "bits_moved_vs_current": moved, "samples_ms": samples})
+                                    "num_stages": num_stages, "k_load": k_load, "splits": split, "us": us,
+                                    "bound_us": bound_us, "bits_moved_vs_current": moved, "samples_ms": samples})
             ratio = f"{us / bound_us:9.2f}" if bound_us else f"{'-':>9}"
             print(f"{name:<15}{block_kv:>6}{num_warps:>6}{num_stages:>7}{k_load:>8}{split:>7}{us:>9.1f}{ratio}"
                   f"{moved:>11}", flush=True)

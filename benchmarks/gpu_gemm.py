@@ -96,7 +96,8 @@ def candidates(m: int, splits: int, launch_table: bool) -> list:
             for kernel, c, bk in variants if splits == 1 or kernel == "pointer"]
     if splits > 1 and m <= 256:  # slices in parallel programs: more programs for small M
         runs += [dict(run, parallel_splits=True) for run in runs]
-    return [((run["kernel"][:3],) + run["config"] + (f"k{run['block_k']}",) + (("par",) if run["parallel_splits"] else ()),
+    return [((run["kernel"][:3],) + run["config"] + (f"k{run['block_k']}",)
+             + (("par",) if run["parallel_splits"] else ()),
              run, functools.partial(consistent, **run)) for run in runs]
 
 
@@ -153,7 +154,8 @@ def main() -> None:
     for name in args.shapes.split(","):
         rows += run_shape(name, *SHAPES[name], records, m_sweep, splits, args.launch_table)
         (out / "gpu_gemm.json").write_text(json.dumps({"environment": environment, "samples": records}, indent=1))
-    print(f"{'shape':<22}{'splits':>7}{'M':>7}  {'best variant':<28}{'ours us':>9}{'cuBLAS us':>10}{'ratio':>7}  invariant")
+    print(f"{'shape':<22}{'splits':>7}{'M':>7}  {'best variant':<28}{'ours us':>9}{'cuBLAS us':>10}"
+          f"{'ratio':>7}  invariant")
     for name, splits, m, config, ms, cublas_ms, ratio, invariant in rows:
         print(f"{name:<22}{splits:>7}{m:>7}  {str(config):<28}{ms * 1e3:>9.1f}{cublas_ms * 1e3:>10.1f}"
               f"{ratio:>7.2f}  {'yes' if invariant else 'NO'}")

@@ -26,7 +26,8 @@ def main() -> None:
                      for bk in TILES}
             same = {bk: torch.equal(outputs[bk].view(torch.int16), outputs[64].view(torch.int16)) for bk in TILES}
             rows = {bk: torch.equal(small[bk].view(torch.int16), outputs[64][:16].view(torch.int16)) for bk in TILES}
-            differing = {bk: int((outputs[bk].view(torch.int16) != outputs[64].view(torch.int16)).sum()) for bk in TILES}
+            differing = {bk: int((outputs[bk].view(torch.int16) != outputs[64].view(torch.int16)).sum())
+                         for bk in TILES}
             print(f"{name:<22} splits {splits}: equal to BLOCK_K 64 (M=4096) {same}; M=16 rows {rows}; "
                   f"elements differing {differing}")
 

@@ -44,7 +44,8 @@ def now(draw, logprob_of, logits, temperatures, greedy, keys):
     return tokens, logprob_of(x, tokens, None)
 
 
-SCALINGS = {"mixed_div": lambda l, t: l / t[:, None], "float_div_": lambda l, t: l.float().div_(t[:, None]),
+SCALINGS = {"mixed_div": lambda logits, t: logits / t[:, None],
+            "float_div_": lambda logits, t: logits.float().div_(t[:, None]),
             "triton_div_rn": logprob_triton.scale_rows}
 
 
@@ -111,7 +112,8 @@ def main() -> int:
             same = {"tokens": bool(torch.equal(old[0], new[0])),
                     "logprobs": bool(torch.equal(old[1].view(torch.int32), new[1].view(torch.int32))),
                     "greedy_is_argmax": bool(torch.equal(new[0][greedy], data[0][greedy].argmax(dim=-1)))}
-            samples = {"before": do_bench(old_replay, return_mode="all"), "now": do_bench(new_replay, return_mode="all")}
+            samples = {"before": do_bench(old_replay, return_mode="all"),
+                       "now": do_bench(new_replay, return_mode="all")}
             medians = {k: 1000 * sorted(v)[len(v) // 2] for k, v in samples.items()}
             results["cells"].append({"contract": name, "batch": batch, "same": same, "median_us": medians,
                                      "samples_ms": samples})

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 import triton
-import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -111,7 +110,8 @@ def mamba_decode_ops(num_sequences: int = 64) -> dict:
 
     def rnd(*size, dtype=torch.bfloat16):
         return torch.randn(*size, device="cuda").to(dtype)
-    dt_bias, a_log, d, conv_w, conv_b = rnd(heads), torch.rand(heads, device="cuda"), rnd(heads), rnd(conv_dim, taps), rnd(conv_dim)
+    dt_bias, a_log, d, conv_w, conv_b = (rnd(heads), torch.rand(heads, device="cuda"), rnd(heads), rnd(conv_dim, taps),
+                                         rnd(conv_dim))
 
     def layer(store_type, count, buffers):
         """A call resetting `count` sequences to `held` rows in, then the door call(variant)."""
@@ -153,10 +153,12 @@ def mamba_decode_ops(num_sequences: int = 64) -> dict:
         return call
     many = f"{num_sequences} sequences batched"
     return {"mamba decode: ssm_scan consistent, 1 sequence": scan(ssm_scan.consistent, MambaStateStore, 1, True),
-            "mamba decode: ssm_scan fast_recurrent, 1 sequence": scan(ssm_scan.fast_recurrent, MambaStateStore, 1, False),
+            "mamba decode: ssm_scan fast_recurrent, 1 sequence": scan(ssm_scan.fast_recurrent, MambaStateStore,
+                                                                      1, False),
             "mamba decode: ssm_conv consistent, 1 sequence": conv(ssm_conv.consistent, MambaStateStore, 1),
             "mamba decode: ssm_conv fast_window_sum, 1 sequence": conv(ssm_conv.fast_window_sum, MambaStateStore, 1),
-            f"mamba decode: ssm_scan consistent, {many}": scan(ssm_scan.consistent, PooledMambaStore, num_sequences, True),
+            f"mamba decode: ssm_scan consistent, {many}": scan(ssm_scan.consistent, PooledMambaStore,
+                                                               num_sequences, True),
             f"mamba decode: ssm_scan fast_recurrent, {many}": scan(ssm_scan.fast_recurrent, PooledMambaStore,
                                                                    num_sequences, False),
             f"mamba decode: ssm_conv consistent, {many}": conv(ssm_conv.consistent, PooledMambaStore, num_sequences),

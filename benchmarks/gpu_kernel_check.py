@@ -9,8 +9,9 @@ non-contiguous copy. attention (bf16; Qwen3-1.7B heads 16/8/128, Nemotron-like 3
 contexts up to 4096): decode (over exactly its context and over a longer store) == prefill
 == chunked prefill (several splits and chunk sizes) == batched decode == strided q/k/v views
 == the trainer's autograd forward == the engine's paged launch (decodes and a prefill chunk of
-other sequences in one step, K/V read through shuffled block tables); backward run to run. Launch configs other than the pinned
-one are tried for information only (the table pins one; a difference there fails nothing).
+other sequences in one step, K/V read through shuffled block tables); backward run to run. Launch
+configs other than the pinned one are tried for information only (the table pins one; a difference
+there fails nothing).
 Error vs float64 is recorded. Timing: a decode step over B contexts of C tokens,
 consistent_batched, consistent_paged and the fast contract's split_kv_paged vs SDPA
 (enable_gqa, contiguous K/V), do_bench samples, medians printed, raw saved.
@@ -194,7 +195,8 @@ def time_decode(model, batch, context, block_kv, generator):
     cache = paged_cache(num_kv_heads, head_dim, [context - 1] * batch, random.Random(batch), keys[0], values[0])
     segments = tuple(Segment(b, context - 1, 1, b, "engine_decode") for b in range(batch))
     layer = cache.kv(0)
-    layer.write_segments(segments, keys[0, context - 1:].expand(batch, -1, -1), values[0, context - 1:].expand(batch, -1, -1))
+    layer.write_segments(segments, keys[0, context - 1:].expand(batch, -1, -1),
+                         values[0, context - 1:].expand(batch, -1, -1))
     paged = layer.paged(segments)
 
     def ours_paged():
@@ -265,7 +267,8 @@ def print_tables(log, timings):
               f"{'SDPA us':>10}{'SDPA/ours':>10}{'fast/paged':>11}{'max gap':>10}")
         for t in timings:
             times = {name: median(samples) * 1e3 for name, samples in t["samples_ms"].items()}
-            ours, paged, fast, sdpa = (times[n] for n in ("consistent", "consistent_paged", "fast_split_kv_paged", "sdpa"))
+            ours, paged, fast, sdpa = (times[n]
+                                       for n in ("consistent", "consistent_paged", "fast_split_kv_paged", "sdpa"))
             print(f"{t['model']:<14}{t['B']:>5}{t['C']:>6}{ours:>10.1f}{paged:>10.1f}{fast:>10.1f}{sdpa:>10.1f}"
                   f"{sdpa / ours:>10.2f}{fast / paged:>11.2f}{t['max_abs_gap_vs_sdpa']:>10.1e}")
 

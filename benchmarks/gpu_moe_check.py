@@ -116,7 +116,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_moe_check.json").write_text(json.dumps(
         {"environment": {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name(),
-                         "commit": commit, "seed": args.seed, "shape": SHAPE}, "records": records, "backward": backward},
+                         "commit": commit, "seed": args.seed, "shape": SHAPE},
+         "records": records, "backward": backward},
         indent=1))
     print(f"seed {args.seed}; {failures} bit mismatches")
     return 1 if failures else 0

@@ -332,8 +332,8 @@ def main() -> int:
         for row in step["host_self_us"]:
             print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row['op']}")
         prefill = step["prefill"]
-        print(f"  profiled prefill step: wall {prefill['wall_ms']:.2f} ms, GPU kernels {prefill['gpu_kernel_ms']:.2f} ms; "
-              f"kernels, then host ops, by self time (us, calls):")
+        print(f"  profiled prefill step: wall {prefill['wall_ms']:.2f} ms, GPU kernels "
+              f"{prefill['gpu_kernel_ms']:.2f} ms; kernels, then host ops, by self time (us, calls):")
         for row in prefill["kernels_us"] + prefill["host_self_us"]:
             print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row.get('kernel', row.get('op'))}")
     return 0

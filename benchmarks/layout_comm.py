@@ -29,7 +29,6 @@ import time
 
 import torch
 import torch.distributed as dist
-
 from raw_output import write_raw  # benchmarks/ is sys.path[0] when run as a script
 
 from kernels.contract import load_contract
@@ -143,7 +142,8 @@ def _print(key: str, runs: dict) -> None:
     kind, label, m, degree = key.split("|")
     whole, plain, comm, plain_comm = runs  # variant order: ours, theirs, ours' comm, theirs' comm
     print(f"{kind:<3}{label:<40}{m[2:]:>6}{degree:>3}{med[whole]:>11.1f}{med[plain]:>11.1f}"
-          f"{med[whole] / med[plain]:>7.2f}{med[comm]:>11.1f}{med[plain_comm]:>11.1f}{med[comm] / med[plain_comm]:>7.2f}")
+          f"{med[whole] / med[plain]:>7.2f}{med[comm]:>11.1f}{med[plain_comm]:>11.1f}"
+          f"{med[comm] / med[plain_comm]:>7.2f}")
 
 
 def main() -> None:

@@ -22,7 +22,6 @@ import tempfile
 from hashlib import sha256
 from pathlib import Path
 
-
 ROOT = Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parent.parent)  # see gates/apparatus.py
 FROZEN_PATH = "baseline/frozen.json"  # the CPU record
 NO_BASELINE = "no frozen baseline: run harness freeze-baseline"
@@ -93,7 +92,8 @@ def frozen_path(target: str = "cpu") -> str:
 
 
 def no_baseline(target: str = "cpu") -> str:
-    return NO_BASELINE if target == "cpu" else f"no frozen {target} baseline: run harness freeze-baseline --device {target}"
+    return (NO_BASELINE if target == "cpu"
+            else f"no frozen {target} baseline: run harness freeze-baseline --device {target}")
 
 
 def read_frozen(root: Path = ROOT, target: str = "cpu"):

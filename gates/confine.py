@@ -32,11 +32,13 @@ NAMESPACES = ("unshare", "--user", "--map-root-user", "--mount", "--mount-proc",
               "--net")
 # $1 the command, then the writable directories. Mount points in mountinfo escape blanks as
 # octal (\040): printf %b decodes them. /proc, /sys and /dev's own mounts stay as they are.
-CONFINE = r"""
+CONFINE = (r"""
 set -eu
 command=$1; loopback=$2; shift 2; private=
-if [ "$loopback" != no ]; then  # $loopback: the python that brings lo up (SIOCSIFFLAGS: IFF_UP | IFF_LOOPBACK | IFF_RUNNING)
-    "$loopback" -c 'import fcntl, socket, struct; fcntl.ioctl(socket.socket(), 0x8914, struct.pack("16sH", b"lo", 0x49))'
+if [ "$loopback" != no ]; then  # $loopback: the python that brings lo up (SIOCSIFFLAGS: IFF_UP | """
+           r"""IFF_LOOPBACK | IFF_RUNNING)
+    "$loopback" -c 'import fcntl, socket, struct; fcntl.ioctl(socket.socket(), 0x8914, """
+           r"""struct.pack("16sH", b"lo", 0x49))'
     mount -t tmpfs -o size=1g tmpfs /dev/shm  # its own shared memory: nothing left for another worker
     private=/dev/shm
 fi
@@ -53,7 +55,7 @@ printf '%s\n' "$mounts" | while read -r _ _ _ _ point options _; do
 done
 cd "$PWD"  # the working directory again, through its writable mount
 exec unshare --user --map-root-user --mount /bin/sh -c "$command"
-"""
+""")
 
 
 @functools.cache

@@ -6,7 +6,6 @@ them. The outputs go back as tensors, read by the judge with torch.load(weights_
 (data, never code), which compares them with each other, with the contract's rules and with
 the float64 references; nothing here decides a condition.
 """
-import torch
 
 from gates import device
 from gates.case_calls import per_case, runtime_mode
@@ -14,6 +13,7 @@ from kernels.engine.cache import PagedKVCache
 from kernels.models.batch import Segment
 from kernels.models.state import ContiguousKV
 from kernels.ops.sampler import SamplingParams
+
 
 def _region_call(call: dict, tensors: dict):
     """(region, the op's call, its row tensors) of one named region call."""

@@ -113,7 +113,8 @@ class ReferenceDispatch:
     def weight_quant(self, layer, w, *, fmt):
         if fmt == "none":
             return w
-        exact = (ref_quant.fp8_quantize(w, "block_128x128") if fmt == "fp8" else ref_quant.nvfp4_quantize(w)).dequantized
+        exact = (ref_quant.fp8_quantize(w, "block_128x128") if fmt == "fp8"
+                 else ref_quant.nvfp4_quantize(w)).dequantized
         self.quantized["weights"] += 1
         return w + (ref_quant.to_output(exact, torch.float32).double() - w).detach()
 

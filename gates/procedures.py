@@ -5,8 +5,9 @@ the answers and writes the verdict.
 
 What runs is named as a gate's record does, `subject`: {"model", "contract", "checkpoint",
 "size"} with `model_seed`; or as a C10 plan does: `config` (a shipped name or a YAML path),
-`contract` and the `weights_file` the gate had saved once. `threads` picks the side's CPU pool ("engine" one thread, "trainer" at least two,
-gates/case_calls.py), so a reduction that follows the thread count shows.
+`contract` and the `weights_file` the gate had saved once. `threads` picks the side's CPU pool
+("engine" one thread, "trainer" at least two, gates/case_calls.py), so a reduction that follows
+the thread count shows.
 """
 import dataclasses
 import types
@@ -21,8 +22,14 @@ from gates.compare import int32_bits
 from gates.faults import register_all
 from gates.phase_runs import every_phase
 from gates.region_runs import every_case, expected_regions
-from gates.subject import (shipped_sizes, subject_config, subject_config_path, subject_label, subject_model,
-                           subject_weights)
+from gates.subject import (
+    shipped_sizes,
+    subject_config,
+    subject_config_path,
+    subject_label,
+    subject_model,
+    subject_weights,
+)
 from gates.workload import EngineShape, Workload, make_requests, rollout, score_sequences, seeded_weights
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
@@ -135,7 +142,8 @@ def c02_runs(arguments: dict) -> dict:
     model = subject_model(subject, config, arguments["model_seed"]).requires_grad_(False).to(device.target())
     contract = load_contract(subject.contract)
     probes = probes_for(contract, config)
-    return {"cases": {case: case_runs(model, contract, case, seed, probes) for case, seed in arguments["seeds"].items()},
+    return {"cases": {case: case_runs(model, contract, case, seed, probes)
+                      for case, seed in arguments["seeds"].items()},
             "probes": {kind: [list(p) for p in kind_probes] for kind, kind_probes in probes.items()},
             "boundaries": boundaries(contract, config), "config": _label(arguments)}
 
@@ -145,7 +153,8 @@ def c03_phases(arguments: dict) -> dict:
     with the config's label."""
     subject, config = _named(arguments)
     model = subject_model(subject, config, arguments["model_seed"]).requires_grad_(False).to(device.target())
-    return dict(every_phase(model, load_contract(subject.contract), config, arguments["seed"]), config=_label(arguments))
+    return dict(every_phase(model, load_contract(subject.contract), config, arguments["seed"]),
+                config=_label(arguments))
 
 
 FACTS = ("num_experts_per_tok", "n_routed_experts", "routed_scaling_factor", "hidden_size", "vocab_size",
@@ -164,7 +173,8 @@ def c04_outputs(arguments: dict) -> dict:
     """C04's `calls` {label: call} on the tensors in `inputs_file` (each named label/name), their
     outputs saved to `outputs_file` under the same labels (gates/discrete_runs.py): {names}."""
     subject, config = _named(arguments)
-    contract, tensors, result = load_contract(subject.contract), torch.load(arguments["inputs_file"], weights_only=True), {}
+    contract, tensors, result = (load_contract(subject.contract),
+                                 torch.load(arguments["inputs_file"], weights_only=True), {})
     for label, call in arguments["calls"].items():  # each call's tensors and outputs named under its label
         mine = {name[len(label) + 1:]: t for name, t in tensors.items() if name.startswith(label + "/")}
         result.update({f"{label}/{name}": t for name, t in discrete_runs.outputs(config, contract, call, mine).items()})
@@ -256,5 +266,6 @@ PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c00_s
               "sizes": sizes,
               "c02_runs": c02_runs, "c03_phases": c03_phases, "subject_facts": subject_facts,
               "c04_outputs": c04_outputs,
-              "c06_layouts": c06_layouts, "c08_tested": c08_tested, "c08_reference": c08_reference, "c05_graph_facts": c05_graph_facts, "c05_rollout": c05_rollout,
+              "c06_layouts": c06_layouts, "c08_tested": c08_tested, "c08_reference": c08_reference,
+              "c05_graph_facts": c05_graph_facts, "c05_rollout": c05_rollout,
               "c09_steps": c09_steps, "c10_subject": c10_subject, "environment": environment}

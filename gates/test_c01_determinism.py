@@ -6,8 +6,8 @@ tokens, each in its own worker process running beside the other (gates/candidate
 every region call (captured through a RegionDispatch observer, lm_head, logprob and sampler
 included; compared by the sha256 of their bytes), every region of the model ran in that case,
 no output holds the NaN poison, and some context crossed the contract's key block (and the
-SSM chunk where the model has one: gates/boundaries.py; else vacuous); this process, which writes the verdict, loads no module of
-the code under test (a condition). Negative control: a contract mapping o_proj to
+SSM chunk where the model has one: gates/boundaries.py; else vacuous); this process, which writes
+the verdict, loads no module of the code under test (a condition). Negative control: a contract mapping o_proj to
 linear.planted_atomic_split_k (gates/faults.py) fails it; the fast contract passes it on CPU,
 since its CPU kernels are deterministic too.
 

@@ -24,11 +24,11 @@ condition).
 """
 import torch
 
-from gates.candidate import ask, ask_once, check_judge_clean, confinement
+from gates.candidate import ask_once, check_judge_clean, confinement
 from gates.conftest import SizedRecord
 from gates.crafted import distinct_fp8_scales, fp8_crafted, sampler_inputs, tied_scores, tied_top_logits
-from gates.hazards import HazardEvidence, VacuousGate, count_negative_zeros, count_topk_boundary_ties
 from gates.discrete_calls import check_equal, require, run_all, subject_facts, uses_region
+from gates.hazards import HazardEvidence, VacuousGate, count_negative_zeros, count_topk_boundary_ties
 from gates.inputs import fresh_seed, generator
 from gates.reference import moe as ref_moe
 from gates.reference import quant as ref_quant
@@ -171,12 +171,15 @@ def weight_and_activation_quant(gate, facts):
         evidence.add(f"E4M3 midpoints ({granularity})", int(midpoints.sum()))
         evidence.add(f"{granularity} scales other than the first", distinct_fp8_scales(x, granularity) - 1)
     require(gate, "quant", evidence)
-    formats = (("weight_quant", "fp8", "block_128x128"), ("weight_quant", "nvfp4", None), ("act_quant", "fp8", "block_1x128"))
+    formats = (("weight_quant", "fp8", "block_128x128"), ("weight_quant", "nvfp4", None),
+               ("act_quant", "fp8", "block_1x128"))
     answers = yield {f"quant {region} {fmt}": ({"kind": "quant", "region": region, "fmt": fmt},
-                                               {"x": x if region == "act_quant" else x.unsqueeze(0)})  # a weight: one tensor
+                                               # a weight: one tensor
+                                               {"x": x if region == "act_quant" else x.unsqueeze(0)})
                      for region, fmt, _ in formats}
     for region, fmt, granularity in formats:
-        outputs = {case: tuple(t.reshape(x.shape) for t in out) for case, out in answers[f"quant {region} {fmt}"].items()}
+        outputs = {case: tuple(t.reshape(x.shape) for t in out)
+                   for case, out in answers[f"quant {region} {fmt}"].items()}
         check_equal(gate, f"{region} {fmt}: every case gives the same bits", outputs)
         if granularity:
             expected = ref_quant.to_output(ref_quant.fp8_quantize(x, granularity).dequantized, dtype)

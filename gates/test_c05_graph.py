@@ -12,7 +12,8 @@ contract binds) for torch.compile or torch._dynamo; a use is a failing condition
 compiled code would need its own comparison here. n/a without CUDA ("no CUDA device: CUDA
 graphs need a GPU") and for an engine whose decode is not captured (the reason is printed).
 Where the sampler has a tensor form the head (lm_head, draw, log-prob) is captured too, and
-some replayed row must have been sampled inside the graph. For a hybrid model the graphs also serve each Mamba layer's slot and buffered-row tables, and
+some replayed row must have been sampled inside the graph. For a hybrid model the graphs also
+serve each Mamba layer's slot and buffered-row tables, and
 some replayed row must have completed its SSM chunk (a scan that re-plays its chunk folds it
 in place inside the graph), or the comparison misses that path and fails. An engine that
 launches decode steps ahead (token ids read on the device) must have launched some, or the

@@ -42,7 +42,7 @@ import torch
 
 from gates import device
 from gates.baseline import ROOT, export_commit
-from gates.candidate import ask, ask_once, ask_tensors, check_judge_clean, confinement
+from gates.candidate import ask_once, ask_tensors, check_judge_clean, confinement
 from gates.compare import first_bit_difference
 from gates.gradient_reference import KINK_BAND
 from gates.inputs import fresh_seed, generator
@@ -96,8 +96,8 @@ def check_size(gate, size: str, reference_tree) -> None:
         gate.check(f"[{size}] the reference took every quantized path the config names", all(
             taken[kind] > 0 for kind, named in wanted.items() if named), straight_through_points=taken)
     if "ssm_scan" in facts["regions"]:
-        gate.check(f"[{size}] every Mamba dt lies {KINK_BAND:g} (relative) or more from time_step_min, where its gradient "
-                   "jumps", near_kinks[-1] == 0, near_kink_dt_per_draw=near_kinks, max_draws=MAX_DRAWS)
+        gate.check(f"[{size}] every Mamba dt lies {KINK_BAND:g} (relative) or more from time_step_min, where its "
+                   "gradient jumps", near_kinks[-1] == 0, near_kink_dt_per_draw=near_kinks, max_draws=MAX_DRAWS)
     loss, ref_loss, ref_terms = float(mine["loss"]), float(theirs["loss"]), float(theirs["terms"])
     error = abs(loss - ref_loss) / ref_terms
     gate.check(f"[{size}] loss: relative error <= {TOLERANCE:g}", error <= TOLERANCE, relative_error=error,

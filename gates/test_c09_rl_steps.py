@@ -41,7 +41,8 @@ def _diff_figures(records, side: str) -> dict:
     differing = [r["step"] for r in records if differing_values(r["engine_logprobs"], r[side])]
     stats = mismatch_stats([lp for r in records for lp in from_int32_bits(r["engine_logprobs"])],
                            [lp for r in records for lp in from_int32_bits(r[side])])
-    per_step = [mismatch_stats(from_int32_bits(r["engine_logprobs"]), from_int32_bits(r[side]))["max_abs_dp"] for r in records]
+    per_step = [mismatch_stats(from_int32_bits(r["engine_logprobs"]), from_int32_bits(r[side]))["max_abs_dp"]
+                for r in records]
     return {"steps_differing": differing, "num_steps": len(records), "per_step_max_abs_dp": per_step, **stats}
 
 
@@ -63,7 +64,8 @@ def test_grpo_steps_and_resume(gate, tmp_path):
                    "settings": run["settings"], "workers": confinement()}
     if "full_config" in run:
         full = run["full_config"]
-        gate.check(f"full config {full['config']} loads and validates (the cut runs on CPU)", "error" not in full, **full)
+        gate.check(f"full config {full['config']} loads and validates (the cut runs on CPU)", "error" not in full,
+                   **full)
     for side, name in SIDES.items():
         figures = _diff_figures(records, side)
         gate.check(f"engine == {name} log-probs, bitwise, every step", not figures["steps_differing"], **figures)

@@ -221,7 +221,8 @@ def test_throughput_against_the_frozen_baseline(gate):
                               if target == "cpu" else "wall time from the judge's GO to the worker's DONE "
                               "(the worker syncs the device first)"),
                     process_seconds=figures["process_s"], machine=figures["machine"], device=target,
-                    config=asked["config"], baseline={"tag": frozen["tag"], "commit": frozen["commit"], "contract": "fast"},
+                    config=asked["config"],
+                    baseline={"tag": frozen["tag"], "commit": frozen["commit"], "contract": "fast"},
                     note=("CPU smoke figure; the GPU figure against the frozen baseline is the one that counts"
                           if target == "cpu" else "the frozen fast baseline at full width on this device"))
     name = f"rollout throughput ratio >= {FLOOR} x the frozen baseline, beyond the noise"

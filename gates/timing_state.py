@@ -54,9 +54,11 @@ def machine_state() -> dict:
     fields = ("sm_mhz", "memory_mhz", "temperature_c", "power_w")
     try:
         answer = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw",
-                                 "--format=csv,noheader,nounits", f"--id={os.environ.get('CUDA_VISIBLE_DEVICES', '0').split(',')[0]}"],
+                                 "--format=csv,noheader,nounits",
+                                 f"--id={os.environ.get('CUDA_VISIBLE_DEVICES', '0').split(',')[0]}"],
                                 capture_output=True, text=True, timeout=10)
         values = [float(v) for v in answer.stdout.strip().split(",")]
     except (OSError, subprocess.SubprocessError, ValueError):
         values = [None] * len(fields)
-    return {**state, **host_state(), **dict(zip(fields, values if len(values) == len(fields) else [None] * len(fields)))}
+    return {**state, **host_state(),
+            **dict(zip(fields, values if len(values) == len(fields) else [None] * len(fields)))}

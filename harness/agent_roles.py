@@ -18,12 +18,13 @@ from harness.agents.base import Tool
 from harness.stages import gates as gates_stage
 from harness.tamper import write_report
 
-RULES = """Rules (the harness checks them and fails gate C00 on any violation):
+RULES = ("""Rules (the harness checks them and fails gate C00 on any violation):
 - Never edit gates/, harness/ or baseline/ (the frozen baseline), and add no conftest.py,
   sitecustomize.py, usercustomize.py or .pth file. The gates run from the harness's own copy.
 - One logical fix per commit (`git commit -am "<what> (gates: C03 pass, C07 pass)"`), with the
-  gate results in the message. The harness tools judge your last commit: commit, then run them. Performance claims only from the frozen baseline's figures.
-- The skill .agents/skills/bitwise-align/SKILL.md and the guides/ describe the procedure."""
+  gate results in the message. The harness tools judge your last commit: commit, then run them. """
+         """Performance claims only from the frozen baseline's figures.
+- The skill .agents/skills/bitwise-align/SKILL.md and the guides/ describe the procedure.""")
 
 BRIEFS = {
     "baseline": """You are the BASELINE agent of a bitwise-align run on model {model}.

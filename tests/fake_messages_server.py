@@ -101,7 +101,8 @@ def _handler_for(server: FakeMessagesServer):
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             if self.path.split("?")[0] != "/v1/messages":
-                return self._send(404, {}, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+                return self._send(404, {}, {"type": "error",
+                                            "error": {"type": "not_found_error", "message": self.path}})
             request = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
             self._send(*server.reply(request))
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.agents import claude_code
-from harness.agents import make_backend
+from harness.agents import claude_code, make_backend
 from harness.agents.base import AgentLimits, AgentTask, Tool
 from harness.agents.worktree_tools import worktree_tools
 from tests.fake_messages_server import FakeMessagesServer, overloaded, text, tool_results, tool_use
 
-REPRO = "import sys\nsys.path.insert(0, '.')\nfrom kernels.op import SCALE\nassert SCALE == 1.0, SCALE\nprint('repro passes')\n"
+REPRO = ("import sys\nsys.path.insert(0, '.')\nfrom kernels.op import SCALE\nassert SCALE == 1.0, SCALE\n"
+         "print('repro passes')\n")
 
 
 @pytest.fixture
@@ -61,7 +61,8 @@ def test_scripted_agent_reads_edits_runs_and_finishes(worktree):
         [text("done: removed the planted fault")],
     ]
     with FakeMessagesServer(script) as server:
-        result = _backend(server, model="claude-test-model", prompt_cache=True).run(_task(worktree, extra_tools={"run_gates": run_gates}))
+        result = _backend(server, model="claude-test-model", prompt_cache=True).run(
+            _task(worktree, extra_tools={"run_gates": run_gates}))
     assert (result.status, result.turns, result.final_text) == ("finished", 5, "done: removed the planted fault")
     assert (result.input_tokens, result.output_tokens) == (5000, 500)
     assert (worktree / "kernels" / "op.py").read_text() == "SCALE = 1.0  # planted fault\n"
@@ -125,7 +126,8 @@ def test_worktree_tools_errors_and_command_timeout(worktree, monkeypatch):
     # A child of the shell holding the pipe open must not stall the timeout; the cap wins over 60 s.
     out = tools["run_command"].handler({"command": "sleep 30 & sleep 30; echo never", "timeout_s": 60})
     assert out.startswith("error: timed out after 0.5 s") and "never" not in out
-    assert tools["run_command"].handler({"command": "echo key=${ANTHROPIC_API_KEY:-unset}"}) == "exit code: 0\nkey=unset\n"
+    assert (tools["run_command"].handler({"command": "echo key=${ANTHROPIC_API_KEY:-unset}"})
+            == "exit code: 0\nkey=unset\n")
 
 
 @pytest.mark.parametrize("limits, usage, status, num_requests", [
@@ -307,6 +309,7 @@ def test_a_command_leaves_no_process_behind_and_reaches_no_network(worktree):
     """A setsid daemon (it left the process group, so a group kill misses it) dies with the
     command's PID namespace; a loopback server the test holds open is unreachable from it."""
     import socket
+
     from gates import confine
     assert confine.unavailable() is None, f"agents' commands must run sandboxed here: {confine.unavailable()}"
     tools = worktree_tools(worktree, command_timeout_s=30)
@@ -329,6 +332,7 @@ def test_a_command_writes_only_its_worktree_git_and_scratch(tmp_path):
     remounting a mount writable (root of its namespace, it may try), a hard link to a file
     elsewhere is refused, and the agent can still commit."""
     import git
+
     from gates import confine
     assert confine.unavailable() is None, f"agents' commands must run confined here: {confine.unavailable()}"
     repo = git.Repo.init(tmp_path / "repo")

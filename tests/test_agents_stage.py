@@ -42,7 +42,8 @@ def test_agents_clones_made_at_once_exist_each_with_its_own_git_directory(tmp_pa
     assert len(made) == 24
     for name, path in made.items():
         clone = open_repo(path)
-        assert Path(clone.common_dir).resolve() == (path / ".git").resolve() and clone.active_branch.name == f"bitwise/{name}"
+        assert (Path(clone.common_dir).resolve() == (path / ".git").resolve()
+                and clone.active_branch.name == f"bitwise/{name}")
         assert (path / ".git" / "objects" / "info" / "alternates").read_text().strip() == str(
             Path(repo.common_dir).resolve() / "objects")
 

@@ -8,7 +8,6 @@ import pytest
 
 from gates import candidate, confine
 from gates.baseline import ROOT
-from harness.exit_codes import EXIT_DIFFERENT
 from harness.pristine import Isolation, export_apparatus
 from harness.stages.gates import run_gates, select
 from harness.workspace import open_repo

@@ -9,9 +9,9 @@ from kernels.contract import ContractError, load_contract
 from kernels.contract.constants import decode_constant, encode_float
 from kernels.contract.identity import identities, numerical_policy_identity, semantic_identity
 from kernels.contract.regions import CASES, REGION_FAMILY
-from kernels.ops import registry
 from kernels.models.config import CONFIG_DIR, load_model_config
 from kernels.models.registry import build_model
+from kernels.ops import registry
 
 
 @pytest.mark.parametrize("name", ["fast", "consistent"])
@@ -37,12 +37,15 @@ def _write(tmp_path, document):
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["regions"]["attention"].pop("engine_decode"), "missing cases ['engine_decode']"),
     (lambda d: d["regions"]["norm"]["engine_prefill"].update(impl="norm.magic"), "unknown implementation 'norm.magic'"),
-    (lambda d: d["regions"]["norm"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 8}}),
+    (lambda d: d["regions"]["norm"].update(engine_prefill={"impl": "linear.consistent",
+                                                           "constants": {"row_multiple": 8}}),
      "is not a norm implementation"),
-    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 8.0}}),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent",
+                                                               "constants": {"row_multiple": 8.0}}),
      "constant 'row_multiple' is an integer; write 8, not 8.0"),
     (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent"}), "takes constants"),
-    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 8, "tile": 4}}),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent",
+                                                               "constants": {"row_multiple": 8, "tile": 4}}),
      "takes constants"),
     (lambda d: d["regions"].update(warp_drive=d["regions"]["norm"]), "unknown region 'warp_drive'"),
     (lambda d: d["regions"]["norm"].update(engine_turbo=d["regions"]["norm"]["engine_prefill"]), "unknown cases"),
@@ -50,11 +53,14 @@ def _write(tmp_path, document):
     (lambda d: d.pop("regions"), "'name' and 'regions'"),
     (lambda d: d.update(regions=["norm"]), "regions: must be a non-empty mapping"),
     (lambda d: d.update(name=7), "name: must be a non-empty string"),
-    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": 0}}),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent",
+                                                               "constants": {"row_multiple": 0}}),
      "must be a positive integer"),
-    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": True}}),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent",
+                                                               "constants": {"row_multiple": True}}),
      "must be a positive integer"),
-    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent", "constants": {"row_multiple": "eight"}}),
+    (lambda d: d["regions"]["qkv_proj"].update(engine_prefill={"impl": "linear.consistent",
+                                                               "constants": {"row_multiple": "eight"}}),
      "must be a positive integer"),
     (lambda d: d.update(claims={"tp_sizes": "all"}), "list of positive integers"),
     (lambda d: d.update(claims={"batch_invariant": ["norm", "warp_core"]}), "list of known regions"),

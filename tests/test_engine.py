@@ -200,4 +200,5 @@ def test_full_distribution_is_returned_and_agrees_with_the_sampled_log_prob(fres
     assert len(completion.full_logprobs) == 6
     for token, logprob, row in zip(completion.tokens, completion.logprobs, completion.full_logprobs):
         assert row.shape == (CONFIG.vocab_size,)
-        assert_bitwise_equal(row[token], torch.tensor(logprob, dtype=torch.float32), f"seed {fresh_seed}: full row vs sampled log-prob")
+        assert_bitwise_equal(row[token], torch.tensor(logprob, dtype=torch.float32),
+                             f"seed {fresh_seed}: full row vs sampled log-prob")

@@ -256,7 +256,8 @@ def test_profile_environments_must_agree_on_what_both_report():
     older = {key: value for key, value in current.items() if key != "comm_transport"}
     assert environment_differences(older, current) == []
     assert environment_differences(older | {"num_threads": 1}, current) == ["num_threads: 1 vs 'num_threads-value'"]
-    assert environment_differences({k: v for k, v in older.items() if k != "torch"}, current) == ["torch (not reported)"]
+    assert (environment_differences({k: v for k, v in older.items() if k != "torch"}, current)
+            == ["torch (not reported)"])
 
 
 def test_worktree_is_reused_and_must_stay_clean(clone):
@@ -264,7 +265,8 @@ def test_worktree_is_reused_and_must_stay_clean(clone):
     first = git(clone, "rev-parse", "HEAD~1")
     path = workspace.worktree_at(repo, first, clone / ".worktrees" / "w")
     assert git(path, "rev-parse", "HEAD") == first
-    assert workspace.worktree_at(repo, "HEAD", path) == path and git(path, "rev-parse", "HEAD") == git(clone, "rev-parse", "HEAD")
+    assert (workspace.worktree_at(repo, "HEAD", path) == path
+            and git(path, "rev-parse", "HEAD") == git(clone, "rev-parse", "HEAD"))
     (path / FAST_SOURCE).write_text("")
     with pytest.raises(ValueError, match="uncommitted changes"):
         workspace.worktree_at(repo, first, path)

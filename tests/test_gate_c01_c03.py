@@ -65,7 +65,8 @@ def test_fast_contract_fails_batch_invariance_and_phase_but_not_determinism(tmp_
     for name, condition in _failed(results["C02"]).items():
         first = condition["first_difference"]
         assert {"region", "layer"} <= set(first)
-        assert {"probe", "batch_rows"} <= set(first) if "probe rows" in name else {"call_rows", "whole_rows"} <= set(first)
+        assert ({"probe", "batch_rows"} <= set(first) if "probe rows" in name
+                else {"call_rows", "whole_rows"} <= set(first))
     assert "[cut] token-by-token decode == full prefill" in _failed(results["C03"])
 
 
@@ -135,7 +136,8 @@ def test_c03_long_probe_meets_a_threshold_no_constant_names(tmp_path):
     contract = _planted(tmp_path, {("attention", "engine_decode"): binding})
     code, results = _gates(tmp_path, "qwen3", "C3", contract)
     failed = _failed(results["C03"])
-    assert code == EXIT_DIFFERENT and list(failed) == ["[cut] long context (1100 tokens): prefill 1092, decode 8 == full prefill"], failed
+    assert code == EXIT_DIFFERENT and list(failed) == [
+        "[cut] long context (1100 tokens): prefill 1092, decode 8 == full prefill"], failed
 
 
 LONG_CONTEXT_SPLIT = {"impl": "attention.planted_split_past_long_context",
@@ -205,7 +207,8 @@ def test_c03_catches_decode_that_does_not_replay_prefill(tmp_path, model, region
     failed = _failed(results["C03"])
     sizes = ["cut", "cut-quant"] if model == "nemotron" else ["cut"]
     decode = {f"[{size}] token-by-token decode == full prefill" for size in sizes}
-    engine = {f"[{size}] engine (paged KV, {'fp8' if size == 'cut-quant' else 'auto'}) == trainer_fwd" for size in sizes}
+    engine = {f"[{size}] engine (paged KV, {'fp8' if size == 'cut-quant' else 'auto'}) == trainer_fwd"
+              for size in sizes}
     long = {f"[{size}] long context (1100 tokens): prefill 1092, decode 8 == full prefill" for size in sizes}
     if engine_fails:  # a fault on every decoded token fails every condition that decodes
         assert set(failed) == decode | engine | long

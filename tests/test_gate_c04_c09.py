@@ -18,11 +18,10 @@ from gates import test_c08_gradients as c08
 from gates import test_c09_rl_steps as c09
 from gates.conftest import GateRecord
 from gates.hazards import VacuousGate
-from gates.test_c04_discrete import check_quantization_covered, check_topk
 from gates.inputs import fresh_seed
+from gates.test_c04_discrete import check_quantization_covered, check_topk
 from gates.test_c05_graph import bit_differences, compile_uses
 from harness.cli import EXIT_DIFFERENT, EXIT_OK, main
-from kernels.contract import load_contract
 from kernels.contract.contract import CONTRACT_DIR
 from kernels.contract.regions import CASES
 from tests.candidate_trees import judge_workers_on, tree_with

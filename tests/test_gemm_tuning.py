@@ -24,7 +24,8 @@ def test_the_fastest_bit_checked_variant_wins_each_bucket(tmp_path):
         _sample(1, "pointer", [16, 64, 4, 4], 0.005, splits=4, parallel=True),  # K in slices: never tabled
         _sample(8, "pointer", [16, 16, 4, 4], 0.011), _sample(8, "tma", [16, 32, 4, 4], 0.012),
         _sample(64, "tma", [64, 32, 4, 4], 0.013), _sample(64, "pointer", [16, 16, 4, 4], 0.020),
-        _sample(4096, "persistent", [128, 128, 4, 4], 0.3), {"N": 2048, "K": 6144, "M": 4096, "error": "OutOfResources"},
+        _sample(4096, "persistent", [128, 128, 4, 4], 0.3),
+        {"N": 2048, "K": 6144, "M": 4096, "error": "OutOfResources"},
     ]
     rows = gemm_tune.table(samples)["2048x6144"]
     assert rows == [[8, "pointer", [16, 16, 4, 4], 64], [64, "tma", [64, 32, 4, 4], 64],

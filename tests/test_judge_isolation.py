@@ -122,7 +122,9 @@ def test_an_edited_judge_copy_is_refused(tmp_path):
     """The apparatus as exported passes; one edit of a gate, a planted bytecode file or a new
     conftest in it makes the next gate run refuse to judge; a fresh export passes again."""
     import shutil
+
     import pytest
+
     from harness.pristine import export_apparatus
     base = open_repo(".").head.commit.hexsha
 
@@ -171,7 +173,8 @@ def test_an_exit_hook_that_rewrites_the_verdict_is_caught(tmp_path, monkeypatch,
     (hooks / "sitecustomize.py").write_text(REWRITE_AT_EXIT)
     monkeypatch.setenv("PYTHONPATH", str(hooks))
     out = tmp_path / "out"
-    assert main(["gates", "--model", "qwen3", "--only", "C7", "--contract", "fast", "--out", str(out)]) == EXIT_DIFFERENT
+    assert main(["gates", "--model", "qwen3", "--only", "C7", "--contract", "fast",
+                 "--out", str(out)]) == EXIT_DIFFERENT
     assert "TAMPERING: C07.json: the verdict file changed after the gate process sent it" in capsys.readouterr().out
     kept = json.loads((out / "C07.json").read_text())
     assert kept["status"] == "fail"
@@ -190,7 +193,8 @@ def test_the_harness_never_runs_the_config_of_an_agents_clone(tmp_path):
     repo, base, clone = _agent_on_a_kernel(tmp_path)
     marker = tmp_path / "ran-agent-config"
     for key, value in (("core.fsmonitor", f"touch {marker}-fsmonitor; false #"),
-                       ("filter.evil.clean", f"touch {marker}-clean; cat"), ("filter.evil.smudge", f"touch {marker}-smudge; cat")):
+                       ("filter.evil.clean", f"touch {marker}-clean; cat"),
+                       ("filter.evil.smudge", f"touch {marker}-smudge; cat")):
         subprocess.run(["git", "config", key, value], cwd=clone, check=True)
     (clone / ".gitattributes").write_text("* filter=evil\n")
     (clone / "kernels" / "op.py").write_text("SCALE = 2.0\n")

@@ -10,8 +10,8 @@ import yaml
 from harness.cli import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK, main
 from harness.stages import locate as locate_stage
 from harness.stages.shrink import run_repro, shrink
-from kernels.contract.contract import CONTRACT_DIR
 from kernels.contract import load_contract as load_contract_named
+from kernels.contract.contract import CONTRACT_DIR
 from kernels.models.config import load_model_config
 
 # split-K whose partials are rounded to bf16 before they are added (in a drawn order): the
@@ -123,7 +123,8 @@ def test_locate_is_as_wide_as_diff_before_it_says_clean(tmp_path, capsys, monkey
     monkeypatch.setattr(locate_stage, "WIDE_WORKLOAD", {"num_sequences": 12, "new_tokens": 40})
     binding = {"impl": "attention.planted_graph_baked_block_kv", "constants": {"block_kv": 32, "row_multiple": 8}}
     contract = _contract_file(tmp_path / "planted.yaml", "attention", ("engine_decode",), binding)
-    code, result = _locate_json(capsys, ["--model", "qwen3", "--contract", str(contract), "--out", str(tmp_path / "loc")])
+    code, result = _locate_json(capsys, ["--model", "qwen3", "--contract", str(contract),
+                                         "--out", str(tmp_path / "loc")])
     assert result["passes"]["narrow"]["frac_tokens_differing"] == 0, "the fault must hide from the narrow pass"
     assert code == EXIT_DIFFERENT and result["region"] == "attention", result
     assert result["cases"][0] == "engine_decode" and (tmp_path / "loc" / "wide" / "engine.jsonl").exists()
@@ -138,7 +139,8 @@ def test_locate_reaches_past_a_split_that_starts_at_a_long_context(tmp_path, cap
                "constants": {"block_kv": 32, "row_multiple": 8, "long_context": 200, "tokens_per_split": 8,
                              "max_splits": 16}}
     contract = _contract_file(tmp_path / "planted.yaml", "attention", ("engine_decode",), binding)
-    code, result = _locate_json(capsys, ["--model", "qwen3", "--contract", str(contract), "--out", str(tmp_path / "loc")])
+    code, result = _locate_json(capsys, ["--model", "qwen3", "--contract", str(contract),
+                                         "--out", str(tmp_path / "loc")])
     untraced = {name: figures["frac_tokens_differing"] for name, figures in result["passes"].items()}
     assert untraced["narrow"] == 0 and untraced["wide (diff's workload), untraced"] == 0, untraced
     assert code == EXIT_DIFFERENT and (result["region"], result["cases"][0]) == ("attention", "engine_decode"), result

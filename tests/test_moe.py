@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gates.compare import assert_bitwise_equal, first_bit_difference
-from gates.reference import moe as ref_moe
 from gates.crafted import tied_scores
+from gates.reference import moe as ref_moe
 from kernels.ops import moe
 
 HIDDEN, NUM_EXPERTS, WIDTH, SHARED_WIDTH = 64, 8, 32, 64

@@ -6,7 +6,6 @@ largest batch, must equal bit for bit the same row computed inside the largest b
 The sampler must draw the same token for a request whatever shares its batch. Run with
 `python -m pytest tests/test_ops_invariance.py -s` to see the negative-control counts.
 """
-import math
 import random
 
 import pytest
@@ -274,7 +273,8 @@ def test_sampler_top_p_keeps_the_prefix_that_reaches_p(fresh_seed):
         count = sum(mass < params.top_p for mass in before) if params.top_p < 1 else k
         expected = set(order[:count])
         kept = set(torch.nonzero(sampler._kept_mask(row, params))[:, 0].tolist())
-        assert kept == expected, f"{params}: kept {sorted(kept)[:8]}..., rule {sorted(expected)[:8]}..., seed {fresh_seed}"
+        assert kept == expected, (
+            f"{params}: kept {sorted(kept)[:8]}..., rule {sorted(expected)[:8]}..., seed {fresh_seed}")
     assert num_tied_rows > 0, f"no row held a tie, seed {fresh_seed}"
 
 
@@ -296,7 +296,8 @@ def test_race_uniforms_are_the_hash_and_uniform(fresh_seed):
     for b, key in enumerate(keys):
         for token in (0, 1, rng.randrange(5000), 4999):
             assert float(uniforms[b, token]) == _python_draw(key, token), (
-                f"key {key} token {token}: {float(uniforms[b, token])} vs {_python_draw(key, token)}, seed {fresh_seed}")
+                f"key {key} token {token}: {float(uniforms[b, token])} vs {_python_draw(key, token)}, "
+                f"seed {fresh_seed}")
     mean = float(uniforms.double().mean())
     sd = (1 / 12) ** 0.5 / uniforms.numel() ** 0.5
     print(f"\nrace uniforms: mean {mean:.5f} over {uniforms.numel()} (1/2, sd of the mean {sd:.5f})")

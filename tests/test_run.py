@@ -11,6 +11,7 @@ from harness.stages import gates as gates_stage
 from harness.stages import locate as locate_stage
 from harness.stages import profile as profile_stage
 
+
 class Interrupted(BaseException):
     """Stands for Ctrl-C or a killed process: not an error the run may catch."""
 

@@ -126,7 +126,8 @@ def _group_run(inputs_by_seq, prompt_lengths, conv, scan, store):
     length = inputs_by_seq[0]["xbc"].shape[0]
     outputs = {seq: [] for seq in range(len(inputs_by_seq))}
     plan = [[(seq, 0, n) for seq, n in enumerate(prompt_lengths)]]
-    plan += [[(seq, t, 1) for seq, n in enumerate(prompt_lengths) if t >= n] for t in range(min(prompt_lengths), length)]
+    plan += [[(seq, t, 1) for seq, n in enumerate(prompt_lengths) if t >= n]
+             for t in range(min(prompt_lengths), length)]
     for pieces in plan:
         segments, rows, row = [], [], 0
         for seq, start, n in pieces:
@@ -197,6 +198,7 @@ def test_decode_graph_tables_serve_the_pools_and_advance_after_the_replay(fresh_
     on (a completed chunk folded); a captured recurrence cannot take buffered rows (eager);
     a fourth sequence past the reserved three moves the pools (capture again)."""
     from contextlib import ExitStack
+
     from kernels.engine.mamba_tables import MambaTables
     store = _store(torch.float32, PooledMambaStore)
     tables = MambaTables(lambda: [store], max_batch=3, device="cpu")

@@ -13,9 +13,9 @@ from gates.compare import assert_bitwise_equal
 from kernels.contract import load_contract
 from kernels.layout.tree import StreamingTreeSum, tree_sum
 from kernels.models.config import load_model_config
+from kernels.trainer.gradient_leaves import leaf_groups
 from kernels.trainer.grpo import policy_loss
 from kernels.trainer.logprobs import ScoredSequence, sequence_logprobs
-from kernels.trainer.gradient_leaves import leaf_groups
 from kernels.trainer.micro_batch import leaf
 from kernels.trainer.trainer import Trainer
 

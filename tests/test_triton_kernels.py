@@ -142,7 +142,8 @@ def check_gemm_tuned_table_moves_the_load_path_not_the_bits(linear_cuda, dtype, 
     x = torch.randn(300, 200, generator=gen).to(dtype)
     w = (torch.randn(48, 200, generator=gen) / 8).to(dtype)
     default = linear_cuda.forward(x, w)
-    rows = [[4, "persistent", [16, 16, 4, 2], 256], [40, "tma", [32, 16, 4, 2], 64], [None, "pointer", [64, 32, 4, 2], 32]]
+    rows = [[4, "persistent", [16, 16, 4, 2], 256], [40, "tma", [32, 16, 4, 2], 64],
+            [None, "pointer", [64, 32, 4, 2], 32]]
     other = w[:32]  # a shape the table does not list: its default rows
     other_default = linear_cuda.forward(x, other)
     (tmp_path / "table.json").write_text(json.dumps({"device": "interpreter", "shapes": {"48x200": rows},
@@ -512,7 +513,8 @@ def check_fused_norm_rows_do_not_follow_the_batch(fused, dtype, fresh_seed):
         whole, h_whole = norm.consistent(x, w, eps=1e-6, residual=residual)
         for lo, hi in ((0, 1), (5, 6), (3, 20), (36, 37)):
             part, h_part = norm.consistent(x[lo:hi], w, eps=1e-6, residual=None if residual is None else res[lo:hi])
-            assert_bitwise_equal(part, whole[lo:hi], f"rows {lo}:{hi} residual={residual is not None} seed={fresh_seed}")
+            assert_bitwise_equal(part, whole[lo:hi],
+                                 f"rows {lo}:{hi} residual={residual is not None} seed={fresh_seed}")
             if residual is not None:
                 assert_bitwise_equal(h_part, h_whole[lo:hi], f"residual stream {lo}:{hi} seed={fresh_seed}")
         exact, _ = rmsnorm(x, w, eps=1e-6, residual=residual)
@@ -532,7 +534,8 @@ def check_fused_norm_gradients_match_float64(fused, fresh_seed):
     from gates.reference.norm import rmsnorm
     norm = fused["norm_triton"]
     gen = torch.Generator().manual_seed(fresh_seed)
-    leaves = [torch.randn(9, 64, generator=gen).requires_grad_(), (1 + 0.1 * torch.randn(64, generator=gen)).requires_grad_(),
+    leaves = [torch.randn(9, 64, generator=gen).requires_grad_(),
+              (1 + 0.1 * torch.randn(64, generator=gen)).requires_grad_(),
               torch.randn(9, 64, generator=gen).requires_grad_()]
     out, h = norm.consistent(leaves[0], leaves[1], eps=1e-6, residual=leaves[2])
     grad_out, grad_h = torch.randn(9, 64, generator=gen), torch.randn(9, 64, generator=gen)
@@ -724,7 +727,8 @@ def check_ssm_scan_phases_agree_bitwise(ssm_triton, fresh_seed):
     whole = _ssm_run(inputs, [length], [scan])
     for pieces in ([5, 11, 16, 17, 21], [16, 16, 38], [3, 37]):  # decodes from row 40 cross two boundaries
         splits = pieces + [1] * (length - sum(pieces))
-        assert_bitwise_equal(_ssm_run(inputs, splits, [scan] * len(splits)), whole, f"splits {pieces}, seed={fresh_seed}")
+        assert_bitwise_equal(_ssm_run(inputs, splits, [scan] * len(splits)), whole,
+                             f"splits {pieces}, seed={fresh_seed}")
     from gates.reference import ssm as reference
     exact = reference.scan(inputs["x"], inputs["B"], inputs["C"], inputs["dt_raw"], inputs["dt_bias"],
                            inputs["A_log"], inputs["D"])
@@ -739,7 +743,8 @@ def check_ssm_scan_negative_control_mixed_arithmetic(ssm_triton, fresh_seed):
     from kernels.ops import ssm_scan
     inputs, length = _ssm_inputs(fresh_seed), SSM["length"]
     whole = _ssm_run(inputs, [length], [ssm_triton.consistent])
-    mixed = _ssm_run(inputs, [60] + [1] * (length - 60), [ssm_triton.consistent] + [ssm_scan.torch_scan] * (length - 60))
+    mixed = _ssm_run(inputs, [60] + [1] * (length - 60),
+                     [ssm_triton.consistent] + [ssm_scan.torch_scan] * (length - 60))
     assert first_bit_difference(mixed[60:], whole[60:]) is not None, f"control did not differ, seed={fresh_seed}"
 
 
@@ -862,7 +867,8 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
         state = store.held(seq)
         assert state.position == h + decodes and state.buffered == (h + decodes) % s["chunk"]
     disturbed, _ = batched(disturb=2, steps=3)
-    assert first_bit_difference(disturbed[2][histories[2]:], alone[2][histories[2]:histories[2] + 3]) is not None, "control"
+    assert first_bit_difference(disturbed[2][histories[2]:],
+                                alone[2][histories[2]:histories[2] + 3]) is not None, "control"
     for seq in (0, 1, 3, 4):
         assert_bitwise_equal(disturbed[seq], alone[seq][:histories[seq] + 3], f"undisturbed sequence {seq}")
     ssm_decode = _import_kernel("ssm_decode_triton")
@@ -884,6 +890,7 @@ def _served_decode(store, segments, new, shared, chunk_size, seed):
     slot), then filled with the real rows' slots and buffered counts; the positions advanced
     afterwards as the door recorded."""
     from contextlib import ExitStack
+
     from kernels.engine.mamba_tables import MambaTables
     from kernels.models.batch import Segment
     from kernels.ops import ssm_scan
@@ -973,7 +980,8 @@ def check_fast_state_update_is_the_recurrence(fresh_seed):
     dt = torch.rand(count, heads, generator=generator) * 0.5
     A, D = -torch.rand(heads, generator=generator) - 0.1, torch.randn(heads, generator=generator)
     bh, ch = (t.float().repeat_interleave(heads // groups, dim=1) for t in (B, C))
-    want_state = torch.exp(dt * A)[:, :, None, None] * ssm[slots] + (dt[:, :, None] * x.float())[..., None] * bh[:, :, None, :]
+    want_state = (torch.exp(dt * A)[:, :, None, None] * ssm[slots]
+                  + (dt[:, :, None] * x.float())[..., None] * bh[:, :, None, :])
     want_y = (want_state * ch[:, :, None, :]).sum(-1) + D[:, None] * x.float()
     before = ssm.clone()
     y = kernel.state_update(ssm, slots, x, B, C, dt, A, D)

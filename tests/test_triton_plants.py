@@ -24,7 +24,8 @@ SPLIT_KV = {"impl": "attention.fast_split_kv", "constants": {"tokens_per_split":
 # name: (regions, cases, binding, gate, models)
 PLANTS = {
     "GEMM split-K below 16 rows": (LINEARS, ENGINE_CASES, {"impl": "linear.planted_triton_split_k_small_m",
-                                                           "constants": {"row_multiple": 8}}, "C2", ("qwen3", "nemotron")),
+                                                           "constants": {"row_multiple": 8}},
+                                   "C2", ("qwen3", "nemotron")),
     "RMSNorm on half the lanes below 16 rows": (("norm",), ENGINE_CASES, {"impl": "norm.planted_triton_lanes_by_rows"},
                                                 "C2", ("qwen3", "nemotron")),
     "vocabulary sum at a quarter block below 16 rows": (("logprob",), ENGINE_CASES,

@@ -1,5 +1,4 @@
 """Float64 reference of linear: y[M, N] = x[M, K] @ w[N, K]^T."""
-import torch
 
 
 def linear(x, w):

@@ -22,7 +22,8 @@ def scan(x, B, C, dt_raw, dt_bias, A_log, D, dt_min=0.0):
     state = torch.zeros(x.shape[1], x.shape[2], B.shape[2], dtype=torch.float64)
     outputs = []
     for t in range(x.shape[0]):
-        state = torch.exp(dt[t] * A)[:, None, None] * state + (dt[t][:, None] * x[t].double())[:, :, None] * Bh[t][:, None, :]
+        state = (torch.exp(dt[t] * A)[:, None, None] * state
+                 + (dt[t][:, None] * x[t].double())[:, :, None] * Bh[t][:, None, :])
         outputs.append((state * Ch[t][:, None, :]).sum(-1) + D.double()[:, None] * x[t].double())
     return torch.stack(outputs)
 

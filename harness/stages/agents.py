@@ -27,8 +27,15 @@ from harness.secrets import redact
 from harness.stages import freeze as freeze_stage
 from harness.stages import gates as gates_stage
 from harness.tamper import startup_files, write_report
-from harness.workspace import (WORKTREES_DIR, agent_clone, fetch_head, open_repo, read_from_outside, repo_root,
-                               worktree_at)
+from harness.workspace import (
+    WORKTREES_DIR,
+    agent_clone,
+    fetch_head,
+    open_repo,
+    read_from_outside,
+    repo_root,
+    worktree_at,
+)
 
 ROLES = ("baseline", "consistent")
 

@@ -5,10 +5,10 @@ checkpoint directory (`--checkpoint DIR`: family from its model_type, its own we
 import json
 
 from gates.mismatch import mismatch_stats, per_token_abs_dp
-from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
 from gates.workload import EngineShape, Workload, rollout, score, seeded_weights
-from kernels.contract import load_contract
+from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
 from harness.stages.checkpoint_option import add_model_options, model_of
+from kernels.contract import load_contract
 from kernels.models.checkpoint import load_checkpoint
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name

@@ -150,7 +150,8 @@ def format_table(statuses: dict, out: Path) -> str:
         if result.exists():
             failed = [c["name"] for c in json.loads(result.read_text())["conditions"]
                       if c["status"] in ("fail", "inconclusive")]
-        lines.append(f"{name:<6}{status:<8}{', '.join(failed) or ('(no result written)' if not result.exists() else '')}")
+        lines.append(f"{name:<6}{status:<8}"
+                     f"{', '.join(failed) or ('(no result written)' if not result.exists() else '')}")
     lines.append(f"results: {out}")
     return "\n".join(lines)
 

@@ -8,8 +8,8 @@ on the same seeded workload; every sample is appended to DIR/samples.jsonl as it
 and DIR/profile.json (schema: harness/run_directory.md) is written last. Before measuring,
 the sides must agree on weights, workload and environment, and A's fast path must hash to
 the frozen content hash. A sample times generation on a warm engine in the worker's CPU time
-(one intra-op thread, wall time beside it), as C10 times the CPU, and the ratio is C10's: the median of the pairs' ratios
-with its order-statistic interval as the noise (gates/ratio_verdict.py), so the two agree
+(one intra-op thread, wall time beside it), as C10 times the CPU, and the ratio is C10's: the
+median of the pairs' ratios with its order-statistic interval as the noise (gates/ratio_verdict.py), so the two agree
 within their noise on a busy machine. `harness run` calls profile(model, RUN/profile).
 """
 import json

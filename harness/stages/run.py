@@ -19,12 +19,12 @@ from gates.workload import Workload
 from harness.agents import make_backend
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
 from harness.stages import agents as agents_stage
-from harness.stages.checkpoint_option import add_model_options, checkpoint_path, model_of
 from harness.stages import gates as gates_stage
 from harness.stages import locate as locate_stage
 from harness.stages import profile as profile_stage
 from harness.stages import report as report_stage
 from harness.stages import shrink as shrink_stage
+from harness.stages.checkpoint_option import add_model_options, checkpoint_path, model_of
 from harness.stages.diff import run_diff
 from harness.workspace import current_commit, open_repo
 
@@ -178,7 +178,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--pairs", type=int, default=3, help="profile: A B pairs")
     parser.add_argument("--skip", type=lambda text: set(text.split(",")), default=set(),
                         help="stages not to run, e.g. profile (recorded as skipped in run.json)")
-    parser.add_argument("--agent-model", default="", help="agent model (default: the backend's, or BITWISE_AGENT_MODEL)")
+    parser.add_argument("--agent-model", default="",
+                        help="agent model (default: the backend's, or BITWISE_AGENT_MODEL)")
     parser.add_argument("--max-turns", type=int, default=150, help="per agent")
     parser.add_argument("--max-cost-usd", type=float, default=25.0, help="per agent")
     parser.add_argument("--max-wall-s", type=float, default=4 * 3600.0,

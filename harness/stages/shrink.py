@@ -44,7 +44,8 @@ def read_locate(locate_dir: Path) -> dict:
 def cut_config(result: dict, out_path: Path):
     """Write a config with the divergent layer and its neighbours; (path, layer index in the cut)."""
     source = Path(result["config"])
-    mapping = yaml.safe_load((source if source.suffix in (".yaml", ".yml") else CONFIG_DIR / f"{source}.yaml").read_text())
+    mapping = yaml.safe_load((source if source.suffix in (".yaml", ".yml")
+                              else CONFIG_DIR / f"{source}.yaml").read_text())
     layer = result["layer"]
     if "hybrid_override_pattern" in mapping:  # nemotron: one character per layer
         pattern = mapping["hybrid_override_pattern"]

@@ -104,7 +104,8 @@ class PagedKVCache:
         width = max(len(self.block_tables[s.seq_id]) for s in segments)
         tables = [self.block_tables[s.seq_id] + [0] * (width - len(self.block_tables[s.seq_id]))
                   for s in segments]
-        slots = [self.slot(self.block_tables[s.seq_id], p) for s in segments for p in range(s.start, s.start + s.length)]
+        slots = [self.slot(self.block_tables[s.seq_id], p)
+                 for s in segments for p in range(s.start, s.start + s.length)]
         fields = [[s.row for s in segments], [s.length for s in segments], [s.start for s in segments]]
         device = self.keys.device
         packed = torch.tensor([value for row in tables for value in row] + [v for f in fields for v in f],

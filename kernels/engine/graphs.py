@@ -29,10 +29,10 @@ from contextlib import ExitStack
 
 import torch
 
-from kernels.engine.pinned import StagingSets
 from kernels.engine.cache import StepTables
 from kernels.engine.graph_head import GraphHead, tensor_draw
 from kernels.engine.mamba_tables import MambaTables
+from kernels.engine.pinned import StagingSets
 from kernels.models.batch import Segment, TokenBatch
 from kernels.ops.sampler import truncates
 

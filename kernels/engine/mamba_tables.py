@@ -9,6 +9,7 @@ import torch
 
 from kernels.engine.pinned import StagingSets
 
+
 class MambaTables:
     """[2, Mamba layers, max_batch] long: row r's slot and rows buffered, in each layer's store.
     `stores`: a callable giving the engine's pooled stores in layer order (the first forward

@@ -16,8 +16,13 @@ from pathlib import Path
 import torch
 
 from kernels.models.config import config_from_mapping
-from kernels.models.hf_checkpoint import (checkpoint_dtype, read_config_json, read_safetensors, require_model_type,
-                                         require_exact_names)
+from kernels.models.hf_checkpoint import (
+    checkpoint_dtype,
+    read_config_json,
+    read_safetensors,
+    require_exact_names,
+    require_model_type,
+)
 from kernels.models.nemotron_config import NemotronConfig
 from kernels.models.registry import build_model
 

@@ -5,7 +5,8 @@ relu^2 experts, a shared expert) or a dense relu^2 MLP; final norm; untied lm_he
 ONE definition for both runtimes: every region goes through `dispatch(region, case, layer,
 ...)`; attention, conv and scan run once per case over all that case's segments, against the
 cache the runtime passes (paged KV and pooled Mamba state in the engine, transient ones in the
-trainer): a decode-only group's conv and scan take every sequence's state in one batched call. kernels/models/nemotron_config.py holds the config.
+trainer): a decode-only group's conv and scan take every sequence's state in one batched
+call. kernels/models/nemotron_config.py holds the config.
 """
 import math
 

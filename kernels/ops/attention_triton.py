@@ -146,7 +146,7 @@ def _launch(q, keys, values, *, scale, block_kv, segments=None, table=None, page
     `segments`). Paged: `table` [B, blocks] and keys, values the pool [slots, Hkv, D].
     segments: (rows, lengths, starts) [B] int tensors on q's device, or None for one
     sequence of `num_tokens` rows from `query_start`. splits: (tokens_per_split, max_splits)
-    for the fast flash-decoding partials, returned as (acc, m, l); else the output."""
+    for the fast flash-decoding partials, returned as (acc, m, sums); else the output."""
     q, keys, values = _check(q, keys, values)
     num_rows, num_q_heads, head_dim = q.shape
     num_kv_heads = keys.shape[-2]
@@ -157,13 +157,13 @@ def _launch(q, keys, values, *, scale, block_kv, segments=None, table=None, page
     max_splits = 1 if splits is None else splits[1]
     if splits is None:
         out = torch.empty_like(q)
-        m = l = out
+        m = sums = out
     else:
         out = torch.zeros((max_splits, *q.shape), dtype=torch.float32, device=q.device)
         m = torch.full((max_splits, num_rows, num_q_heads), float("-inf"), device=q.device)
-        l = torch.zeros((max_splits, num_rows, num_q_heads), device=q.device)
+        sums = torch.zeros((max_splits, num_rows, num_q_heads), device=q.device)
     if q.numel() == 0:
-        return out if splits is None else (out, m, l)
+        return out if splits is None else (out, m, sums)
     longest = num_tokens if max_tokens is None else max_tokens
     grid = (triton.cdiv(longest * group, BLOCK_M), num_kv_heads, num_seqs * max_splits)
     num_warps, num_stages = LAUNCH_TABLE.get((head_dim, q.dtype), DEFAULT_LAUNCH)
@@ -172,14 +172,14 @@ def _launch(q, keys, values, *, scale, block_kv, segments=None, table=None, page
     k_strides = (0, *keys.stride()[:2]) if table is not None else keys.stride()[:3]
     v_strides = (0, *values.stride()[:2]) if table is not None else values.stride()[:3]
     _attention_kernel[grid](
-        q, keys, values, out, m, l, rows, lengths, starts, table if table is not None else q,
+        q, keys, values, out, m, sums, rows, lengths, starts, table if table is not None else q,
         num_tokens, query_start, scale, page_size, 1 if splits is None else splits[0],
         *q.stride()[:2], *k_strides, *v_strides, *out_strides[:3],
         *(m.stride()[:2] if splits is not None else (0, 0)), table.stride(0) if table is not None else 0,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=BLOCK_M,
         BLOCK_KV=block_kv, VARLEN=segments is not None, PAGED=table is not None, MAX_SPLITS=max_splits,
         IS_FP32=q.dtype == torch.float32, K_ROWS=K_LOAD == "rows", num_warps=num_warps, num_stages=num_stages)
-    return out if splits is None else (out, m, l)
+    return out if splits is None else (out, m, sums)
 
 
 def consistent(q, keys, values, query_start: int, *, scale: float, block_kv: int):
@@ -222,18 +222,18 @@ def split_kv_paged(q, paged, *, scale: float, block_kv: int, tokens_per_split: i
     tables = paged.tables
     if max_splits == 1:  # nothing to merge: the walk alone (at the fast key block)
         return consistent_paged(q, paged, scale=scale, block_kv=block_kv)
-    acc, m, l = _launch(q, paged.key_pool, paged.value_pool, scale=scale, block_kv=block_kv,
+    acc, m, sums = _launch(q, paged.key_pool, paged.value_pool, scale=scale, block_kv=block_kv,
                         segments=(tables.rows, tables.lengths, tables.starts), table=tables.block_table,
                         page_size=paged.page_size, max_tokens=tables.max_length,
                         splits=(tokens_per_split, max_splits))
-    return merged_splits(acc, m, l, q.dtype)
+    return merged_splits(acc, m, sums, q.dtype)
 
 
-def merged_splits(acc, m, l, dtype):
-    """Flash-decoding's merge of split partials (acc [S, M, H, D], maxima m and sums l [S, M,
-    H]) by their maxima, rounded once to `dtype`."""
+def merged_splits(acc, m, sums, dtype):
+    """Flash-decoding's merge of split partials (acc [S, M, H, D], maxima m and sums [S, M, H])
+    by their maxima, rounded once to `dtype`."""
     weight = torch.exp(m - m.amax(dim=0)).nan_to_num(0.0)  # an empty split (-inf - finite) weighs 0
-    return ((weight[..., None] * acc).sum(dim=0) / (weight * l).sum(dim=0)[..., None]).to(dtype)
+    return ((weight[..., None] * acc).sum(dim=0) / (weight * sums).sum(dim=0)[..., None]).to(dtype)
 
 
 def _recomputed_fp32(q, keys, values, query_start, scale):

@@ -7,7 +7,6 @@ V's). Rows are [Hkv * D] wide with heads contiguous (k from RoPE, v a column sli
 fused qkv projection: any row stride). FP8 pools keep the torch path (the encode is a cast).
 Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
 """
-import torch
 import triton
 import triton.language as tl
 

@@ -2,8 +2,8 @@
 
 Consistency: every output element's K reduction is one fixed sequence, whatever M is: K is
 cut into `num_splits` fixed slices (a count that depends on (N, K), never on M; bounds at
-multiples of SLICE_ALIGN); each slice is summed from zero in BLOCK_K steps into one fp32 accumulator, and the slices' partial sums are
-added left to right (((p0 + p1) + p2) ...) before the single rounding to bf16. The tile shape
+multiples of SLICE_ALIGN); each slice is summed from zero in BLOCK_K steps into one fp32 accumulator, and the
+slices' partial sums are added left to right (((p0 + p1) + p2) ...) before the single rounding to bf16. The tile shape
 (BLOCK_M, BLOCK_N, warps, stages) may follow M: it changes which program computes an element,
 not the order of its reduction; so may BLOCK_K (measured: the bits do not change with it, as
 long as the slice bounds do not move) and where the slices run (one program looping over them,
@@ -26,7 +26,6 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.ops.gemm_tuning import KERNELS
-
 
 SLICE_ALIGN = 128  # K slices start at multiples of this; every BLOCK_K used must divide it
 

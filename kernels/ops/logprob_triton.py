@@ -30,5 +30,6 @@ def scale_rows(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor
     out = torch.empty((rows, vocab), dtype=torch.float32, device=logits.device)
     if rows and vocab:
         _scale_rows_kernel[(rows, triton.cdiv(vocab, BLOCK))](
-            logits, temperatures.to(logits.device, torch.float32).contiguous(), out, vocab, BLOCK=BLOCK, num_warps=NUM_WARPS)
+            logits, temperatures.to(logits.device, torch.float32).contiguous(), out, vocab,
+            BLOCK=BLOCK, num_warps=NUM_WARPS)
     return out

@@ -6,8 +6,21 @@ by the model at call time).
 """
 import inspect
 
-from kernels.ops import (activation, attention, embedding, gated_norm, linear, logprob, moe, norm,
-                         quant_regions, rope, sampler, ssm_conv, ssm_scan)
+from kernels.ops import (
+    activation,
+    attention,
+    embedding,
+    gated_norm,
+    linear,
+    logprob,
+    moe,
+    norm,
+    quant_regions,
+    rope,
+    sampler,
+    ssm_conv,
+    ssm_scan,
+)
 
 
 def _same_names(*names):

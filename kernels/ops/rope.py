@@ -10,7 +10,8 @@ import functools
 
 import torch
 
-from kernels.ops.rope_rotation import rotate_half as _rotate_half, rotated_fp32
+from kernels.ops.rope_rotation import rotate_half as _rotate_half
+from kernels.ops.rope_rotation import rotated_fp32
 
 
 @functools.lru_cache(maxsize=8)

@@ -21,8 +21,8 @@ import torch
 
 from kernels.ops.logprob import scaled
 from kernels.ops.reduction import row_prefix_sum, row_sum
-from kernels.ops.transfer import to_device
 from kernels.ops.splitmix import SPLITMIX64
+from kernels.ops.transfer import to_device
 
 
 @dataclass(frozen=True, slots=True)

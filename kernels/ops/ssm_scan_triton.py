@@ -31,8 +31,8 @@ import triton
 import triton.language as tl
 
 from kernels.ops.autograd_use import grads_of_recomputed, records_graph
-from kernels.ops.ssm_decode_triton import decode_rows
 from kernels.ops.padding import pad_to_multiple
+from kernels.ops.ssm_decode_triton import decode_rows
 
 ROW_BLOCK = 32  # BT = BS; smaller when the chunk is (Q = 16 in the cut)
 
@@ -102,7 +102,8 @@ def _chunk_outputs_kernel(x_ptr, b_ptr, c_ptr, dt_ptr, cs_ptr, starts_ptr, d_ptr
     for s0 in range(chunk * Q, t0 + BT, BT):
         s = s0 + tl.arange(0, BT)
         s_live = s < num_rows
-        bs = tl.load(b_ptr + ((base + s)[:, None] * num_groups + group) * N + n[None, :], mask=s_live[:, None], other=0.0)
+        bs = tl.load(b_ptr + ((base + s)[:, None] * num_groups + group) * N + n[None, :],
+                     mask=s_live[:, None], other=0.0)
         xs = tl.load(x_ptr + ((base + s)[:, None] * num_heads + head) * P + p[None, :], mask=s_live[:, None], other=0.0)
         dt_s = tl.load(dt_ptr + (base + s) * num_heads + head, mask=s_live, other=0.0)
         decay = tl.exp(cs_t[:, None] - tl.load(cs_ptr + cs_row + s)[None, :])
