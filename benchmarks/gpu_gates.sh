@@ -10,6 +10,9 @@
 # (tests/test_triton_plants.py, each through the gate meant for it, 4 at a time) run beside
 # the untimed phase; every one of them must fail its gate, and locate must name its region
 # (BITWISE_PLANTS_WORKERS: pytest workers, default 4; BITWISE_PLANTS_SELECT: a pytest -k).
+# The whole file takes longer than one device call (30 tests; nemotron's three C02 plants
+# ~270 s each): on an H200, 6 workers, run it in two calls, BITWISE_PLANTS_SELECT=
+# "not (nemotron and fails_its_gate)" (~9 min) and "nemotron and fails_its_gate" (~5 min).
 #
 # Carry .gitbundle (benchmarks/device_git_sync.sh says why and how to make it).
 #
@@ -54,7 +57,7 @@ python3 benchmarks/gemm_mixed_table.py --out "$work/gemm-mixed.json" | tee -a "$
 export BITWISE_GEMM_TUNING="$work/gemm-mixed.json"  # the fast contract never reads it
 if [ -n "$plants" ]; then
     (timeout "$limit" python3 -m pytest tests/test_triton_plants.py -n "${BITWISE_PLANTS_WORKERS:-4}" \
-        -k "${BITWISE_PLANTS_SELECT:-}" -p no:cacheprovider -rA -s \
+        -k "${BITWISE_PLANTS_SELECT:-}" -p no:cacheprovider -rA -s -v \
         >"$work/plants.log" 2>&1; echo $? >"$work/plants.exit") &
     names="$names plants"
 fi
