@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from gates.baseline import GIT_TRUE_OBJECTS
+from gates.git_objects import run_git
 
 # The tree under judgement: this checkout, or the agent worktree the harness names when it
 # runs the gates from its pristine copy (harness/pristine.py).
@@ -25,11 +25,9 @@ def modified_judging_files(base: str = "HEAD", root: Path = ROOT) -> list:
     """Files under JUDGING_PATHS that differ from `base` (committed or not), or a
     one-element list explaining why git could not tell (which counts as modified)."""
     try:
-        changed = subprocess.run(["git", *GIT_TRUE_OBJECTS, "diff", "--name-only", base, "--", *JUDGING_PATHS],
-                                 cwd=root, capture_output=True, text=True, check=True).stdout.split()
-        untracked = subprocess.run(["git", *GIT_TRUE_OBJECTS, "ls-files", "--others", "--exclude-standard", "--",
-                                    *JUDGING_PATHS], cwd=root, capture_output=True, text=True,
-                                   check=True).stdout.split()
+        changed = run_git(root, "diff", "--name-only", base, "--", *JUDGING_PATHS, check=True).stdout.split()
+        untracked = run_git(root, "ls-files", "--others", "--exclude-standard", "--", *JUDGING_PATHS,
+                            check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError) as error:
         return [f"(git could not compare with {base}: {error})"]
     return sorted(set(changed) | set(untracked))

@@ -12,15 +12,15 @@ The hash of another commit is recomputed, never trusted: `git archive` exports t
 kernels/ into a temporary folder and a subprocess whose cwd is that folder imports *those*
 kernels and prints the identity, so the gate process's own kernels cannot leak in.
 """
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 from hashlib import sha256
 from pathlib import Path
+
+from gates.git_objects import export_commit, run_git
 
 ROOT = Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parent.parent)  # see gates/apparatus.py
 FROZEN_PATH = "baseline/frozen.json"  # the CPU record
@@ -49,20 +49,6 @@ def tree_content_hash(tree) -> str:
     if not Path(answer["kernels"]).resolve().is_relative_to(tree):
         raise RuntimeError(f"hashing {tree} imported kernels from {answer['kernels']}")
     return answer["content_hash"]
-
-
-# `git replace` can make a commit's objects read as others (refs/replace/ is shared by every
-# worktree): the judge reads the objects themselves.
-GIT_TRUE_OBJECTS = ("--no-replace-objects",)
-
-
-def export_commit(commit: str, folder, root: Path = ROOT, paths=("kernels",)) -> Path:
-    """`paths` of `commit` written into `folder` (git archive: that commit's files alone)."""
-    archive = subprocess.run(["git", *GIT_TRUE_OBJECTS, "archive", "--format=tar", commit, *paths], cwd=root,
-                             capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(folder, filter="data")
-    return Path(folder)
 
 
 RUN_PATHS = ("kernels", "gates")  # what C10 exports of the frozen commit and runs
@@ -103,10 +89,6 @@ def read_frozen(root: Path = ROOT, target: str = "cpu"):
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _git(root: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *GIT_TRUE_OBJECTS, *args], cwd=root, capture_output=True, text=True)
-
-
 def verify_frozen(root: Path = ROOT, target: str = "cpu") -> tuple:
     """(problems, figures) for the target's record: problems is empty when the record's commit
     exists, the fast path at that commit hashes to the recorded content hash, and the tag, if
@@ -119,7 +101,7 @@ def verify_frozen(root: Path = ROOT, target: str = "cpu") -> tuple:
     if missing:
         return [f"{frozen_path(target)} lacks {missing}"], figures
     commit = record["commit"]
-    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+    if run_git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
         return [f"frozen commit {commit} does not exist in this repository"], figures
     figures["recomputed_content_hash"], files = commit_hashes(commit, root)
     problems = []
@@ -134,7 +116,7 @@ def verify_frozen(root: Path = ROOT, target: str = "cpu") -> tuple:
                             f"not the recorded files_hash {record['files_hash'][:16]}...")
     else:
         figures["files_hash"] = "not recorded: the record predates it (its content hash covers the policy sources)"
-    tag = _git(root, "rev-parse", "--verify", "--quiet", f"refs/tags/{record['tag']}^{{commit}}")
+    tag = run_git(root, "rev-parse", "--verify", "--quiet", f"refs/tags/{record['tag']}^{{commit}}")
     figures["tag_commit"] = tag.stdout.strip() or None  # tags need not travel with a clone
     if figures["tag_commit"] and figures["tag_commit"] != commit:
         problems.append(f"tag {record['tag']} points at {figures['tag_commit'][:12]}, "

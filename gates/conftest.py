@@ -10,13 +10,13 @@ that copy, so an exit hook in the judged code that rewrites the files is caught.
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from gates import candidate, device
+from gates.git_objects import run_git
 
 _RECORDS: dict = {}
 
@@ -160,7 +160,7 @@ def pytest_sessionfinish(session, exitstatus):
     if not out or not _RECORDS:
         return
     Path(out).mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = run_git(".", "rev-parse", "HEAD").stdout.strip()
     sent, environment = {}, _environment()
     for name, records in _RECORDS.items():
         document = {

@@ -41,9 +41,10 @@ import tempfile
 import torch
 
 from gates import device
-from gates.baseline import ROOT, export_commit
+from gates.baseline import ROOT
 from gates.candidate import ask_once, ask_tensors, check_judge_clean, confinement
 from gates.compare import first_bit_difference
+from gates.git_objects import export_commit
 from gates.gradient_reference import KINK_BAND
 from gates.inputs import fresh_seed, generator
 

@@ -51,10 +51,11 @@ import tempfile
 from pathlib import Path
 
 from gates import device
-from gates.baseline import ROOT, RUN_PATHS, export_commit, no_baseline, read_frozen
+from gates.baseline import ROOT, RUN_PATHS, no_baseline, read_frozen
 from gates.candidate import ask, check_judge_clean, confinement
 from gates.compare import differing_values
 from gates.cpu_timing import timed_environment
+from gates.git_objects import export_commit
 from gates.inputs import fresh_seed
 from gates.ratio_verdict import decide
 from gates.timed_worker import default_triton_cache, drive

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gates.baseline import export_commit
+from gates.git_objects import export_commit
 from harness.secrets import allowed_environment
 from harness.workspace import open_repo, repo_root
 

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from gates import test_c10_performance as c10
-from gates.baseline import NO_BASELINE, export_commit, no_baseline, read_frozen, verify_frozen
+from gates.baseline import NO_BASELINE, no_baseline, read_frozen, verify_frozen
 from gates.conftest import GateRecord
+from gates.git_objects import export_commit
 from gates.timed_worker import drive
 from gates.workload import seeded_weights
 from harness import workspace

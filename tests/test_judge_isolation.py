@@ -58,7 +58,7 @@ def test_the_verdict_judges_a_fresh_checkout_of_the_last_commit(tmp_path):
 def test_git_replace_is_a_tamper_violation_and_the_judge_reads_true_objects(tmp_path):
     """`git replace` of the base's op.py blob makes plain git show the cheat; the judge's
     export and the scan do not take it."""
-    from gates.baseline import export_commit
+    from gates.git_objects import export_commit
     from harness.tamper import scan
     root = _repo(tmp_path)
     (root / "kernels").mkdir()
