@@ -3,15 +3,15 @@ and that what judges (gates/, harness/), the frozen baseline record (baseline/) 
 rules (.agents/, .claude/) are unmodified since the run's base commit: the one list of them,
 which the harness's tamper scan (harness/tamper.py) reads too."""
 import json
-import os
 import subprocess
 from pathlib import Path
 
 from gates.git_objects import run_git
+from gates.switches import switch
 
 # The tree under judgement: this checkout, or the agent worktree the harness names when it
 # runs the gates from its pristine copy (harness/pristine.py).
-ROOT = Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parent.parent)
+ROOT = Path(switch("BITWISE_TREE") or Path(__file__).resolve().parent.parent)
 JUDGING_PATHS = ("gates", "harness", "baseline", ".agents", ".claude")
 
 
@@ -35,7 +35,7 @@ def modified_judging_files(base: str = "HEAD", root: Path = ROOT) -> list:
 
 def tamper_violations() -> list | None:
     """The harness's tamper scan of the tree under judgement (None when it made none)."""
-    path = os.environ.get("BITWISE_TAMPER")
+    path = switch("BITWISE_TAMPER")
     if not path:
         return None
     try:

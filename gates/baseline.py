@@ -13,7 +13,6 @@ kernels/ into a temporary folder and a subprocess whose cwd is that folder impor
 kernels and prints the identity, so the gate process's own kernels cannot leak in.
 """
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -21,8 +20,9 @@ from hashlib import sha256
 from pathlib import Path
 
 from gates.git_objects import export_commit, run_git
+from gates.switches import switch
 
-ROOT = Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parent.parent)  # see gates/apparatus.py
+ROOT = Path(switch("BITWISE_TREE") or Path(__file__).resolve().parent.parent)  # see gates/apparatus.py
 FROZEN_PATH = "baseline/frozen.json"  # the CPU record
 NO_BASELINE = "no frozen baseline: run harness freeze-baseline"
 HASH_OF = "numerical_policy of the fast contract"

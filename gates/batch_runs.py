@@ -14,7 +14,6 @@ and in a batch. Batches hold 2 to 128 rows (64 one-token decodes at most); on th
 probe alone runs on 1 intra-op thread and the batches on at least 2.
 """
 import copy
-import os
 import random
 
 import torch
@@ -25,6 +24,7 @@ from gates.case_calls import intra_op_threads, thread_counts
 from gates.inputs import BATCH_SIZES
 from gates.region_runs import summary
 from gates.row_replay import RowCapture, replay
+from gates.switches import switch
 from kernels.contract.dispatch import RegionDispatch
 from kernels.models.batch import TokenBatch
 from kernels.models.state import TransientCache
@@ -48,7 +48,7 @@ def probes_for(contract, config) -> dict:
     """Probes per kind; the decode ones end on either side of the first SSM chunk and key
     block boundaries and past the second key block, plus two short ones."""
     block, chunk = key_block(contract), ssm_chunk(config)
-    histories = os.environ.get(HISTORIES_VARIABLE)
+    histories = switch(HISTORIES_VARIABLE)
     histories = [int(h) for h in histories.split(",")] if histories else [
         1, 8, chunk - 1, chunk, block - 1, block, block + 1, 2 * block + 1]
     return {**FIXED_PROBES, "decode": tuple((h, 1) for h in dict.fromkeys(histories))}

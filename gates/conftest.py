@@ -17,6 +17,7 @@ import pytest
 
 from gates import candidate, device
 from gates.git_objects import run_git
+from gates.switches import switch
 
 _RECORDS: dict = {}
 
@@ -180,7 +181,7 @@ def pytest_sessionfinish(session, exitstatus):
 def _send_verdicts(documents: dict) -> None:
     """Every gate's document, once, down the pipe the harness passed (BITWISE_VERDICT_FD), which
     is then closed: what this process's exit hooks do to the files later cannot change it."""
-    fd = os.environ.get("BITWISE_VERDICT_FD")
+    fd = switch("BITWISE_VERDICT_FD")
     if fd:
         with os.fdopen(int(fd), "w") as pipe:
             pipe.write(json.dumps(documents, sort_keys=True))

@@ -17,7 +17,6 @@ model's positions), is prefilled whole, prefilled to LONG_DECODE short of its en
 and scored by trainer_fwd: a kernel that changes its walk at a context the contract does not
 name (a hard-coded threshold) is met there.
 """
-import os
 import random
 
 import torch
@@ -25,6 +24,7 @@ import torch
 from gates import device
 from gates.boundaries import coverage, key_block, longest_constant, ssm_chunk
 from gates.compare import tensor_digest
+from gates.switches import switch
 from gates.workload import Workload, make_requests
 from kernels.contract.dispatch import RegionDispatch
 from kernels.engine.engine import Engine
@@ -162,7 +162,7 @@ def every_phase(model, contract, config, seed: int) -> dict:
     rng = random.Random(seed)
     block, chunk = key_block(contract), ssm_chunk(config)
     widest = longest_constant(contract)  # wider than the key block: a context threshold, crossed too
-    past = max(int(os.environ.get(KEY_BLOCKS_VARIABLE, "3")) * block, widest + block if widest > block else 0)
+    past = max(switch(KEY_BLOCKS_VARIABLE) * block, widest + block if widest > block else 0)
     longest = past + rng.randint(1, max(1, block // 2))
     lengths = [longest] + [rng.randint(MIN_LENGTH, max(MIN_LENGTH, 2 * block)) for _ in range(NUM_SEQUENCES - 1)]
     tokens = [[rng.randrange(1, config.vocab_size) for _ in range(n)] for n in lengths]

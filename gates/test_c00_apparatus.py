@@ -19,7 +19,6 @@ another transport fails the identity condition, another transport also the comm 
 (tests/test_gate_c00_c10.py); a missing or altered frozen record fails the baseline
 condition (tests/test_freeze_profile.py).
 """
-import os
 import tempfile
 
 from gates import device
@@ -27,6 +26,7 @@ from gates.apparatus import ROOT, identity_mismatches, modified_judging_files, t
 from gates.baseline import verify_frozen
 from gates.candidate import ask, check_judge_clean, confinement
 from gates.inputs import fresh_seed
+from gates.switches import switch
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 
@@ -46,7 +46,7 @@ def test_apparatus(gate):
                mismatches=mismatches, engine=engine_ids, trainer=trainer_ids)
     gate.check("engine and trainer use the same comm backend and transport", engine["comm"] == trainer["comm"],
                engine=engine["comm"], trainer=trainer["comm"])
-    base = os.environ.get("BITWISE_BASE", "HEAD")
+    base = switch("BITWISE_BASE")
     modified = modified_judging_files(base)
     gate.check("the judge, the baseline record and the rules unmodified since the base commit", not modified,
                base=base, modified=modified)

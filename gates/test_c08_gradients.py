@@ -35,7 +35,6 @@ differentiates is not the candidate's (gates/gradient_runs.py); this process dra
 compares the answers and writes the verdict, and loads no module of the code under test (a
 condition).
 """
-import os
 import tempfile
 
 import torch
@@ -47,6 +46,7 @@ from gates.compare import first_bit_difference
 from gates.git_objects import export_commit
 from gates.gradient_reference import KINK_BAND
 from gates.inputs import fresh_seed, generator
+from gates.switches import switch
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 TOLERANCE = 1e-4
@@ -122,7 +122,7 @@ def check_size(gate, size: str, reference_tree) -> None:
 
 def test_gradients_match_float64_reference(gate):
     sizes = ask_once("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
-    base = os.environ.get("BITWISE_BASE", "HEAD")
+    base = switch("BITWISE_BASE")
     gate.inputs = {"workers": confinement(), "reference_kernels": f"the base commit {base}", "sizes": {}}
     with tempfile.TemporaryDirectory(prefix="c08-base-") as folder:
         reference_tree = export_commit(base, folder, ROOT, paths=("kernels",))

@@ -58,14 +58,15 @@ from gates.cpu_timing import timed_environment
 from gates.git_objects import export_commit
 from gates.inputs import fresh_seed
 from gates.ratio_verdict import decide
+from gates.switches import switch
 from gates.timed_worker import default_triton_cache, drive
 from gates.timing_state import timing_cores
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 
-FLOOR = float(os.environ.get("BITWISE_C10_FLOOR", "0.70"))
-PAIRS = int(os.environ.get("BITWISE_C10_PAIRS", "3"))  # the tests' negative control times one pair
-MAX_PAIRS = int(os.environ.get("BITWISE_C10_MAX_PAIRS", str(max(PAIRS, 7))))
+FLOOR = switch("BITWISE_C10_FLOOR")
+PAIRS = switch("BITWISE_C10_PAIRS")  # the tests' negative control times one pair
+MAX_PAIRS = switch("BITWISE_C10_MAX_PAIRS") or max(PAIRS, 7)
 if PAIRS < 1 or MAX_PAIRS < PAIRS:
     raise ValueError(f"BITWISE_C10_PAIRS / BITWISE_C10_MAX_PAIRS: at least one timed pair and no fewer "
                      f"at most than at first, got {PAIRS} / {MAX_PAIRS}")
@@ -155,7 +156,7 @@ def test_throughput_against_the_frozen_baseline(gate):
     if frozen is None:
         gate.check("the frozen baseline exists", False, problem=no_baseline(target))
         gate.verdict()
-    apparatus = os.environ.get("BITWISE_APPARATUS")  # the judged tree's workers run from the pristine gates
+    apparatus = switch("BITWISE_APPARATUS")  # the judged tree's workers run from the pristine gates
     keys = ("tokens_per_s", "wall_tokens_per_s", "runs_tokens_per_s", "digests", "process_s", "machine")
     figures, seeds = {key: {"baseline": [], "candidate": []} for key in keys}, []
     with tempfile.TemporaryDirectory(prefix="c10-frozen-") as folder:

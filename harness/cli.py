@@ -13,6 +13,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from gates.switches import help_text as switches_help
 from harness.exit_codes import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK  # noqa: F401
 
 VERBS = {  # verb -> (module, one-line help)
@@ -28,7 +29,8 @@ VERBS = {  # verb -> (module, one-line help)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harness", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="harness", description=__doc__.splitlines()[0], epilog=switches_help(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = parser.add_subparsers(dest="verb", required=True)
     for verb, (module, help_text) in VERBS.items():
         importlib.import_module(module).add_arguments(verbs.add_parser(verb, help=help_text))

@@ -7,13 +7,14 @@ work in clones of their own, which the harness reads only from outside (TreeView
 inside a repository runs that repository's config, and an agent can write its clone's. Every
 git failure a person can cause (unknown ref, existing tag, dirty tree) is a ValueError.
 """
-import os
 import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 
 import git
+
+from gates.switches import switch
 
 WORKTREES_DIR = ".worktrees"
 # git's worktree bookkeeping (.git/worktrees, its lock files) does not take two `worktree add`
@@ -32,7 +33,7 @@ HARNESS_GIT_ENV = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath"
 def judged_tree() -> Path:
     """The tree whose kernels/ run: an agent's worktree when the harness judges it from its
     pristine copy (BITWISE_TREE, harness/pristine.py), else this checkout."""
-    return Path(os.environ.get("BITWISE_TREE") or Path(__file__).resolve().parents[1])
+    return Path(switch("BITWISE_TREE") or Path(__file__).resolve().parents[1])
 
 
 def open_repo(path=".") -> git.Repo:

@@ -14,6 +14,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
+from gates.switches import switch
 from harness.agents.base import AgentLimits, AgentResult, AgentTask, Tool, append_transcript
 from harness.agents.worktree_tools import worktree_tools
 
@@ -116,7 +117,7 @@ class AnthropicBackend:
         self._anthropic = anthropic
         self.client = anthropic.Anthropic(api_key=api_key, max_retries=max_retries,
                                           base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None)
-        self.model = model or os.environ.get("BITWISE_AGENT_MODEL") or DEFAULT_MODEL
+        self.model = model or switch("BITWISE_AGENT_MODEL") or DEFAULT_MODEL
         # Above ~21k max_tokens the client refuses non-streaming requests as possibly too long.
         self.max_tokens, self.price_usd_per_mtok = max_tokens, price_usd_per_mtok
         # Default: cache only against Anthropic's API; other endpoints may reject the field.

@@ -20,6 +20,7 @@ from contextlib import aclosing
 from functools import partial
 from pathlib import Path
 
+from gates.switches import switch
 from harness.agents.base import AgentResult, AgentTask, Tool, append_transcript
 from harness.agents.worktree_tools import worktree_tools
 
@@ -96,7 +97,7 @@ class ClaudeCodeBackend:
         self._sdk = _import_sdk()
         self.cli_path = find_cli(self._sdk, cli_path)
         require_credentials()
-        self.model = model or os.environ.get("BITWISE_AGENT_MODEL") or None  # None: the CLI's default
+        self.model = model or switch("BITWISE_AGENT_MODEL") or None  # None: the CLI's default
 
     def options(self, task: AgentTask):
         sdk, limits, started = self._sdk, task.limits, time.monotonic()
