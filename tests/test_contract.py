@@ -159,4 +159,5 @@ def test_numerical_policy_covers_shared_helpers_and_the_model():
     from kernels.contract.identity import KERNELS_DIR, policy_source_files
 
     covered = {str(p.relative_to(KERNELS_DIR)) for p in policy_source_files()}
-    assert {"ops/reduction.py", "ops/padding.py", "models/qwen3.py", "trainer/logprobs.py"} <= covered
+    assert {"ops/reduction.py", "ops/padding.py", "models/qwen3.py", "trainer/logprobs.py", "contract/dispatch.py",
+            "trainer/data_parallel.py", "layout/tree.py"} <= covered

@@ -4,7 +4,8 @@
 - numerical_policy: the resolved contract (every region x case -> implementation and exact
   constants, and its layout arithmetic) and the source of everything that decides bits: all
   of kernels/ops (families and the helpers they share), the model definitions (rounding
-  between regions), the layouts' reductions, and the engine's and trainer's log-prob paths;
+  between regions), the layouts' reductions and the door that routes to them, the trainer's
+  data-parallel reduction, and the engine's and trainer's log-prob paths;
 - deployment: what executes it (torch, triton, CUDA, device, CPU capability, threads,
   communication backend and transport; "none" for a single process).
 """
@@ -37,7 +38,8 @@ def _exact(value):
 
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent
-POLICY_SOURCES = ("ops/*.py", "models/*.py", "layout/*.py", "engine/engine.py", "trainer/logprobs.py")
+POLICY_SOURCES = ("ops/**/*.py", "models/*.py", "layout/*.py", "contract/dispatch.py", "engine/engine.py",
+                  "trainer/logprobs.py", "trainer/data_parallel.py")
 
 
 def policy_source_files() -> list:
