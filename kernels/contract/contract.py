@@ -1,13 +1,9 @@
 """Loading and validating a contract YAML: regions x cases -> implementation + constants.
 
-Schema:
-  name: consistent
-  regions:
-    <region>:
-      <case>: {impl: <family>.<variant>, constants: {<name>: <exact value>}}
-  claims: {<claim kind>: [<region>, ...] | all | [<int>, ...]}
-  layout: {tp_reduce, ep_combine, dp_reduce, num_leaves}   (optional; kernels/layout/policy.py)
-Every region must list all five cases (YAML anchors keep that short).
+Schema: `name`; `regions: {<region>: {<case>: {impl: <family>.<variant>, constants: {<name>:
+<exact value>}}}}`, every region listing all five cases (YAML anchors keep that short);
+`claims: {<claim kind>: [<region>, ...] | all | [<int>, ...]}`; optional `layout: {tp_reduce,
+ep_combine, dp_reduce, num_leaves}` (kernels/layout/policy.py).
 """
 import functools
 from dataclasses import dataclass, field

@@ -1,13 +1,9 @@
 """SHA-256 identities both runtimes compute; C0 requires them equal.
 
-- semantic: the model config and every weight's name, dtype, shape and bytes;
-- numerical_policy: the resolved contract (every region x case -> implementation and exact
-  constants, and its layout arithmetic) and the source of everything that decides bits: all
-  of kernels/ops (families and the helpers they share), the model definitions (rounding
-  between regions), the layouts' reductions and the door that routes to them, the trainer's
-  data-parallel reduction, and the engine's and trainer's log-prob paths;
-- deployment: what executes it (torch, triton, CUDA, device, CPU capability, threads,
-  communication backend and transport; "none" for a single process).
+semantic: the model config and every weight's name, dtype, shape and bytes. numerical_policy:
+the resolved contract (region x case -> implementation, exact constants, layout arithmetic) and
+the source text of everything that decides bits (POLICY_SOURCES). deployment: torch, Triton,
+CUDA, device, CPU capability, threads, Python, communication backend and transport.
 """
 import dataclasses
 import hashlib

@@ -1,13 +1,9 @@
-"""The rollout engine: a model with its own weights, a paged KV cache, a continuous-batching
-scheduler and a sampler; every sampled token comes back with its log-prob.
+"""The rollout engine: its own model, a paged KV cache, continuous batching, a seeded sampler.
 
-A step is one forward over a flat batch of prefill chunks and decode tokens. Token-parallel
-regions run in case engine_decode when the step holds only decodes and engine_prefill
-otherwise; each segment's attention runs in its own phase's case. With cuda_graphs, a
-decode-only step replays a captured graph instead and runs in case engine_graph.
-
-Look-ahead (kernels/engine/look_ahead.py): the next decode step may be launched before this
-one's results reach the host.
+A step is one forward over a flat batch of prefill chunks and decode tokens; every sampled token
+comes back with its log-prob. Token-parallel regions run in case engine_decode when the step holds
+only decodes, engine_prefill otherwise, and each segment's attention in its own phase's case; with
+cuda_graphs a decode-only step replays a graph (engine_graph). Look-ahead: look_ahead.py.
 """
 from collections import Counter
 

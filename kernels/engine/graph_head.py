@@ -1,12 +1,9 @@
-"""The head of a decode graph (kernels/engine/graphs.py): lm_head, the draw and the sampled
-token's log-prob captured after the forward, so a replay needs no wait on the host until its
-tokens are collected.
+"""The head of a decode graph (kernels/engine/graphs.py): lm_head, the draw and the log-prob.
 
-The draw is the sampler variant's tensor form (`variant.draw`), the arithmetic its eager form
-runs after truncation, so an untruncated row gets the eager bits (gate C5). The logits are
-scaled by the temperatures once; the log-prob takes them scaled (temperatures None). Top-k /
-top-p rows are drawn again from the captured logits; full log-prob rows and untensored
-samplers go eager.
+Captured after the forward, so a replay waits on nothing until its tokens are collected. The draw
+is the sampler's tensor form (`variant.draw`), its eager arithmetic after truncation, on logits
+scaled once by the temperatures: an untruncated row gets the eager bits (gate C5). Top-k / top-p
+rows are drawn again from the captured logits; full log-prob rows and untensored samplers go eager.
 """
 import torch
 

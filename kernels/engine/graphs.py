@@ -1,29 +1,11 @@
-"""CUDA graphs for the engine's decode steps: one captured forward per padded batch size,
-every size captured at the first decode step (largest first, the smaller ones reusing its
-memory pool), so no later step pays for a capture.
+"""CUDA graphs for the engine's decode steps: one captured forward per padded batch size.
 
-A decode step of B sequences replays the graph captured for the smallest size >= B. The
-graph reads everything that changes from step to step from static device buffers filled
-just before the replay (token ids, positions, the paged cache's step tables: block tables,
-segment rows, lengths, starts and KV write slots); rows past B are padding that attends to
-a scratch block of the pool, no sequence's blocks. Capture runs on dummy sequences, so
-nothing a kernel decides from the host at capture time may depend on the real batch: the
-consistent kernels decide tiles by the padded size only and read positions and contexts
-from the buffers (gate C5 compares replays with eager steps bit for bit).
-
-Mamba layers: each layer's pooled store (kernels/models/mamba_pool.py) serves the conv and
-scan doors two more static tables, every row's slot and rows buffered; padding rows take the
-store's scratch slot. The pools are reserved for max_batch sequences before the first
-capture, and a replay that finds them moved captures again. What the doors do to positions
-on the host (advance) is recorded at capture and applied to the real sequences after each
-replay; a step the captured forward cannot run (the fast recurrence over buffered rows, a
-planted mix) runs eagerly.
-
-The head (lm_head, the draw, the log-prob) is captured after the forward where the sampler
-has a tensor form (kernels/engine/graph_head.py). Every input reaches the device through
-pinned staging sets and asynchronous copies, and a step launched ahead takes its token ids
-from the step before it on the device, so launching a replay never waits on the device.
-Not captured: layouts across processes.
+All sizes are captured at the first decode step; a step of B sequences replays the smallest size
+>= B, reading what changes per step (token ids, positions, the cache's step tables, Mamba slots:
+mamba_tables.py) from static buffers filled before the replay; padding rows use scratch blocks.
+Capture runs on dummy sequences, so the consistent kernels decide tiles by the padded size only
+and read positions and contexts from the buffers (gate C5: replays equal eager steps bit for bit).
+The head is captured too (graph_head.py); steps a graph cannot run and multi-process layouts: eager.
 """
 from contextlib import ExitStack
 

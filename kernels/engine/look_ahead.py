@@ -1,12 +1,10 @@
-"""Look-ahead for the engine (kernels/engine/engine.py). When a decode step holds every running
-sequence, none ends by length and no request is due, the next step's work is known but for the
-tokens just sampled, so it is launched before this step's results reach the host, its token
-ids read on the device (as vLLM's asynchronous scheduling does). The host prepares step n+1
-while the GPU runs step n. A sequence that ends on its stop token meanwhile leaves one row
-computed for nothing, which the next step drops; its KV goes to its own reserved blocks. Rows
-do not change bits with their batch under the consistent contract, so the completions are
-those of a step-by-step engine; a request added while a step is launched ahead joins one step
-later.
+"""Look-ahead: the engine launches the next decode step before this one's results reach the host.
+
+Only when a step holds every running sequence, none ends by length and no request is due: the next
+step's work is then known but for the tokens just sampled, read on the device. A sequence that
+stops meanwhile leaves one row computed for nothing (its KV in its own blocks), then dropped. Rows
+do not change bits with their batch under the consistent contract, so the completions equal a
+step-by-step engine's; a request added meanwhile joins one step later.
 """
 from dataclasses import dataclass
 

@@ -1,12 +1,9 @@
-"""Host staging for the engine's device inputs and results: page-locked where a CUDA device
-exists, so a copy from or to them is asynchronous (a copy from pageable memory makes the host
-wait until the stream reaches it), plain memory on CPU-only machines (the interpreter tests
-drive the same code).
+"""Host staging for the engine's device inputs and results, in two sets used in turn.
 
-A decode step may be launched while the one before it still runs (kernels/engine/engine.py,
-look-ahead), so every staging buffer comes in two sets used in turn: a launch fills one set
-while the copies of the launch before it may still read the other. At most two steps are in
-flight and each is collected before the next but one is launched, so two sets suffice.
+Page-locked where a CUDA device exists, so copies are asynchronous (pageable memory makes the host
+wait for the stream); plain memory on CPU-only machines. A decode step may launch while the one
+before it runs (kernels/engine/look_ahead.py), so a launch fills one set while the previous
+launch's copies may still read the other; at most two steps are in flight, so two sets suffice.
 """
 import torch
 

@@ -1,16 +1,11 @@
-"""Expert parallelism for the MoE regions (expert_gemm, moe_combine): rank e of ep owns the
-routed experts [e * E/ep, (e+1) * E/ep).
+"""Expert parallelism for the MoE regions: rank e of ep owns experts [e * E/ep, (e+1) * E/ep).
 
-routing_order: each rank owns a contiguous block of the batch's tokens; their (token, slot)
-pairs, in routing order, go to the rank owning the chosen expert (all_to_all_single: gloo and
-NCCL both have it; a pair's row, local expert id and weight travel packed as bytes in one
-all-to-all), which runs the region's own expert implementation on what it received;
-the outputs come back the same way into their (token, slot) place, and the blocks are
-all-gathered, so moe_combine runs unchanged, in slot order. A row's expert output does not
-depend on the rows sharing its group (C2), so no bit depends on ep.
-rank_order: tokens stay whole; each rank runs its experts on the pairs that chose them,
-combines those slots into a partial output rounded to the activation dtype, and all_reduce
-sums the partials (an all-gather dispatcher with a reduce combine): the bits follow ep.
+routing_order: each rank sends its block of tokens' (token, slot) pairs, in routing order, to the
+expert's owner in one all_to_all_single (row, local id and weight packed as bytes), which runs the
+region's own expert implementation; outputs return to their (token, slot) place and are gathered,
+so moe_combine runs unchanged, in slot order. A row's expert output does not depend on the rows
+sharing its group (C2), so no bit depends on ep. rank_order: each rank combines its experts' slots
+into a partial rounded to the activation dtype and all_reduce sums them: the bits follow ep.
 """
 import math
 

@@ -1,13 +1,9 @@
-"""A layout bound to torch.distributed process groups as one rank sees it, the collectives
-the layouts use (all-gather, all-reduce, all-to-all, object gather; counted, so a gate can
-show the communication happened), and the comm fingerprint both sides report.
+"""A layout bound to process groups as one rank sees it, its collectives, the comm fingerprint.
 
-Collectives run on the transport's device (the CPU on gloo, this rank's GPU on NCCL); objects
-cross as host copies, so a receiver never holds a tensor on another rank's GPU.
-
-Layouts of several sizes can share one world: `build_groups(layout)` places a layout on
-ranks [0, layout.world_size) and returns None on the others. new_group is collective, so
-every rank of the world calls build_groups for every layout, in the same order.
+Collectives (all-gather, all-reduce, all-to-all, object gather) are counted, so a gate can show
+communication happened, and run on the transport's device (gloo: CPU; NCCL: this rank's GPU);
+objects cross as host copies. `build_groups(layout)` places a layout on ranks [0, world_size),
+None elsewhere; new_group is collective, so every rank calls it for every layout in one order.
 """
 import os
 from collections import Counter

@@ -1,14 +1,9 @@
-"""Starting a layout's processes on one machine: torch.multiprocessing in tests and gates
-(`run_processes`), torchrun in deployments (`init_from_env`); gloo on CPU, NCCL on GPU, the
-rendezvous on a free loopback TCP port and gloo bound to the loopback interface.
+"""Starting a layout's processes on one machine, for tests and gates or under torchrun.
 
-On gloo, children are forked where the platform allows, not spawned: spawn re-imports torch
-in every child (measured here: 4 children took ~10 s on 2 cores, fork 0.1 s). A forked worker
-sets its own thread count before any arithmetic, so no thread pool state of the parent is
-used. On NCCL they are spawned (CUDA cannot be used in a child forked after the parent
-touched it) and rank r takes GPU r, made current before the group starts.
-
-  torchrun --nproc-per-node 4 my_script.py   # my_script calls init_from_env(), then build_groups
+`run_processes` (torch.multiprocessing) or `init_from_env` (torchrun); gloo on CPU, NCCL on GPU,
+the rendezvous on a free loopback TCP port. gloo children are forked where the platform allows
+(spawn re-imports torch in each) and set their own thread count before any arithmetic; NCCL
+children are spawned (CUDA cannot run in a child forked after the parent used it), rank r on GPU r.
 """
 import datetime
 import os

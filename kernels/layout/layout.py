@@ -1,10 +1,9 @@
-"""A side's parallel layout: Layout(tp, ep, dp), world size tp * ep * dp, and the pair of
-layouts a deployment names for its two sides (engine TP2, trainer TP1 EP4, ...).
+"""A side's parallel layout Layout(tp, ep, dp), world size tp * ep * dp, and a deployment's pair.
 
-Rank r of a layout sits at (dp_index, ep_index, tp_index) with r = (d * ep + e) * tp + t:
-TP groups are runs of tp consecutive ranks, EP groups stride tp, DP groups stride ep * tp.
-Config text: "TP2 EP4" (any order, any case, missing degrees are 1) or a mapping
-{tp: 2, ep: 4}; `load_side_layouts(path)` reads {engine: ..., trainer: ...} from YAML.
+Rank r sits at (d, e, t) with r = (d * ep + e) * tp + t: TP groups are runs of tp consecutive
+ranks, EP groups stride tp, DP groups stride ep * tp. Config text: "TP2 EP4" (any order, any
+case, missing degrees 1) or {tp: 2, ep: 4}; `load_side_layouts(path)` reads {engine: ...,
+trainer: ...} from YAML.
 """
 import re
 from dataclasses import dataclass

@@ -1,13 +1,10 @@
 """How a contract's layouts combine partial results across ranks (its `layout:` section).
 
-  layout: {tp_reduce: fixed_tree, ep_combine: routing_order, dp_reduce: fixed_tree, num_leaves: 4}
-
-fixed_tree: K (row-parallel), N (column-parallel) and V (log-prob) are cut into num_leaves
-contiguous leaves whatever the TP degree; each leaf is reduced in fp32 on whichever rank
-holds it and the leaf partials are added by one pairwise tree, so TP only moves partials.
-routing_order: expert outputs travel back to their token (all-to-all) and are combined in
-slot order. rank_order (the fast contract): one slice per rank, summed by the transport
-(all_reduce) or combined per rank, as engines usually do; the bits follow the degree.
+fixed_tree: K (row-parallel), N (column-parallel) and V (log-prob) are cut into num_leaves leaves
+whatever the TP degree; each leaf is reduced in fp32 where it lives and the leaf partials added by
+one pairwise tree, so TP only moves partials. routing_order: expert outputs return to their token
+(all-to-all) and combine in slot order. rank_order (the fast contract): one slice per rank, summed
+by the transport or combined per rank, as engines do; the bits follow the degree.
 """
 from dataclasses import dataclass
 

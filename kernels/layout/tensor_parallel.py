@@ -1,16 +1,11 @@
 """Tensor parallelism for the linear regions and the log-prob, in the contract's arithmetic.
 
-Column-parallel (y[M, N], N split): each leaf of N is one call of the region's own
-implementation; the all-gather only concatenates, so a column's bits never see the degree.
-Row-parallel (K split): fixed_tree computes one fp32 partial per K leaf (the region's
-implementation with its fp32 sums left unrounded: out_dtype=float32), adds the rank's leaves,
-gathers the ranks' roots and adds them in the same tree (kernels/layout/tree.py), then rounds
-once; rank_order computes one partial per rank, rounded to the activation dtype as an engine's
-GEMM writes it, and lets all_reduce sum them in the transport's order (what engines do; the
-bits follow the degree). Vocab-parallel log-prob: each rank reduces exp over its own
-vocabulary leaves; the row max (exact in any order) and the leaf sums are gathered and added in
-the tree. Activations stay whole on every rank between regions (the column all-gather); weights
-stay whole too (the weight sync is unchanged) and each rank computes with its slice.
+Column-parallel (N split): each N leaf is one call of the region's own implementation and the
+all-gather only concatenates, so a column's bits never see the degree. Row-parallel (K split),
+fixed_tree: one fp32 partial per K leaf (out_dtype=float32), the rank's leaves and then the ranks'
+roots added in one tree (kernels/layout/tree.py), rounded once; rank_order: a partial per rank
+rounded to the activation dtype, summed by all_reduce (bits follow the degree). Vocab-parallel
+log-prob: the row max (exact in any order) and per-leaf exp sums, gathered and added in the tree.
 """
 import torch
 import torch.distributed as dist

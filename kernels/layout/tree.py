@@ -1,10 +1,9 @@
 """The fixed reduction tree and the leaves it adds.
 
-A dim of `size` elements is cut into `num_leaves` equal contiguous leaves whatever the
-degree; rank r of d owns leaves [r * L/d, (r+1) * L/d). The tree is pairwise by leaf index,
-level by level: ((p0 + p1) + (p2 + p3)) for four. With L and d powers of two, a rank's
-leaves form whole subtrees, so each rank adds its own leaves first and the ranks' roots,
-gathered in rank order, meet in the same tree: every degree computes the same additions.
+A dim of `size` is cut into `num_leaves` (L) equal contiguous leaves whatever the degree d; rank r
+owns leaves [r * L/d, (r+1) * L/d). The tree is pairwise by leaf index, ((p0 + p1) + (p2 + p3))
+for four. With L and d powers of two a rank's leaves form whole subtrees: each rank adds its own,
+the ranks' roots, gathered in rank order, meet in the same tree, and every d makes the same adds.
 """
 
 

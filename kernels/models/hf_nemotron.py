@@ -1,14 +1,9 @@
-"""Load a transformers `save_pretrained` directory (or the release) of a Nemotron-H model
-into our NemotronModel.
+"""Load a transformers save_pretrained directory (or the release) of Nemotron-H into NemotronModel.
 
-Weights are copied, never recomputed: q/k/v are fused by concatenating rows (dim 0), the
-per-expert matrices the files hold are stacked along a new expert dim (an in-memory state
-dict's fused [E, F, H] tensors are taken as they are), conv1d's [C, 1, K] loses its middle
-dim; the router, its selection bias and Mamba's dt_bias/A_log/D go into fp32 parameters.
-Loading is strict, as in kernels/models/hf_checkpoint.py, and config fields whose numerics
-our model does not implement are refused by name. dt is clamped below at `time_step_min`,
-as transformers 5 does (it ignores `time_step_limit`; NVIDIA's remote code clamps at
-time_step_limit[0], 0.0 in the release config).
+Weights are copied, never recomputed: q/k/v rows concatenated, per-expert matrices stacked on a
+new expert dim, conv1d's [C, 1, K] squeezed; router, its bias, Mamba's dt_bias/A_log/D in fp32.
+Loading is strict (as hf_checkpoint.py); config numerics we lack are refused by name. dt is
+clamped below at time_step_min, as transformers 5 does (NVIDIA's remote code: time_step_limit[0]).
 """
 import math
 from pathlib import Path

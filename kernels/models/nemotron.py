@@ -1,12 +1,9 @@
-"""Nemotron-H hybrid: pre-norm blocks `h = h + mixer(norm(h))`, each mixer one of Mamba-2,
-attention without positional encoding, MoE (sigmoid router with a selection-only bias,
-relu^2 experts, a shared expert) or a dense relu^2 MLP; final norm; untied lm_head.
+"""Nemotron-H hybrid: pre-norm blocks h = h + mixer(norm(h)), a final norm, an untied lm_head.
 
-ONE definition for both runtimes: every region goes through `dispatch(region, case, layer,
-...)`; attention, conv and scan run once per case over all that case's segments, against the
-cache the runtime passes (paged KV and pooled Mamba state in the engine, transient ones in the
-trainer): a decode-only group's conv and scan take every sequence's state in one batched
-call. kernels/models/nemotron_config.py holds the config.
+Mixers: Mamba-2, attention without positional encoding, MoE (sigmoid router, selection-only bias,
+relu^2 experts, a shared expert) or a relu^2 MLP. ONE definition for both runtimes: every region
+goes through `dispatch(region, case, layer, ...)`; attention, conv and scan run once per case over
+its segments, against paged KV and pooled Mamba state in the engine, transient ones in the trainer.
 """
 import math
 

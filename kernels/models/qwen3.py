@@ -1,12 +1,9 @@
-"""Qwen3 dense: pre-norm decoder, GQA attention with RMSNorm on q and k before RoPE,
-SiLU(gate)*up MLP, embeddings tied to lm_head (or not, as the config says).
+"""Qwen3 dense: pre-norm decoder, GQA attention with q/k RMSNorm before RoPE, SiLU(gate)*up MLP.
 
-ONE definition for both runtimes: every region goes through `dispatch(region, case, layer,
-...)`, so the engine and the trainer differ only in the contract's choice per case and in
-the cache they pass (paged vs transient); qk_norm and rope may run as one launch where the
-contract's bindings fuse (kernels/ops/fusions.py), with the same bits. Weights are fused the
-way engines store them (qkv, gate_up); kernels/models/hf_checkpoint.py maps transformers'
-names onto them.
+ONE definition for both runtimes: every region goes through `dispatch(region, case, layer, ...)`,
+so engine and trainer differ only in the contract's choice per case and the cache they pass;
+qk_norm and rope may run fused with the same bits (kernels/ops/fusions.py). Weights are fused as
+engines store them (qkv, gate_up; HF names mapped by hf_checkpoint.py); lm_head tied as configured.
 """
 from dataclasses import dataclass
 

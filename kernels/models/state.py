@@ -1,10 +1,8 @@
-"""Per-sequence state a model reads and writes during a forward: the KV of attention layers
-and, for hybrid families, the conv and SSM state of Mamba-2 mixers.
+"""Per-sequence state of a forward: attention KV and, in hybrids, Mamba-2 conv and SSM state.
 
-The engine supplies a paged cache (kernels/engine/cache.py); the trainer a transient one
-built per forward. Both expose `kv(layer)` -> a store with write(segment, k, v) and
-read(segment) -> (K, V) over positions [0, start + length), so attention reads its context
-through the same path in every case.
+The engine supplies a paged cache (kernels/engine/cache.py), the trainer a transient one per
+forward. Both expose `kv(layer)`, a store with write(segment, k, v) and read(segment) -> (K, V)
+over positions [0, start + length), so attention reads its context by one path in every case.
 """
 import torch
 

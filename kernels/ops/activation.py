@@ -1,10 +1,9 @@
 """Gated activation SiLU(gate) * up (Qwen3's MLP), and the position-independent sigmoid.
 
-Consistency: on CPU, torch's vectorized sigmoid/SiLU and the scalar loop that handles a
-tensor's tail round differently (measured: 4-5% of fp32 elements), so an element's bits
-depend on where it sits in the flattened batch. exp and division agree in both loops, so
-the consistent path builds sigmoid from them. SiLU(gate) * up is rounded once, from fp32
-(two roundings differ from one in ~27% of bf16 elements). Reference: gates/reference/activation.py.
+Consistency: on CPU, torch's vectorized sigmoid/SiLU and the scalar loop for a tensor's tail round
+differently, so an element's bits would follow its place in the flattened batch; exp and division
+agree in both loops, so the consistent sigmoid is built from them. SiLU(gate) * up is rounded
+once, from fp32. Reference: gates/reference/activation.py.
 """
 import torch
 import torch.nn.functional as F

@@ -1,12 +1,9 @@
-"""SiLU(gate) * up on CUDA as one elementwise Triton kernel, both contracts (the CUDA
-backend of kernels/ops/activation.py).
+"""SiLU(gate) * up on CUDA as one elementwise Triton kernel, both contracts (activation.py on CUDA).
 
-consistent: fp32 throughout, sigmoid as 1 / (1 + exp(-g)), one rounding at the end; an
-  element's bits depend on its own two inputs only.
-fast: SiLU rounded to the activation dtype, then the product rounded again (as HF and most
-  engines compute it).
-The consistent trainer's backward differentiates the fp32 formula in torch ops.
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+consistent: fp32 throughout, sigmoid as 1 / (1 + exp(-g)), one rounding at the end; an element's
+bits depend on its own two inputs only. fast: SiLU rounded to the activation dtype, then the
+product rounded again (as HF and most engines). The consistent trainer's backward differentiates
+the fp32 formula in torch ops. Imports Triton: CUDA machines (or TRITON_INTERPRET=1 tests) only.
 """
 import torch
 import triton

@@ -1,20 +1,11 @@
-"""Causal GQA attention for the segments of one forward over their KV store (paged in the
-engine, contiguous in the trainer): for each segment's token t, out_t = softmax(q_t .
-K[:start+t+1]^T * scale) V over its own sequence's context.
+"""Causal GQA attention for the segments of one forward over their KV store (paged or contiguous).
 
-One door call covers every segment of a case (q, k, v [M, Hq|Hkv, D] rows in segment order),
-as an engine runs one attention launch per layer. Every variant first *writes* all segments'
-K/V into the store and then reads each context back through it, so prefill, chunked
-prefill, decode and the trainer share one KV read path (and one FP8 dequantisation). On
-CUDA, over the engine's paged cache, the kernels read the pool through the block tables
-(no gathered copy); a row's bits are those of its segment alone, in either case.
-Consistency: the consistent kernel walks the keys in blocks of `block_kv` from absolute
-position 0 with an fp32 online softmax, whatever the phase: a decode step re-plays exactly
-the arithmetic prefill did for that row (fully masked blocks leave m, l and acc unchanged,
-bit for bit, because alpha = exp(0) = 1 and p = 0). Score and value GEMMs run in row tiles so
-their K order does not follow the number of query rows. On CUDA the same walk is one Triton
-kernel (kernels/ops/attention_triton.py; `row_multiple` is the CPU's constant).
-Reference: gates/reference/attention.py.
+out_t = softmax(q_t . K[:start+t+1]^T * scale) V over its own sequence. Every variant writes the
+case's K/V into the store, then reads each context back through it: one KV read path for every
+phase and the trainer. Consistency: the consistent kernel walks keys in `block_kv` blocks from
+position 0 with an fp32 online softmax, so decode replays prefill's arithmetic for a row (fully
+masked blocks leave m, l, acc unchanged: alpha = 1, p = 0); score and value GEMMs run in row tiles
+(one K order at any row count); CUDA: attention_triton.py. Reference: gates/reference/attention.py.
 """
 import math
 from functools import partial

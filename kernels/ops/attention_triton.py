@@ -1,31 +1,11 @@
-"""Causal GQA attention on CUDA through Triton, the consistent kernel (the CUDA backend of
-kernels/ops/attention.py's `consistent`): out_t = softmax(q_t . K[:start+t+1]^T * scale) V
-for a segment's query rows at absolute positions start .. start+T-1 over its whole context.
+"""Causal GQA attention on CUDA via Triton: attention.py's consistent kernel (and fast split-KV).
 
-Math: rows are (token, query head) pairs grouped by KV head, as on the CPU (`_grouped_rows`);
-each program owns BLOCK_M = 16 of them (decode pads) and walks the keys in blocks of
-`block_kv` from absolute position 0 with an fp32 online softmax: s = (q . K^T) * scale,
-causal mask by position, m' = max(m, rowmax s), alpha = exp(m - m'), p = exp(s - m'),
-l = l*alpha + rowsum p, acc = acc*alpha + p @ V; out = acc / l rounded once to q's dtype.
-Dots accumulate in fp32: fp32 inputs use input_precision="ieee" (no TF32) for both dots;
-half inputs (bf16/fp16) cast p to the value dtype before p @ V, as FlashAttention does.
-Consistency: a row's arithmetic is fixed by its own query, its position and the fixed walk.
-The walk stops at the last key any row of the tile needs; for a row needing fewer keys the
-extra blocks are fully masked and leave m, l, acc bit for bit unchanged (alpha is 1 exactly:
-it is set to 1 when m' == m rather than trusting exp(0); p = exp(-inf) = 0; acc + 0). So
-decode (T = 1), prefill, chunked prefill at any split and the trainer's full pass give the
-same bits. BLOCK_M, the walk and the launch config (LAUNCH_TABLE) follow only D, dtype and
-block_kv, never T, the context length C or the batch. Whether an MMA row's bits are
-independent of its slot in the tile is the same empirical claim linear_triton.py makes;
-benchmarks/gpu_kernel_check.py checks it on the device. Reference: gates/reference/attention.py.
-One kernel serves three layouts: one sequence with contiguous K/V (the trainer), varlen
-segments of a flat q (one launch for a whole step), and K/V read from the engine's paged
-pool through block tables (`consistent_paged`: the same values in the same walk, so the same
-bits). With MAX_SPLITS > 1 it is the fast contract's flash-decoding instead
-(`split_kv_paged`): each program walks one split and writes an unnormalised partial.
-What follows a step's arrivals (the block table's width, where the packed index fields
-start) is launched unspecialised: a new arrival pattern never compiles inside a run.
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+Rows (token, query head), BLOCK_M to a program, walk the keys in `block_kv` blocks from position 0
+with an fp32 online softmax ("ieee" fp32 dots; half p cast to V's dtype), out = acc / l rounded
+once. Blocks past a row's last key are fully masked and leave m, l, acc unchanged (alpha set to 1
+when m' == m; p = 0); BLOCK_M, the walk and LAUNCH_TABLE follow only D, dtype and block_kv: decode,
+prefill, any chunk split, the trainer and contiguous, varlen or paged K/V give the same bits (MMA
+slot independence: benchmarks/gpu_kernel_check.py). Reference: gates/reference/attention.py.
 """
 import torch
 import triton

@@ -1,10 +1,10 @@
-"""Whether autograd would record an op. The CUDA regions' autograd Functions exist for the
-trainer's backward; the engine (inference mode, no gradients) calls their forward kernels
-directly, skipping Function.apply's bookkeeping. The consistent eager prefill was host-bound
-(59-94 us of host time per norm or GEMM call under the profiler:
-benchmarks/results/gpu_rollout-h200-20261129-session6-profiled.json); this removes one part of
-it, and the prefill figures after it (benchmarks/RESULTS.md, session 6) show more remains.
-Same kernel either way, so the same bits: gate C03's trainer_fwd == engine checks it."""
+"""Whether autograd would record an op, and a backward that differentiates a torch form.
+
+The CUDA regions' autograd Functions serve the trainer's backward; where nothing needs a gradient
+(the engine) their forward kernels are called directly, without Function.apply's bookkeeping: the
+same kernel, so the same bits (gate C03 compares trainer_fwd with the engine's cases).
+`grads_of_recomputed`: the gradients of a Triton region's torch form at the saved inputs.
+"""
 import torch
 
 

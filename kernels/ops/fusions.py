@@ -1,13 +1,11 @@
-"""Region chains that run as one launch where the contract allows: a chain of regions, and for
-each pair of implementations it fuses, a function that computes the bits those
-implementations give when called one after another (each fused kernel's docstring says why).
+"""Region chains that run as one launch where the contract allows, with the bits of the links.
 
-A chain fuses only where every link is bound to an implementation named here with no pinned
-constant; anything else (another variant, a planted fault) runs link by link, as does any
-call the fused kernel does not take (CPU tensors, autograd recording: the trainer's backward
-needs the links' own Functions). A fused function returns None for those, else
-(output, links): the chain's output and each link's (region, args, kwargs, output), so that
-tracers see every region as if it had run alone (kernels/contract/dispatch.py).
+For each run of implementations it names, a fused function computes the bits they give called one
+after another (each fused kernel's docstring says why). A chain fuses only where every link is
+bound to those with no pinned constant; anything else (another variant, a planted fault, CPU
+tensors, autograd recording: backward needs the links' own Functions) runs link by link, the fused
+function returning None. Else it returns (output, links), each link's (region, args, kwargs,
+output), so tracers see every region as if it had run alone (kernels/contract/dispatch.py).
 """
 from kernels.ops.autograd_use import records_graph
 

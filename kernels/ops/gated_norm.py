@@ -1,10 +1,9 @@
-"""Mamba-2's gated RMSNorm, per group of channels: h = y * silu(z); out = h * rsqrt(mean_g(h^2)
-+ eps) * w, the mean taken over each group of `group_size` channels.
+"""Mamba-2's gated RMSNorm per group: h = y * silu(z); out = h * rsqrt(mean_g(h^2) + eps) * w.
 
-Consistency: fp32 throughout from the scan's fp32 output, the position-independent sigmoid,
-a fixed-order group sum, one rounding. The fast variant is transformers' MambaRMSNormGated:
-the scan output arrives rounded to the activation dtype and the weight multiplies after a
-second rounding. Reference: gates/reference/ssm.py.
+The mean runs over each group of `group_size` channels. Consistency: fp32 throughout from the
+scan's fp32 output, the position-independent sigmoid, a fixed-order group sum, one rounding. The
+fast variant is transformers' MambaRMSNormGated: the scan output rounded to the activation dtype
+first, the weight multiplied after a second rounding. Reference: gates/reference/ssm.py.
 """
 import torch
 import torch.nn.functional as F

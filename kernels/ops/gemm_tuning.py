@@ -1,19 +1,10 @@
-"""Tuned launch tables for the consistent GEMM, one JSON file per device model.
+"""Tuned launch tables for the consistent GEMM: kernels/ops/tuned/gemm-<device>.json per device.
 
-A table maps a weight shape (N, K) to M buckets, each with the variant that won there in a
-benchmarks/gpu_gemm.py sweep on that device (benchmarks/gemm_tune.py writes it, and keeps
-only variants whose bits equalled the reference at every M). Which variant runs may follow M
-and the shape without moving a bit, so a table is a speed choice only. File format:
-
-    {"device": "NVIDIA H200", "source": "...", "shapes": {"2048x6144": [
-        [16, "pointer", [16, 16, 4, 4], 256], ..., [null, "tma", [128, 128, 4, 4], 64]]},
-     "default": [...rows for shapes not listed...]}
-
-each row (largest M or null for the open bucket, kernel, (BLOCK_M, BLOCK_N, warps, stages),
-BLOCK_K), rows in increasing M, the last one open; "default" is optional. BITWISE_GEMM_TUNING
-names a file to use instead of kernels/ops/tuned/gemm-<device>.json (the device gates run a
-kernel-switching table so). A malformed file is an error naming the file, never a silent
-fallback.
+A table maps a weight shape (N, K) ("shapes"; optional "default" rows for others) to M buckets,
+rows [largest M or null, kernel, [BLOCK_M, BLOCK_N, warps, stages], BLOCK_K], each the variant that
+won a benchmarks/gpu_gemm.py sweep (benchmarks/gemm_tune.py keeps only variants whose bits equal
+the reference at every M): the variant may follow M without moving a bit, so a table is a speed
+choice only. BITWISE_GEMM_TUNING names another file; a malformed one is an error naming it.
 """
 import functools
 import json

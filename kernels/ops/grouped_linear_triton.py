@@ -1,16 +1,11 @@
-"""Grouped GEMM on CUDA through Triton, for the MoE experts: rows sorted by expert, each
-expert's rows times its own weight, y[p] = x[p] @ w[e(p)]^T, in one launch for all experts.
+"""Grouped GEMM on CUDA through Triton for the MoE experts: y[p] = x[p] @ w[e(p)]^T, one launch.
 
-Consistency: every output element is reduced over K by linear_triton's own slice loop
-(`_slice_sum`, called here with one slice: all of K): from zero, in BLOCK_K steps, into one
-fp32 accumulator, then `0.0 + sum` (the looped kernel's start, so even a zero's sign agrees)
-and one rounding. Which rows share
-a tile (BLOCK_M, and so how many tokens chose the expert) moves which program computes a
-row, never the order of its reduction: a row's bits equal linear.consistent's on the same
-row and weight (checked bit for bit against the per-expert loop on the device and under the
-interpreter). The programs find their expert on the device (no host sync): tile t belongs to
-the expert whose cumulative tile count first exceeds t.
-Imports Triton, so only CUDA machines import this file.
+Rows are sorted by expert. Every element is reduced over K by linear_triton's own slice loop
+(`_slice_sum`, one slice): from zero in BLOCK_K steps into one fp32 accumulator, then `0.0 + sum`
+(the looped kernel's start, so even a zero's sign agrees) and one rounding. Which rows share a
+tile moves which program computes a row, not its reduction order, so a row's bits equal
+linear.consistent's (checked bit for bit against the per-expert loop). Programs find their expert
+on the device (no host sync). Imports Triton, so only CUDA machines import this file.
 """
 import torch
 import triton

@@ -1,11 +1,9 @@
-"""The paged KV write on CUDA: K and V rows scattered into their pools' slots in one Triton
-launch, where two `pool[slots] = rows` scatters took two (one per pool, every layer).
+"""The paged KV write on CUDA: K and V rows scattered into their pools' slots in one Triton launch.
 
-A copy moves no bit, so both contracts and every case share it; only the launch count and
-a prefill's programs change. A program copies ROWS rows of K or of V (programs past K's take
-V's). Rows are [Hkv * D] wide with heads contiguous (k from RoPE, v a column slice of the
-fused qkv projection: any row stride). FP8 pools keep the torch path (the encode is a cast).
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+A copy moves no bit, so both contracts and every case share it. A program copies ROWS rows of K or
+of V (programs past K's take V's); rows are [Hkv * D] wide, heads contiguous, any row stride. FP8
+pools keep the torch path (the encode is a cast). Imports Triton, so only CUDA machines (or
+TRITON_INTERPRET=1 tests) import this file.
 """
 import triton
 import triton.language as tl

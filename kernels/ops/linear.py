@@ -1,19 +1,11 @@
 """Linear / GEMM: y[M, N] = x[M, K] @ w[N, K]^T, accumulated in fp32 by the BLAS.
 
-Consistency: CPU BLAS (MKL) picks its micro-kernel and K blocking from the whole shape, so
-row i of a small batch differs from the same row in a large one. Measured, fp32 with 2
-threads: on an AVX2 machine at M in {1,2,3,5,6,7,9,10,11}; on an AVX-512 Xeon (avx512_bf16)
-even between M = 8 and every M >= 16 (K, N = 256, 1024 and 2048, 6144). Padding M alone
-is therefore not enough: the consistent GEMM cuts the padded rows into tiles of
-`row_multiple` rows (8 by default) and issues one GEMM of that one shape per tile, so every
-row is reduced by the same call whatever the batch (a row's bits were also measured not to
-follow its position in the tile nor the other rows). The price is at most row_multiple - 1
-padded rows and one call per tile. On CPU, half-precision GEMMs are computed in fp32 and
-rounded once (bf16 products are exact in fp32, and oneDNN's bf16 path on AVX2 machines is
-~10x slower than MKL's fp32 one): both contracts do this, so it is no difference between
-them. On CUDA the consistent GEMM is a Triton kernel that reduces K in one fixed order for
-every M (kernels/ops/linear_cuda.py); `row_multiple` is the CPU's constant and unused there.
-Reference: gates/reference/linear.py.
+Consistency: CPU BLAS (MKL) picks its micro-kernel and K blocking from the whole shape, so a row's
+bits follow M, even between padded sizes. The consistent GEMM cuts the padded rows into tiles of
+`row_multiple` rows, one GEMM of that shape per tile: every row is reduced by the same call
+whatever the batch (checked: its slot in the tile and the other rows move no bit). On CPU both
+contracts run half-precision GEMMs in fp32, rounded once (bf16 products are exact in fp32); CUDA
+has one K order at every M (linear_cuda.py). Reference: gates/reference/linear.py.
 """
 import torch
 import torch.nn.functional as F

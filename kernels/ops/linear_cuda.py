@@ -1,20 +1,11 @@
-"""linear.consistent on CUDA: the Triton GEMM (kernels/ops/linear_triton.py) with its launch
-table, and the autograd rule the trainer's backward uses.
+"""linear.consistent on CUDA: the Triton GEMM (linear_triton.py), its launch table, its backward.
 
-Launch table: the tile and the load path may follow M and the shape (they move which program
-computes an element, not the order of the element's K reduction: checked bit for bit on the
-H200 by benchmarks/gpu_gemm.py); the K slicing is one slice for every shape (the count may
-never follow M). A tuned table for the device (kernels/ops/tuned/gemm-<device>.json, written
-by benchmarks/gemm_tune.py from a gpu_gemm.py sweep, every entry one whose bits were checked)
-gives the winner per (N, K) and M bucket, and its default rows (the best geometric mean over
-the swept shapes) serve other shapes; without a file, the built-in table below, the H200
-winners of benchmarks/results/gpu_gemm-h200-20261129-run3.json per M bucket. fp32 operands
-(the router) take their own tiles: fp32 "ieee" dots are FMA chains over k, whatever the tile.
-
-Backward: dx = dy @ w and dw = dy^T @ x through cuBLAS. cuBLAS is run-to-run deterministic
-for a fixed shape on one stream; its bits need not equal any forward bits (C8 compares
-gradients with a float64 reference, within the tolerance the gate states).
-Imports Triton: only reached when a tensor is on CUDA.
+The tile and load path may follow M and the shape (they move which program computes an element,
+not its K order: benchmarks/gpu_gemm.py checks the bits); K is one slice for every shape. The table
+is the device's tuned file (kernels/ops/gemm_tuning.py) or else the built-in H200 winners of
+benchmarks/results/gpu_gemm-h200-20261129-run3.json; fp32 operands (the router) take their own
+tiles ("ieee" dots are FMA chains over k). Backward: dx = dy @ w, dw = dy^T @ x by cuBLAS,
+deterministic for a fixed shape on one stream; C8 compares gradients with float64 in its tolerance.
 """
 import torch
 

@@ -1,22 +1,11 @@
-"""y = x @ w^T on CUDA through Triton (bf16 in and out, fp32 accumulation): the consistent GEMM.
+"""y = x @ w^T on CUDA through Triton (bf16/fp16/fp32 in, fp32 accumulation): the consistent GEMM.
 
-Consistency: every output element's K reduction is one fixed sequence, whatever M is: K is
-cut into `num_splits` fixed slices (a count that depends on (N, K), never on M; bounds at
-multiples of SLICE_ALIGN); each slice is summed from zero in BLOCK_K steps into one fp32 accumulator, and the
-slices' partial sums are added left to right (((p0 + p1) + p2) ...) before the single rounding to bf16. The tile shape
-(BLOCK_M, BLOCK_N, warps, stages) may follow M: it changes which program computes an element,
-not the order of its reduction; so may BLOCK_K (measured: the bits do not change with it, as
-long as the slice bounds do not move) and where the slices run (one program looping over them,
-or, for small M, one program per slice and the same ordered combine afterwards), and so may
-the way tiles are loaded: the pointer kernel (`kernel="pointer"`, any row stride, masked loads)
-or the tensor-memory-accelerator kernel (`kernel="tma"`, one program per tile, or
-`"persistent"`, one program per SM walking the tiles; out-of-range rows and K come back as
-zeros, as the masked loads give them). Whether the tensor-core instruction Triton picks for a
-tile shape and load path keeps the order inside one BLOCK_K step is an empirical claim:
-benchmarks/gpu_gemm.py checks every variant bit for bit against every other, for every M, on
-the device. M and the persistent grid's size are launched unspecialised (Triton would key on
-M == 1, M % 16 and a constant grid size): a step of a new row count never compiles inside a run.
-Reference: gates/reference/linear.py. Imports Triton, so only CUDA machines import this file.
+Each element's K reduction is one fixed sequence at every M: `num_splits` slices (a count fixed by
+(N, K); bounds at multiples of SLICE_ALIGN), each summed from zero in BLOCK_K steps in fp32, added
+left to right, rounded once. What may follow M moves only which program computes an element: the
+tile, BLOCK_K within the slice bounds, slices looped or parallel (same ordered combine), the load
+path (pointer, tma, persistent). That the MMA keeps the order inside a BLOCK_K step is empirical:
+benchmarks/gpu_gemm.py checks every variant at every M. Reference: gates/reference/linear.py.
 """
 import functools
 

@@ -1,12 +1,10 @@
-"""Log-probability of chosen tokens: logp = x[t] - logsumexp(x), x = logits / temperature,
-in fp32; optionally the full-vocabulary log-softmax.
+"""Log-probability of chosen tokens: logp = x[t] - logsumexp(x), x = logits / temperature, in fp32.
 
-Consistency: engines and trainers usually reach this number by different formulas
-(`log_softmax` then gather in the sampler, `x[t] - logsumexp(x)` in the trainer's selective
-log-softmax): algebraically equal, bitwise not. The consistent variant is one formula, one
-row reduction in a batch-independent order (kernels/ops/reduction.py), called by both sides.
-On CUDA, outside autograd, the temperature division is one Triton pass with the same bits
-(kernels/ops/logprob_triton.py). Reference: gates/reference/logprob.py.
+Also the full log-softmax. Engines and trainers usually reach this number by different formulas
+(log_softmax then gather; x[t] - logsumexp(x)): equal algebraically, not bitwise. The consistent
+variant is one formula with one row reduction in a batch-independent order (reduction.py), called
+by both sides; on CUDA outside autograd its temperature division is one Triton pass with the same
+bits (logprob_triton.py). Reference: gates/reference/logprob.py.
 """
 import torch
 

@@ -1,12 +1,9 @@
-"""Logits over each row's temperature on CUDA through Triton: y[r, v] = fp32(x[r, v]) / t[r]
-in one pass over the logits (the CUDA backend of kernels/ops/logprob.py's `scaled`).
+"""Logits over each row's temperature on CUDA through Triton: y[r, v] = fp32(x[r, v]) / t[r].
 
-Consistency: the division is IEEE round-to-nearest (div_rn), and widening a half value to
-fp32 is exact, so every element has the bits of torch's `x.float() / t[:, None]`, whatever
-the launch: the trainer's autograd path, which stays on torch, agrees with this one. torch's
-mixed-dtype division runs TensorIterator's casting loop at about 3x one read of bf16 and one
-write of fp32; one program per (row, BLOCK of the vocabulary) runs near that bound
-(benchmarks/gpu_graph_head.py). Imports Triton: CUDA machines (or TRITON_INTERPRET=1 tests) only.
+logprob.py's `scaled` in one pass, a program per (row, BLOCK of the vocabulary). The division is
+IEEE round-to-nearest (div_rn) and widening a half value to fp32 is exact, so every element has
+the bits of torch's `x.float() / t[:, None]` whatever the launch: the trainer's autograd path,
+which stays on torch, agrees. Imports Triton: CUDA machines (or TRITON_INTERPRET=1 tests) only.
 """
 import torch
 import triton

@@ -1,22 +1,11 @@
-"""Nemotron-H mixture of experts, in four families: router, topk, experts, combine.
+"""Nemotron-H mixture of experts, five families: router, topk, expert_gemm, moe_combine, relu2_mlp.
 
-Math (x [M, H]; E routed experts with up [E, F, H], down [E, H, F]; one shared expert):
-  scores = sigmoid(x.float() @ w_router.float()^T)                          [M, E] fp32
-  ids    = the top_k experts by the unique key (scores + bias desc, expert id asc)
-  w      = scaling * s_ids / (sum_slots s_ids + 1e-20)   (unbiased scores; bias only chooses)
-  y_e(x) = down_e(relu(up_e(x))^2)                        (not gated; shared expert alike)
-  out    = sum_slots w_slot * y_{ids_slot}(x) + shared(x)
-Consistency: the router GEMM runs in row tiles (linear.consistent); sigmoid is built from
-exp and division, whose vector and scalar loops agree; the choice is a stable sort of the
-key, so ties go to the lowest expert id; the weight sum runs slot 0..k-1. Each expert computes its
-(token, slot) rows in routing order with the row-tiled GEMM, so a row's bits do not follow
-how many tokens chose that expert (a count that changes with the batch). The combine applies
-each weight once, to that slot's output, sums in fp32 in slot order, adds the shared expert
-and rounds once. Per-slot outputs are in the activation dtype (the down GEMM's fp32
-accumulator rounded once, as a GPU grouped GEMM writes them). Every variant of a family
-takes the same arguments, but the routing weight is applied in experts_fast (before
-down_proj) and in combine_consistent: run experts and combine of one kind together.
-Reference: gates/reference/moe.py.
+scores = sigmoid(x.float() @ w_router.float()^T); ids = top_k by (score + bias desc, id asc); w =
+scaling * s_ids / (sum_slots s_ids + 1e-20) (the bias only chooses); out = sum_slots w * y_id(x) +
+shared(x), y_e = down_e(relu(up_e(x))^2), shared = relu2_mlp. Consistency: row-tiled GEMMs
+(linear.consistent), so a row's bits ignore how many tokens chose its expert; sigmoid by exp and
+division; a stable sort (ties to the lowest id); fp32 slot-order sums, one rounding. The weight
+is applied in experts_fast, or in combine_consistent: pair by kind. Reference: gates/reference/moe.py.
 """
 import functools
 

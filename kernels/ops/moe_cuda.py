@@ -1,21 +1,11 @@
-"""The routed experts on CUDA as grouped GEMMs (one launch for all experts) instead of two
-GEMM launches per expert, in both contracts, as a tuned engine runs them.
+"""The routed experts on CUDA as grouped GEMMs, one launch for all experts, in both contracts.
 
 experts (moe.experts_consistent): two Triton grouped GEMMs (grouped_linear_triton.py) around
-relu^2; the same bits as the per-expert loop of linear.consistent (each row's K reduction is
-the same sequence), with no host sync in the forward.
-experts_fast (moe.experts_fast): torch._grouped_mm (cuBLAS/CUTLASS grouped GEMM, what
-torchtitan's MoE calls) with experts_fast's arithmetic: the routing weight multiplied in
-before down_proj. The kernel follows the group sizes, as a fast engine's does.
-
-Pairs (token, slot) are sorted by expert with a stable sort, so each expert's rows are in
-routing order, as moe._routing_groups orders them on the CPU. The tile height follows the
-mean rows per expert (a launch table: the tile may follow the batch, the reduction order
-may not). Backward (the trainer), also without a host sync or a per-expert launch: dx by the
-same grouped kernel on the transposed weights, dw by a grouped kernel that sums each
-expert's rows in order (both fixed-order, so run-to-run deterministic); C8 compares
-gradients with a float64 reference within its stated tolerance.
-Imports Triton: only reached when a tensor is on CUDA.
+relu^2, with the bits of linear.consistent's per-expert loop and no host sync. experts_fast:
+torch._grouped_mm (cuBLAS/CUTLASS, as torchtitan's MoE), the weight applied before down_proj.
+Pairs are stably sorted by expert, so each expert's rows are in routing order; the tile follows the
+mean rows per expert, the reduction order does not. Backward: dx by the grouped kernel on the
+transposed weights, dw by one summing each expert's rows in order: deterministic (C8's tolerance).
 """
 import torch
 

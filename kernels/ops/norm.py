@@ -1,10 +1,9 @@
-"""RMSNorm over the last dim: y = x * rsqrt(mean(x^2) + eps) * w, optionally after a
-residual add (h = x + residual; y = norm(h); the new residual is h).
+"""RMSNorm over the last dim: y = x * rsqrt(mean(x^2) + eps) * w, optionally after a residual add.
 
-Consistency: each row's sum of squares is reduced in an order fixed by the row length
-(kernels/ops/reduction.py; torch alone splits a lone row of >= 32768 elements over threads);
-the residual sum is rounded to the activation dtype *before* the norm reads it, and the
-output is rounded once from fp32. Reference: gates/reference/norm.py.
+With a residual, h = x + residual is normed and returned as the new residual. Consistency: a row's
+sum of squares is reduced in an order fixed by its length (reduction.py; torch alone splits a
+lone row of >= 32768 elements over threads); the residual sum is rounded to the activation dtype
+before the norm reads it, the output once from fp32. Reference: gates/reference/norm.py.
 """
 import torch
 

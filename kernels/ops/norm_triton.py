@@ -1,18 +1,11 @@
-"""RMSNorm (+ residual add) on CUDA as one Triton kernel per call, both contracts (the CUDA
-backend of kernels/ops/norm.py): h = x + residual, y = h * 1/sqrt(mean(h^2) + eps) * w.
+"""RMSNorm (+ residual add) on CUDA, one Triton kernel per call, both contracts (norm.py's backend).
 
-A program owns ROWS rows (ROWS and BLOCK follow D alone: 16 rows of a 128-wide head, one
-row of a hidden state). Each row's sum of squares runs over it in blocks of BLOCK lanes (lane
-i adds elements i, i + BLOCK, ... in order) and the lanes are summed by tl.sum's tree along
-the row: an order fixed by the row length, never the row count, so a row's bits do not
-depend on its batch, its slot in the tile or the phase. Variants:
-consistent: the residual sum is rounded to the activation dtype before the norm reads it,
-  and the output is rounded once from fp32 (norm.consistent's arithmetic, not its bits:
-  CPU and CUDA are separate machines; engine and trainer share this kernel);
-fast_fused: vLLM's fused add+norm, the norm reads the unrounded fp32 sum.
-The trainer's backward recomputes the norm in fp32 torch ops from the saved h and
-differentiates that (deterministic; C8 compares it with float64 within its tolerance).
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+A program owns ROWS rows (ROWS and BLOCK follow D alone); a row's sum of squares runs in BLOCK
+lanes (lane i adds i, i + BLOCK, ... in order) summed by tl.sum's tree: an order fixed by the row
+length, so a row's bits follow neither its batch, tile slot nor phase. consistent rounds the
+residual sum before the norm reads it and the output once from fp32 (norm.consistent's arithmetic;
+CPU and CUDA bits are separate); fast_fused (vLLM's) reads the unrounded fp32 sum. Backward
+recomputes the norm in fp32 torch ops from the saved h (C8's tolerance). Imports Triton.
 """
 import torch
 import triton

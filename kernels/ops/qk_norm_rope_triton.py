@@ -1,15 +1,9 @@
-"""q/k RMSNorm and rotary embedding in one Triton launch on CUDA: the fusion of the qk_norm and
-rope regions (kernels/ops/fusions.py) where three launches ran per layer (norm q, norm k, rope).
+"""q/k RMSNorm and rotary embedding in one Triton launch on CUDA: the qk_norm + rope fusion.
 
-Each part is the region kernel it replaces, called as a function, not new arithmetic: a
-program norms ROWS (token, head) rows of q, or of k (programs past q's take k's), with
-norm_triton's row code at norm_triton's tile for the head width (so the same lanes, the same
-tree, one rounding), stores the normed rows, and after a block barrier rotates its own rows
-from them with rope_triton's row code (the fp32 table for consistent, angles from theta with
-every product rounded for fast). The normed rows are the qk_norm region's output and the
-rotated ones the rope region's, bit for bit the three launches' (an elementwise rotation
-moves no bit with the tile); tracers see both (RegionDispatch.fused).
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+Each part is the region kernel it replaces, called as a function (kernels/ops/fusions.py): a
+program norms ROWS (token, head) rows of q or k with norm_triton's row code at its tile for the
+head width, then after a block barrier rotates them with rope_triton's row code: the qk_norm and
+rope outputs of the separate launches, bit for bit; tracers see both (RegionDispatch.fused).
 """
 import math
 

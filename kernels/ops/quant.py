@@ -1,22 +1,11 @@
-"""Quantization: FP8 E4M3 and NVFP4 quantize/dequantize, the W4A16 and W8A8 GEMMs, and the
-straight-through estimator the trainer puts in front of quantized weights.
+"""Quantization: FP8 E4M3 and NVFP4 round trips, W4A16 and W8A8 GEMMs, a straight-through estimator.
 
-FP8 E4M3 (float8_e4m3fn: 4 exponent bits, bias 7, 3 mantissa bits; max 448, smallest
-subnormal 2^-9, no inf, NaN = 0x7f): one fp32 scale per group (the whole tensor, a row of the
-last-2D view, 1x128 or 128x128 blocks; edge blocks are partial), scale = amax/448, a group whose
-scale is 0 (all zeros, or amax/448 underflows) gets 1.0; q = RNE(clamp(x / scale, -448, 448)); x^ = q * scale in fp32,
-then rounded to the output dtype. amax ignores non-finite values, so +-inf saturates to +-448
-and NaN stays NaN.
-NVFP4: E2M1 elements {0, .5, 1, 1.5, 2, 3, 4, 6} with a sign, one E4M3 scale per 16 elements
-along the last dim, one fp32 scale per tensor (formulas at nvfp4_quantize). Finite input only.
-
-Consistency: every step is an IEEE-rounded elementwise fp32 operation or a max (exact in any
-order). Divisions are tensor / tensor, a true division on CPU, never a multiply by the
-reciprocal. Every cast is clamped first: casts disagree on overflow (torch's CPU cast turns
-|x| > 464 and inf into NaN before pytorch#178817 and saturates after it, as 2.13 does here;
-ml_dtypes gives NaN; Triton saturates). Scales that depend only on a row (per token, 1x128)
-keep the W8A8 GEMM batch invariant; a per-tensor activation scale (w8a8_fast) depends on the
-whole batch. GEMMs reuse linear.consistent's row tiles. Reference: gates/reference/quant.py.
+FP8 E4M3 (max 448, no inf): an fp32 scale per group (tensor, row, 1x128 or 128x128 block), amax/448
+or 1.0 where that is 0, amax ignoring non-finite values; x^ = RNE(clamp(x / scale, -448, 448)) *
+scale. NVFP4: E2M1 elements, an E4M3 scale per 16, an fp32 one per tensor. Consistency: every step
+is an IEEE-rounded elementwise fp32 op or a max; divisions are true, never reciprocal multiplies;
+casts are clamped first (torch versions, ml_dtypes and Triton disagree on overflow). Row-only scales
+and linear.consistent's row tiles keep W8A8 batch invariant. Reference: gates/reference/quant.py.
 """
 from dataclasses import dataclass
 from functools import partial

@@ -1,14 +1,10 @@
-"""Quantization as the model meets it: weights of a quantized checkpoint format and FP8
-activations of W8A8 projections, each a quantize-dequantize round trip behind a
-straight-through estimator (the trainer's gradient reaches the bf16 master weight as if
-unquantized), so the GEMM regions that follow stay what they are.
+"""Quantization as the model meets it: quantized-checkpoint weights and W8A8 FP8 activations.
 
-The *format* (none / fp8 / nvfp4) is model semantics, passed by the model; the contract picks
-the arithmetic. Weights: one round trip for every case, since both sides must quantize the
-same master weight to the same bits. Activations: the consistent variant scales each token
-on its own (1x128 blocks); the fast one uses one per-tensor scale, as static-scale engines do,
-so a token's bits depend on the largest value anywhere in the batch. Reference:
-gates/reference/quant.py.
+Each is a quantize-dequantize round trip behind a straight-through estimator (the gradient reaches
+the bf16 master weight as if unquantized), so the GEMM regions after it stay as they are. The
+format (none / fp8 / nvfp4) is model semantics; the contract picks the arithmetic: weights one round
+trip in every case, activations scaled per token (1x128) when consistent, per tensor when fast (a
+token's bits then follow the batch). Reference: gates/reference/quant.py.
 """
 from functools import partial
 

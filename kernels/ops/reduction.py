@@ -1,18 +1,11 @@
-"""Row sums whose order does not follow the batch.
+"""Row sums whose order does not follow the batch, and row prefix sums.
 
-torch reduces a tensor with a single output of >= 32768 elements (GRAIN_SIZE) by splitting
-it across threads and adding the partials, but reduces each row serially when there are
-several outputs: so a 1-row batch (a lone decode step over a 151936-token vocabulary) sums
-in another order than the same row among others, and its bits follow the thread count
-(measured: 3-7% of single rows differ by 1-2 ulp). Summing in fixed chunks of CHUNK
-elements, then the chunk partials in order, keeps every stage on the serial path.
-On CUDA, torch's reduction kernels pick their thread layout from the whole tensor's shape
-(a lone row is split over more threads than a row among many): one Triton program per row
-walks it in steps fixed by the row length instead (kernels/ops/reduction_triton.py).
-Prefix sums (row_prefix_sum): torch's CPU cumsum walks each row serially, a double
-accumulator rounded to fp32 at every element, whatever the batch; its CUDA cumsum takes cub's
-device-wide scan for a tensor of one row and a per-row block scan otherwise, so there a
-Triton program walks each row in fixed chunks.
+torch's CPU reduction splits a single output of >= 32768 elements (GRAIN_SIZE) over threads but
+reduces rows serially when there are several, so a lone row (a decode over a 151936-token vocab)
+sums in another, thread-dependent order; fixed CHUNK-element chunks, then the partials in order,
+keep every stage serial. On CUDA torch picks its layout from the whole shape (cumsum too), so one
+Triton program per row walks it in steps fixed by its length (reduction_triton.py); torch's CPU
+cumsum is already serial per row.
 """
 import torch
 

@@ -1,17 +1,10 @@
-"""Row sums and prefix sums on CUDA through Triton: y = x.sum(-1, keepdim=True), fp32
-accumulation, one order per row length (the CUDA backend of kernels/ops/reduction.py's
-row_sum); and the inclusive prefix sum of each row (row_prefix_sum).
+"""Row sums and prefix sums on CUDA through Triton, fp32, one order per row length (reduction.py).
 
-Consistency: one program owns one row; it walks the row in BLOCK-element steps from
-element 0 into a [BLOCK] fp32 vector accumulator (lane i sums elements i, i + BLOCK, ...
-in that order), then reduces the vector once with tl.sum. BLOCK and num_warps come from a
-fixed table keyed by the row length L alone, so a row's order never follows the number of
-rows, its place in the batch or the tensor's leading shape. Exact reference: the float64
-sum (gates/reference/ holds it for every family using it: norm, logprob). The prefix sum's
-program walks its row in SCAN_BLOCK-element chunks in order: tl.cumsum of the chunk (an
-association fixed by SCAN_BLOCK and the warps, never by the rows) plus the carry, which is
-the chunk's last prefix, so the sums never decrease along a row of nonnegative values.
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+One program owns one row: it walks it in BLOCK-element steps into a [BLOCK] fp32 accumulator (lane
+i sums i, i + BLOCK, ... in order), reduced once by tl.sum; BLOCK and num_warps come from a table
+keyed by the row length alone, so the order never follows the row count or place. The prefix sum
+walks SCAN_BLOCK chunks in order, tl.cumsum of each plus the carry (the last prefix), so a row of
+nonnegative values never decreases. Reference: the float64 sum (gates/reference/: norm, logprob).
 """
 import torch
 import triton

@@ -1,10 +1,9 @@
-"""Rotary position embedding (rotate-half form, as Qwen3): x' = x*cos(p*f) + rot(x)*sin(p*f),
-f_i = theta^(-2i/D).
+"""Rotary position embedding, rotate-half form (Qwen3): x' = x*cos(p*f) + rot(x)*sin(p*f).
 
-Consistency: the cos/sin table is computed once per (theta, D, max_position) in float64 over
-every position in one call, rounded to fp32 and *indexed* by position, so a token's angle
-never depends on which other positions share the call; the rotation runs in fp32 and is
-rounded once. Reference: gates/reference/rope.py.
+f_i = theta^(-2i/D). Consistency: the cos/sin table is computed once per (theta, D, max_position)
+in float64 over every position, rounded to fp32 and *indexed* by position, so a token's angle never
+depends on the other positions in the call; the rotation runs in fp32, rounded once.
+Reference: gates/reference/rope.py.
 """
 import functools
 

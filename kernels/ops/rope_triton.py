@@ -1,16 +1,10 @@
-"""Rotary embedding on CUDA, q and k in one Triton launch (the CUDA backend of
-kernels/ops/rope.py), rotate-half form: out = x * cos + rotate_half(x) * sin per (token, head).
+"""Rotary embedding on CUDA, q and k in one Triton launch (rope.py on CUDA), rotate-half form.
 
-consistent: cos/sin looked up by absolute position in the fp32 table rope.py builds once in
-  float64, the rotation in fp32, rounded once; a row reads only its own position and its own
-  head, so its bits do not depend on the batch or the phase.
-fast: angles computed in the kernel from the position in fp32 (inv_freq = theta^(-2i/D)),
-  cos/sin and every product rounded to the activation dtype, as engines' fused kernels do.
-A program rotates ROWS (token, head) rows of q, or of k (programs past q's take k's rows):
-elementwise arithmetic, so the tile moves no bit; it only spends fewer programs on a prefill.
-The consistent trainer's backward recomputes the rotation in fp32 torch ops (a rotation's
-gradient is the inverse rotation of the incoming gradient).
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+consistent: cos/sin looked up by absolute position in rope.py's fp32 table, the rotation in fp32,
+rounded once; a row reads only its own position and head, so its bits follow neither batch nor
+phase. fast: angles from the position in fp32, cos/sin and every product rounded to the activation
+dtype, as engines' fused kernels do. A program rotates ROWS rows: elementwise, the tile moves no
+bit. The consistent backward rotates the gradient back in fp32 torch ops.
 """
 import math
 

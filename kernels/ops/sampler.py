@@ -1,19 +1,11 @@
 """Token sampler: temperature, top-k, top-p, seeded per request; greedy at temperature 0.
 
-Consistency: the consistent sampler draws each token from its own counter-based stream,
-keyed by (request seed, index of the token in the request): token t's uniform is a hash of
-(key, t) (race_uniforms), so a request samples the same tokens whatever else shares the
-batch or when it was scheduled, and the whole batch is sampled on the logits' device with no
-host generator and no per-row loop. Top-k keeps the k best by the unique key (logit
-descending, token id ascending); top-p keeps the shortest prefix of that order whose fp32
-cumulative probability reaches p; the draw is Gumbel-max over the kept tokens,
-argmax(x_t - log(-log u_t)) with x the logits over the temperature, whose ties go to the
-lowest token id. The arithmetic is elementwise with an exact argmax, so it is the same on
-both devices up to their log implementations.
-Log-probs reported on both sides are of the whole distribution at the request's temperature
-(before top-k/top-p), as engines report "raw" log-probs: the RL policy is the temperature-
-scaled model, the truncation is part of the behaviour, not of pi_old.
-No float64 reference: the choice rules themselves are tested (tests/test_ops_invariance.py).
+Consistency: token t's uniform is a counter-based hash of (request seed, t) (race_uniforms), so a
+request samples the same tokens whatever shares its batch or when it runs, on the logits' device.
+Top-k keeps the k best by (logit desc, token id asc), top-p the shortest prefix of that order with
+fp32 cumulative probability >= p; the draw is Gumbel-max, ties to the lowest id. Log-probs are raw:
+of the whole distribution at the temperature, before truncation. No float64 reference: the choice
+rules are tested (tests/test_ops_invariance.py).
 """
 from dataclasses import dataclass
 

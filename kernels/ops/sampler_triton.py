@@ -1,14 +1,9 @@
-"""The consistent sampler's Gumbel-max draw on CUDA in two Triton passes (the CUDA backend of
-kernels/ops/sampler.py gumbel_argmax): for each token t, u_t from SplitMix64 of
-(row key + (t + 1) * golden) (uint64 arithmetic, the same bits as race_uniforms' int64 torch
-ops), score x_t - log(-log u_t), and the argmax whose ties go to the lowest token id. The
-first pass spreads a row's vocabulary over programs of CHUNK tokens (one program per row
-walked 151936 tokens alone: 231 us of a Qwen3-1.7B decode step at batch 64); the second
-merges each row's chunk winners. Max and min do not round, so the token is the same for any
-chunk size and any batch: a row's result depends on its own logits and key only. Greedy
-rows score x without noise in the same launch: torch.argmax's token (ties to the lowest id). Two
-launches instead of ~15 [B, V] int64 torch ops (measured 1.5 ms at batch 64).
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+"""The consistent Gumbel-max draw on CUDA in two Triton passes (sampler.py's gumbel_argmax).
+
+u_t = SplitMix64(row key + (t + 1) * golden) in uint64, the bits of race_uniforms' int64 torch ops;
+score x_t - log(-log u_t); argmax, ties to the lowest id. Pass one spreads a row's vocabulary over
+programs of CHUNK tokens, pass two merges each row's chunk winners: max and min do not round, so
+the token is the same for any chunk size and batch. Greedy rows score x without noise, same launch.
 """
 import torch
 import triton

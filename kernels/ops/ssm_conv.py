@@ -1,16 +1,10 @@
-"""Mamba-2 causal depthwise conv1d over the xBC stream, then SiLU:
-y_t[c] = silu(bias[c] + sum_{k<K} w[c, k] * x_{t-K+1+k}[c]), with the K-1 inputs before the
-segment taken from the sequence's conv state (zeros at position 0).
+"""Mamba-2 causal depthwise conv1d over the xBC stream, then SiLU.
 
-Each door takes a case group's rows, its segments and the layer's state store; a per-segment
-form runs segment by segment, and a decode-only group on a pooled store (the engine's) is
-one batched call where a form has one (kernels/ops/state_segments.py).
-
-Consistency: the consistent variant accumulates the K taps one by one in fp32 in a fixed
-order with elementwise ops only, and uses the position-independent sigmoid, so a row's bits
-do not depend on whether it was computed in prefill, in a chunk or as a one-token decode.
-The fast variants are what engines run: F.conv1d for prefill, a window-sum update for
-decode (a different reduction order). Reference: gates/reference/ssm.py.
+y_t[c] = silu(bias[c] + sum_{k<K} w[c, k] x_{t-K+1+k}[c]), the K-1 inputs before a segment from
+its conv state (zeros at position 0). The consistent variant adds the K taps one by one in fp32 in
+a fixed order, elementwise, with the position-independent sigmoid, so a row's bits do not depend
+on prefill, chunk or decode. Fast: F.conv1d for prefill, a window-sum update for decode (another
+order), as engines run them. Reference: gates/reference/ssm.py.
 """
 import torch
 import torch.nn.functional as F

@@ -1,15 +1,10 @@
-"""The consistent Mamba-2 causal conv + SiLU on CUDA (the CUDA backend of ssm_conv.consistent):
-one Triton kernel where the torch form is ~24 elementwise ops a call; a decode-only group is
-one launch for every sequence (decode_batch), reading and moving on the pool's conv rows.
+"""The consistent Mamba-2 causal conv + SiLU on CUDA, one Triton kernel (ssm_conv.consistent).
 
-One program per (row, block of channels): acc = bias, then acc + w[c, k] * window[t + k] for
-k = 0..K-1 in order, in fp32, then acc * 1 / (1 + exp(-acc)), rounded once to the activation
-dtype. The window is the sequence's K-1 conv-state rows, then the call's rows, read in place
-(no concatenation). Every row's bits depend on its own K inputs only, whichever call (prefill,
-chunk or one-token decode) it comes in: the same kernel and order for all of them. Its bits
-are the CUDA machine's own (CPU and CUDA are separate machines).
-Backward: recomputes the torch form in fp32 and differentiates it (C8's tolerance).
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+A program per (row, channel block): acc = bias, acc + w[c, k] * window[t + k] for k = 0..K-1 in
+fp32, acc * 1 / (1 + exp(-acc)), one rounding; the window (K-1 conv-state rows, then the call's)
+is read in place, a decode-only group in one launch (decode_batch). A row's bits depend on its own
+K inputs only, in prefill, chunk or decode (CUDA's own bits, not the CPU's). Backward: the torch
+form in fp32 (C8's tolerance). Imports Triton: CUDA (or TRITON_INTERPRET=1 tests) only.
 """
 import torch
 import triton

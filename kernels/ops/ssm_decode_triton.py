@@ -1,21 +1,11 @@
-"""The consistent Mamba-2 one-row decode on CUDA: each sequence's one new row t, with the bits
-_chunk_outputs_kernel (kernels/ops/ssm_scan_triton.py) gives row t inside its BT-row block,
-without computing the block's other BT - 1 rows.
+"""The consistent Mamba-2 one-row decode on CUDA: row t alone, with its block kernel's bits.
 
-  y_t = sum_{s<=t} (C_t . B_s) exp(cs_t - cs_s) dt_s x_s + exp(cs_t) (C_t . S_start) + D x_t
-Each fp32 "ieee" tl.dot of the block kernel is, per output element, the FMA chain over k
-= 0, 1, ... from its accumulator (or from +0). These kernels write those chains out for row t,
-masked terms included (fma(+0, 0, -0) = +0: a masked term can move a sign, so none is skipped):
-  1. _decode_scores_kernel, per (group, sequence): the scores C_t . B_s of every s in the
-     blocks up to t's, once per group (its heads share C and B);
-  2. _decode_row_kernel, per (head, sequence, P-block): the weights as scalars (score *
-     decay * dt_s, the block kernel's product in its order), the chain over s of w_s x_s,
-     then the chain over n of C_t[n] S_start[p, n].
-The chains over n read B and S_start V contiguous values at a time (one vector load per row,
-split into its columns in registers) and consume them in n order, so the loads coalesce and
-the arithmetic is unchanged. Any launch (P-block, unroll, warps, V) has the same bits:
-benchmarks/gpu_ssm_decode.py checks that against the block kernel and times each.
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+_chunk_outputs_kernel (ssm_scan_triton.py) computes row t inside its BT-row block; each fp32
+"ieee" tl.dot there is, per element, an FMA chain over k from its accumulator (or +0). These
+kernels write those chains out for row t, masked terms included (fma(+0, 0, -0) = +0 can move a
+sign): _decode_scores_kernel the scores C_t . B_s per (group, sequence), _decode_row_kernel the
+weighted sum over s and C_t . S_start per (head, sequence, P-block), loading V values at a time,
+consumed in order. Any launch has the same bits (benchmarks/gpu_ssm_decode.py). Imports Triton.
 """
 import torch
 import triton

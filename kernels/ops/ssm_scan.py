@@ -1,25 +1,11 @@
-"""Mamba-2 state-space scan (SSD), per head h with state S_h [P, N] in fp32:
-S_t = exp(dt_t * A_h) S_{t-1} + dt_t * x_t B_t^T,   y_t = S_t C_t + D_h * x_t,
-with dt = max(softplus(dt_raw + dt_bias), dt_min) and A = -exp(A_log), both in fp32.
+"""Mamba-2 SSD scan per head: S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t + D x_t.
 
-Chunked form over chunks of Q rows: with a_t = dt_t * A and cs = cumsum(a) inside the chunk,
-y_t = sum_{s<=t} (C_t . B_s) exp(cs_t - cs_s) dt_s x_s + exp(cs_t) S_0 C_t + D x_t and the state
-after the chunk S_Q = exp(cs_Q) S_0 + sum_s exp(cs_Q - cs_s) dt_s x_s B_s^T.
-
-Consistency: chunks sit at absolute positions (0, Q, 2Q, ...). The sequence state keeps S at
-the last chunk boundary plus the rows of the unfinished chunk; every call re-plays that chunk
-(buffered rows + new rows, zero-padded to Q rows, so every GEMM has one shape) and folds S
-only when a chunk completes. Row t never reads rows after it (cumsum is sequential, masked
-terms are selected away, padding adds exact zeros), so prefill, chunked prefill at any split,
-decode and the trainer give the same bits. Fast variants: chunks aligned at the call's first
-row (engine prefill) and the one-step recurrence (engine decode), as engines run them.
-On CUDA the consistent chunks run as Triton kernels (kernels/ops/ssm_scan_triton.py): the same
-terms, the decode computing its new row only, in a few launches. Each door takes a case
-group's rows, segments and the layer's state store: segment by segment, or for a decode-only
-group on a pooled store (the engine's) one batched call: the fast recurrence in a few ops for
-every sequence (on CUDA one Triton kernel, kernels/ops/ssm_update_triton.py), the consistent
-chunk re-play as the same Triton kernels over every sequence's buffered rows (CUDA) or as one
-chunk() call with a leading sequence dim (CPU). Reference: gates/reference/ssm.py.
+dt = max(softplus(dt_raw + dt_bias), dt_min), A = -exp(A_log), S in fp32, in chunks of Q rows at
+absolute positions (0, Q, 2Q, ...). Consistency: a sequence keeps S at its last chunk boundary and
+the unfinished chunk's rows; a call re-plays that chunk zero-padded to Q rows (one GEMM shape) and
+folds S when it completes. Row t never reads later rows (sequential cumsum, masked terms selected
+away, padding adds exact zeros), so prefill, any chunk split, decode and the trainer agree. Fast:
+chunks from the call's first row, or the recurrence. Reference: gates/reference/ssm.py.
 """
 import torch
 import torch.nn.functional as F

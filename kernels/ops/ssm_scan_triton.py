@@ -1,30 +1,11 @@
-"""The consistent Mamba-2 SSD scan on CUDA (the CUDA backend of kernels/ops/ssm_scan.py's
-consistent variant): three Triton kernels over a call's rows, where the torch form re-plays
-the unfinished chunk with ~50 tensor ops per call (a host-bound decode: benchmarks/op_counts.py).
+"""The consistent Mamba-2 SSD scan on CUDA, three Triton kernels (ssm_scan.py's consistent backend).
 
-The rows (x, B, C, dt in fp32) start at a chunk boundary: the sequence's buffered rows of the
-unfinished chunk first, then the call's new rows; S0 is the state at that boundary.
-  1. per (chunk, head): cs = the cumsum of dt * A over the chunk's Q rows, rows past the call's
-     end as zeros (tl.cumsum over a fixed Q-vector: row t's prefix reads rows <= t only);
-  2. per head, the chunks the call completes one after the other: S_end = exp(cs_Q) S_start +
-     sum over s (in blocks of BS rows, in order) of exp(cs_Q - cs_s) dt_s x_s B_s^T;
-  3. per (block of BT rows, head), only the call's new rows stored:
-     y_t = sum_{s<=t} (C_t . B_s) exp(cs_t - cs_s) dt_s x_s + exp(cs_t) (C_t . S_start) + D x_t,
-     the s-blocks walked from the chunk's first row in order.
-Consistency: row blocks sit at multiples of BT inside the chunk (BT divides Q), so a row has
-the same slot and walks the same s-blocks whether it came in a prefill, a chunk of it or a
-one-token decode; the blocks' other rows only add exact zeros (masked weights; a row not yet
-there loads as 0, and an fp32 accumulator that starts at +0 stays unchanged by +-0). Dots
-in fp32 ("ieee": no TF32 rounding of the operands). The arithmetic is the torch form's,
-term for term; its bits are the CUDA machine's own (CPU and CUDA are separate machines).
-Batched decode (decode_batch): kernels 1 and 2 with one program set per sequence, reading
-each sequence's buffered rows and boundary state in the store's pools, and for 3 the one-row
-kernels of kernels/ops/ssm_decode_triton.py, which restate kernel 3's arithmetic for row t
-alone; a decoded row gets the bits of a one-segment call.
-The fast contract's CUDA prefill (fold_all) runs the same kernels with chunks from its call's
-first row and every row folded, as engines run mamba_ssm's chunk scan; it claims no bits.
-Backward: recomputes the torch form in fp32 and differentiates it (C8's tolerance).
-Imports Triton, so only CUDA machines (or TRITON_INTERPRET=1 tests) import this file.
+The rows (buffered, then new) start at a chunk boundary with state S0: (1) per (chunk, head) the
+cumsum of dt * A (tl.cumsum: row t reads rows <= t); (2) per head the completed chunks' states, in
+order; (3) per (BT-row block, head) the new rows' y, s-blocks walked in order. Blocks sit at
+multiples of BT in the chunk, so a row keeps its slot and walk in prefill, chunk or decode; other
+rows add exact zeros. Batched decode runs (3) as ssm_decode_triton.py's one-row kernels, the same
+bits. fold_all is the fast prefill (it claims no bits). Backward: the torch form (C8's tolerance).
 """
 import torch
 import triton

@@ -1,18 +1,11 @@
-"""The trainer's head in row chunks: lm_head and each scored token's log-prob, forward and
-backward, without a [tokens, V] logits tensor kept for the backward.
+"""The trainer's head in row chunks: lm_head and the log-probs, with no [tokens, V] logits saved.
 
-Forward: the contract's lm_head and logprob on chunks of `chunk_rows` rows (door calls that
-name their rows); only the hidden rows and the weight are saved. Backward recomputes each
-chunk's logits through the same door (a consistent head is batch invariant; a fast one
-recomputes the forward's own chunks), takes d logits from the log-prob op's own
-autograd (rounded to the logits' dtype, as autograd through the ops does), then
-  dH = dlogits @ W   in row tiles of `fold_rows` (every GEMM one shape: a row's bits do not
-                     follow the chunk), and
-  dW = sum over tiles t = 0, 1, ... of dlogits_t^T @ H_t, added in fp32 in tile order
-       (float64 in a float64 reference's run).
-The fold tile is the leaf that fixes dW's summation order: any chunk size that is a multiple
-of it adds the same tiles in the same order, so the gradient bits follow `fold_rows`, never
-the chunk size (tests/test_trainer_memory.py).
+Forward: the contract's lm_head and logprob on chunks of `chunk_rows` rows, saving only the hidden
+rows and the weight. Backward recomputes each chunk's logits through the same door (the forward's
+own chunks), takes d logits from the log-prob op's own autograd (in the logits' dtype), then
+dH = dlogits @ W in row tiles of `fold_rows` (one GEMM shape) and dW = the sum over tiles of
+dlogits_t^T @ H_t in fp32, in tile order. Any chunk size that is a multiple of the fold tile adds
+the same tiles in the same order: the gradient bits follow `fold_rows`, never the chunk size.
 """
 import torch
 

@@ -1,16 +1,11 @@
-"""Data parallelism for the trainer: which sequences each replica scores, and how gradients
-from the replicas meet.
+"""Data parallelism for the trainer: which sequences each replica scores, and how gradients meet.
 
-fixed_tree: the leaves are the single-replica ones (kernels/trainer/gradient_leaves.py: the
-step's micro-batches cut into the trainer's gradient_leaves, each folded in order); replica
-d takes a contiguous block of whole leaves, so the degree must divide the leaf count. The
-leaf sums are all-gathered one parameter at a time (tensors on the transport's device, so a
-full-width model never goes through pickling or host memory) and added in one pairwise tree
-by leaf index in fp32, rounded once to the parameter dtype: any such degree sums the same
-leaves in the same order. Per-token log-probs do not depend on which replica computed a
-micro-batch (the same arithmetic on the same rows).
-rank_order: sequences dealt round robin (as a distributed sampler does), micro-batched per
-replica, each replica's gradient accumulated by autograd and all-reduced (the transport's order).
+fixed_tree: the leaves are the single-replica ones (kernels/trainer/gradient_leaves.py); replica d
+takes a contiguous block of whole leaves (the degree divides the leaf count); leaf sums are
+all-gathered a parameter at a time on the transport's device and added in one pairwise tree by
+leaf index in fp32, rounded once: any such degree adds the same leaves in the same order, and a
+micro-batch's log-probs do not depend on its replica. rank_order: sequences dealt round robin,
+each replica's gradient accumulated by autograd and all-reduced in the transport's order.
 """
 import torch
 

@@ -1,14 +1,11 @@
 """The fixed leaves a GRPO update's gradient adds over.
 
-A step's micro-batches (consecutive runs of micro_batch_size sequences) are cut into
-`num_leaves` contiguous leaves, leaf j taking base + (j < extra) of them (base, extra =
-divmod(micro-batches, num_leaves); empty leaves add nothing): a function of the two counts
-alone. A leaf's gradient is its micro-batches' gradients folded left to right in fp32 into
-one accumulator, in place; the leaves add in the pairwise tree by leaf index
-(kernels/layout/tree.py). So one process holds one accumulator and at most log2(num_leaves)
-+ 1 partial sums per parameter however many micro-batches a step has, and data-parallel
-replicas that own whole leaves (a degree dividing num_leaves) add the same numbers in the
-same order. Reference: the fold then tree_sum written out (tests/test_trainer_memory.py).
+A step's micro-batches are cut into `num_leaves` contiguous leaves, leaf j taking base + (j < extra)
+(base, extra = divmod(micro-batches, num_leaves)): a function of the two counts alone. A leaf folds
+its micro-batches' gradients left to right in fp32 into one accumulator; the leaves add in the
+pairwise tree by index (kernels/layout/tree.py). So one process holds one accumulator and at most
+log2(num_leaves) + 1 partials per parameter, and replicas owning whole leaves add the same numbers
+in the same order. Reference: the fold then tree_sum written out (tests/test_trainer_memory.py).
 """
 from kernels.trainer.micro_batch import leaf, micro_batches
 

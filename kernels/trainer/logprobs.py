@@ -1,10 +1,9 @@
 """Per-token log-probs of completions, computed by the trainer over micro-batches.
 
-Sequences are laid out either *packed* (end to end, one segment each) or *padded* (right
-padded to the micro-batch's longest, pads computed and ignored: causal attention never lets
-a real row see them). Row t of a sequence predicts token t+1; only the rows that predict
-completion tokens go through lm_head and log-prob; under autograd in trainer_bwd they go
-through the chunked head (kernels/trainer/chunked_head.py: no [tokens, V] logits saved).
+Sequences are *packed* (end to end) or *padded* (to the micro-batch's longest; causal attention
+never lets a real row see the pads). Row t predicts token t+1; only rows that predict completion
+tokens go through lm_head and log-prob, under autograd in trainer_bwd through the chunked head
+(kernels/trainer/chunked_head.py: no [tokens, V] logits saved).
 """
 from dataclasses import dataclass
 

@@ -1,18 +1,11 @@
-"""The trainer: its own model (built from the same definition as the engine's), scoring in
-case trainer_fwd, and one GRPO update per step whose forward runs in case trainer_bwd.
+"""The trainer: scoring in case trainer_fwd, and one GRPO update per step in case trainer_bwd.
 
-An update runs forward and backward one micro-batch at a time (kernels/trainer/micro_batch.py),
-so activation memory follows the micro-batch, not the step. The leaf that fixes the gradient's
-summation order: the step's micro-batches cut into `gradient_leaves` contiguous leaves, each
-folded left to right in fp32, the leaves added in the pairwise tree by index
-(kernels/trainer/gradient_leaves.py); gradient memory is then one accumulator and
-log2(leaves) + 1 partials whatever the step's size, and data-parallel replicas owning whole
-leaves (kernels/trainer/data_parallel.py) reduce the same bits as one process. With
-recompute_layers each layer's activations are rebuilt in backward (kernels/models/recompute.py):
-memory for the bits of a second forward, no bit moved.
-Inside a micro-batch the head runs in chunks of `head_chunk_rows` rows (memory: no [tokens, V]
-logits kept for backward); the lm_head gradient adds its `head_fold_rows`-row tiles in order
-(kernels/trainer/chunked_head.py), the leaf that fixes its order: the chunk size moves no bit.
+Its model is built from the engine's definition; an update runs a micro-batch at a time
+(micro_batch.py). Gradients add in a fixed order: micro-batches fold in fp32 into `gradient_leaves`
+leaves summed by the pairwise tree (gradient_leaves.py), so replicas owning whole leaves reduce one
+process's bits (data_parallel.py); lm_head's gradient adds `head_fold_rows` tiles in order
+(chunked_head.py), so head_chunk_rows and layer recompute move no bit. Backward is autograd, with
+torch.autograd.Function rules for the CUDA kernels, the chunked head and quant.py's STE.
 """
 import torch
 
