@@ -16,7 +16,8 @@ the largest batch against the memory roofline (the weights, KV and SSM state the
 copy bandwidth measured here; each step against the roofline at its own context, the
 median of those ratios printed), `transformers`' generate on the same Qwen3 config as an
 outside reference, and the top CUDA kernels of one decode step per contract (torch.profiler).
-Raw samples, the commit and the environment go to DIR/gpu_rollout.json; a table is printed.
+Raw samples, the commit and the environment go to DIR/gpu_rollout.json; a table is printed
+(the roofline arithmetic, the cells' summaries and the printing: benchmarks/rollout_summary.py).
 Weights are seeded random (speed does not depend on them); both contracts get the same ones.
 """
 import argparse
@@ -30,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance  # noqa: E402
+from benchmarks.rollout_summary import TABLE_HEADER, cell_line, print_kernels, summarize_cell  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
 from kernels.engine.engine import Engine  # noqa: E402
 from kernels.engine.graphs import graphs_unsupported  # noqa: E402
@@ -117,31 +119,6 @@ def copy_bandwidth(device: str | None = None) -> float:
         wait()
         samples.append(time.perf_counter() - started)
     return 2 * src.numel() * src.element_size() / statistics.median(samples)
-
-
-def step_weight_bytes(config, weights, batch: int) -> float:
-    """Bytes of weights one decode step of `batch` rows must read: every weight once, but of
-    an untied embedding table only the batch's rows, and of each routed-expert stack only the
-    experts the rows can reach (at most batch x experts-per-token of them)."""
-    total = 0.0
-    for name, t in weights.items():
-        size = t.numel() * t.element_size()
-        if name == "embed_tokens" and not getattr(config, "tie_word_embeddings", False):
-            size *= min(1.0, batch / t.shape[0])
-        elif name.split(".")[-1].startswith("experts_"):  # [experts, ...] stacks of routed experts
-            size *= min(1.0, batch * config.num_experts_per_tok / t.shape[0])
-        total += size
-    return total
-
-
-def decode_roofline_s(config, weights, batch, context, bandwidth) -> float:
-    """Seconds one decode step needs at least: the weights it must read (step_weight_bytes)
-    once, the KV read, and each Mamba layer's fp32 SSM state read and written per sequence."""
-    kinds = getattr(config, "block_types", ("attention",) * config.num_layers)
-    kv_bytes = batch * context * kinds.count("attention") * 2 * config.num_kv_heads * config.head_dim * 2
-    state_bytes = (batch * kinds.count("mamba") * 2 * 4 * config.mamba_num_heads * config.mamba_head_dim
-                   * config.ssm_state_size if "mamba" in kinds else 0)
-    return (step_weight_bytes(config, weights, batch) + kv_bytes + state_bytes) / bandwidth
 
 
 def transformers_generate(config, batch, prompt_len, new_tokens, repeats=1):
@@ -251,8 +228,7 @@ def main() -> int:
     contracts = {name: load_contract(name) for name in CONTRACTS}
     path = out / "gpu_rollout.json"
     print(f"copy bandwidth {record['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s")
-    print(f"{'model':<18}{'batch':>6}{'fast tok/s':>12}{'cons tok/s':>12}{'ratio':>7}"
-          f"{'fast dec ms':>12}{'cons dec ms':>12}{'train f/c s':>14}{'ratio':>7}")
+    print(TABLE_HEADER)
     for model_name in args.models.split(","):
         config = load_model_config(model_name)
         weights = {k: v.detach() for k, v in build_model(config, 0).state_dict().items()}
@@ -276,36 +252,12 @@ def main() -> int:
                         "tokens_per_s": batch * args.new_tokens / total, "total_s": total, "train_step_s": train_s,
                         "decode_step_s": [s for phase, s in steps if phase == "decode"],
                         "other_steps": [[phase, s] for phase, s in steps if phase != "decode"]})
-            summary = {}
-            for name in CONTRACTS:
-                samples = cell["samples"][name]
-                summary[name] = {
-                    "tokens_per_s": statistics.median(s["tokens_per_s"] for s in samples),
-                    "decode_step_ms": 1e3 * statistics.median(d for s in samples for d in s["decode_step_s"]),
-                    "train_step_s": statistics.median(s["train_step_s"] for s in samples) if times_trainer else None}
-            summary["rollout_ratio"] = summary["consistent"]["tokens_per_s"] / summary["fast"]["tokens_per_s"]
-            summary["train_ratio"] = (summary["consistent"]["train_step_s"] / summary["fast"]["train_step_s"]
-                                      if times_trainer else None)
-            bandwidth = record["bandwidth_bytes_per_s"]
-            summary["decode_roofline_ms"] = 1e3 * decode_roofline_s(config, weights, batch,
-                                                                    args.prompt_len + args.new_tokens, bandwidth)
-            for name in CONTRACTS:  # decode step i reads prompt_len + 1 + i keys: its own roofline
-                summary[name]["decode_over_roofline"] = statistics.median(
-                    d / decode_roofline_s(config, weights, batch, args.prompt_len + 1 + i, bandwidth)
-                    for s in cell["samples"][name] for i, d in enumerate(s["decode_step_s"]))
-            cell["summary"] = summary
+            cell["summary"] = summarize_cell(cell, config, weights, args.prompt_len, args.new_tokens,
+                                             record["bandwidth_bytes_per_s"], times_trainer)
             record["cells"].append(cell)
             del engines
             path.write_text(json.dumps(record, indent=1))  # raw data first, after every cell
-            f, c = summary["fast"], summary["consistent"]
-            print(f"{model_name:<18}{batch:>6}{f['tokens_per_s']:>12.1f}{c['tokens_per_s']:>12.1f}"
-                  f"{summary['rollout_ratio']:>7.2f}{f['decode_step_ms']:>12.2f}{c['decode_step_ms']:>12.2f}"
-                  + (f"{f['train_step_s']:>7.2f}/{c['train_step_s']:<6.2f}{summary['train_ratio']:>7.2f}"
-                     if times_trainer else f"{'-':>14}{'-':>7}")
-                  + f"  step/roofline at its context {f['decode_over_roofline']:.2f} / {c['decode_over_roofline']:.2f}"
-                  + f" (roofline at the last context {summary['decode_roofline_ms']:.2f} ms)"
-                  + ("  graphs" if cell["cuda_graphs"] else "  eager"),
-                  flush=True)
+            print(cell_line(model_name, cell, times_trainer), flush=True)
         if DEVICE == "cuda" and "profile" not in skip and time.perf_counter() - started < args.budget_s:
             for name in CONTRACTS:
                 record["kernels"].append({"model": model_name, "contract": name, "batch": max(batches),
@@ -322,20 +274,7 @@ def main() -> int:
             path.write_text(json.dumps(record, indent=1))
             print(f"{model_name:<18}{batch:>6} transformers generate: {statistics.median(samples):.1f} tok/s")
         del weights
-    for entry in record["kernels"]:
-        print(f"\n{entry['model']} {entry['contract']} decode step, batch {entry['batch']}: top kernels (us, calls)")
-        for row in entry["top"]:
-            print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row['kernel']}")
-        step = entry["step"]
-        print(f"  profiled step ({'graphs' if step['graphs'] else 'eager'}): wall {step['wall_ms']:.2f} ms, "
-              f"GPU kernels {step['gpu_kernel_ms']:.2f} ms; host ops by self time (us, calls):")
-        for row in step["host_self_us"]:
-            print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row['op']}")
-        prefill = step["prefill"]
-        print(f"  profiled prefill step: wall {prefill['wall_ms']:.2f} ms, GPU kernels "
-              f"{prefill['gpu_kernel_ms']:.2f} ms; kernels, then host ops, by self time (us, calls):")
-        for row in prefill["kernels_us"] + prefill["host_self_us"]:
-            print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row.get('kernel', row.get('op'))}")
+    print_kernels(record)
     return 0
 
 

@@ -115,9 +115,11 @@ def test_the_circle_finder_finds_a_circle_through_a_lazy_import(tmp_path):
     assert import_circles(import_graph(sorted((tmp_path / "pkg").glob("*.py")), tmp_path)) == []
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", PACKAGES + ("tests", "benchmarks"))
 def test_modules_are_small_and_say_what_they_are(package):
     for path in _modules(package):
+        if path.name == "__init__.py" and not path.read_text().strip():
+            continue  # an empty package marker says nothing and needs not
         text = path.read_text()
         assert len(text.splitlines()) <= MAX_LINES, f"{path.relative_to(ROOT)} is over {MAX_LINES} lines"
         assert ast.get_docstring(ast.parse(text)), f"{path.relative_to(ROOT)} has no module docstring"

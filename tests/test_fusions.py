@@ -1,7 +1,7 @@
 """Region chains run as one launch (kernels/ops/fusions.py, RegionDispatch.fused): which
 bindings fuse, that anything else runs region by region, and that observers see every link
 of a fused chain as if it had run alone. The fused kernel's bits (those of the launches it
-replaces) are tests/test_triton_kernels.py's check, and C07 on the device."""
+replaces) are tests/ops/triton/test_fused_rows.py's check, and C07 on the device."""
 import torch
 
 from kernels.contract import load_contract

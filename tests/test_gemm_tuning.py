@@ -2,7 +2,7 @@
 writes them from a device sweep (benchmarks/gemm_tune.py): only bit-checked one-slice
 variants win a bucket, buckets merge and end open, and a malformed table is a clear error
 naming the file. The kernels' bits under a table are the interpreter checks' job
-(tests/test_triton_kernels.py)."""
+(tests/ops/triton/test_gemm.py)."""
 import json
 
 import pytest

@@ -5,7 +5,7 @@ request samples the same tokens whatever shares its batch or when it runs, on th
 Top-k keeps the k best by (logit desc, token id asc), top-p the shortest prefix of that order with
 fp32 cumulative probability >= p; the draw is Gumbel-max, ties to the lowest id. Log-probs are raw:
 of the whole distribution at the temperature, before truncation. No float64 reference: the choice
-rules are tested (tests/test_ops_invariance.py).
+rules are tested (tests/ops/test_sampler.py).
 """
 from dataclasses import dataclass
 

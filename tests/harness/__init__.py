@@ -1,0 +1,1 @@
+"""Tests of the harness package, mirroring its source tree."""

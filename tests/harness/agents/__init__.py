@@ -1,0 +1,1 @@
+"""Tests of harness/agents: the agent backends and their worktree tools."""

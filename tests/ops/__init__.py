@@ -1,0 +1,1 @@
+"""Tests of kernels/ops: its kernels and ops, mirroring the source tree."""
