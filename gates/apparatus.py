@@ -6,12 +6,10 @@ import json
 import subprocess
 from pathlib import Path
 
+from gates.baseline import ROOT  # the tree under judgement (gates/baseline.py judged_tree)
 from gates.git_objects import run_git
 from gates.switches import switch
 
-# The tree under judgement: this checkout, or the agent worktree the harness names when it
-# runs the gates from its pristine copy (harness/pristine.py).
-ROOT = Path(switch("BITWISE_TREE") or Path(__file__).resolve().parent.parent)
 JUDGING_PATHS = ("gates", "harness", "baseline", ".agents", ".claude")
 
 

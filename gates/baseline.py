@@ -22,7 +22,14 @@ from pathlib import Path
 from gates.git_objects import export_commit, run_git
 from gates.switches import switch
 
-ROOT = Path(switch("BITWISE_TREE") or Path(__file__).resolve().parent.parent)  # see gates/apparatus.py
+
+def judged_tree() -> Path:
+    """The tree whose kernels/ run: an agent's worktree when the harness judges it from its
+    pristine copy (BITWISE_TREE, harness/pristine.py), else this checkout."""
+    return Path(switch("BITWISE_TREE") or Path(__file__).resolve().parent.parent)
+
+
+ROOT = judged_tree()
 FROZEN_PATH = "baseline/frozen.json"  # the CPU record
 NO_BASELINE = "no frozen baseline: run harness freeze-baseline"
 HASH_OF = "numerical_policy of the fast contract"

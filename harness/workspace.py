@@ -14,8 +14,6 @@ from pathlib import Path
 
 import git
 
-from gates.switches import switch
-
 WORKTREES_DIR = ".worktrees"
 # git's worktree bookkeeping (.git/worktrees, its lock files) does not take two `worktree add`
 # at once, and threads sharing one Repo were seen to hang in concurrent git calls: the two
@@ -28,12 +26,6 @@ _WORKTREE_LOCK = threading.Lock()
 # reads objects as they are (`git replace` must not make a commit read as another).
 HARNESS_GIT_ENV = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/dev/null",
                    "GIT_NO_REPLACE_OBJECTS": "1"}
-
-
-def judged_tree() -> Path:
-    """The tree whose kernels/ run: an agent's worktree when the harness judges it from its
-    pristine copy (BITWISE_TREE, harness/pristine.py), else this checkout."""
-    return Path(switch("BITWISE_TREE") or Path(__file__).resolve().parents[1])
 
 
 def open_repo(path=".") -> git.Repo:

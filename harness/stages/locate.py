@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from gates import device
+from gates.baseline import judged_tree
 from gates.boundaries import key_block, longest_constant
 from gates.compare import first_bit_difference
 from gates.faults import register_all
@@ -29,7 +30,7 @@ from harness.door_capture import DoorCapture, save_capture
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
 from harness.trace import Tracer, tensors_of
 from harness.trace_compare import first_divergence
-from harness.workspace import current_commit, judged_tree, open_repo
+from harness.workspace import current_commit, open_repo
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
 from kernels.models.config import load_model_config

@@ -17,9 +17,10 @@ from pathlib import Path
 import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from gates.baseline import judged_tree
 from harness.exit_codes import EXIT_INCONCLUSIVE, EXIT_OK
 from harness.stages import locate as locate_stage
-from harness.workspace import current_commit, judged_tree, open_repo
+from harness.workspace import current_commit, open_repo
 from kernels.models.config import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
