@@ -4,7 +4,7 @@ Four ways to get y = x @ w^T for M rows, at the cut and full Qwen3 shapes:
   plain      F.linear as is (batch-variant for small M on MKL)
   padded     the earlier fix: rows padded to a multiple of 8, one call (batch-variant on an
              AVX-512 Xeon, where MKL's K blocking follows M)
-  tiled      kernels.ops.linear.consistent: padded rows cut into 8-row tiles, one call each
+  tiled      kernels.ops.linear.consistent.consistent: padded rows cut into 8-row tiles, one call each
   tiled_bmm  the same tiles in one batched call (torch.bmm): cheaper, but its bits rest on
              MKL's batched GEMM reducing every batch entry as a lone call would
 Each is also checked for batch invariance (every row of M equals that row inside the largest
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from raw_output import write_raw  # benchmarks/ is sys.path[0] when run as a script
 
 from kernels.contract.identity import deployment_fingerprint
-from kernels.ops import linear
+from kernels.ops.linear.consistent import consistent as linear_consistent
 from kernels.ops.padding import pad_to_multiple
 
 SHAPES = {"cut qkv (K=256,N=512)": (256, 512), "cut mlp (K=256,N=1536)": (256, 1536),
@@ -46,7 +46,7 @@ def tiled_bmm(x, w):
 
 
 VARIANTS = {"plain": F.linear, "padded": padded,
-            "tiled": lambda x, w: linear.consistent(x, w, row_multiple=TILE_ROWS), "tiled_bmm": tiled_bmm}
+            "tiled": lambda x, w: linear_consistent(x, w, row_multiple=TILE_ROWS), "tiled_bmm": tiled_bmm}
 
 
 def is_batch_invariant(fn, w, k_dim) -> bool:

@@ -29,9 +29,9 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import kernels.ops.attention.triton as attention_triton  # noqa: E402
 from benchmarks.gpu_rollout import copy_bandwidth  # noqa: E402
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
-from kernels.ops import attention_triton  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 16, 8, 128, 16
 

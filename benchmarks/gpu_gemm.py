@@ -1,4 +1,4 @@
-"""Consistent Triton GEMM (kernels/ops/linear_triton.py) vs cuBLAS (torch.matmul) on the
+"""Consistent Triton GEMM (kernels/ops/linear/triton.py) vs cuBLAS (torch.matmul) on the
 models' shapes, M = 1..16384, bf16; every result checked bit for bit: each M's rows against
 the same rows computed inside the largest M, under every tile config tried (the tile may
 follow M, the K order may not), plus the relative error against a float64 reference.
@@ -25,8 +25,8 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from kernels.ops import linear_cuda  # noqa: E402
-from kernels.ops.linear_triton import consistent  # noqa: E402
+import kernels.ops.linear.cuda as linear_cuda  # noqa: E402
+from kernels.ops.linear.triton import consistent  # noqa: E402
 
 SHAPES = {  # name: (N, K)
     "qwen3-1.7b qkv": (4096, 2048), "qwen3-1.7b o_proj": (2048, 2048),

@@ -10,7 +10,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.gpu_gemm import SHAPES  # noqa: E402
-from kernels.ops.linear_triton import consistent  # noqa: E402
+from kernels.ops.linear.triton import consistent  # noqa: E402
 
 TILES = {32: (128, 128, 8, 4), 64: (128, 128, 8, 4), 128: (64, 64, 4, 3)}
 

@@ -10,7 +10,7 @@ greedy with a tie for their maximum planted in a later chunk, the others at temp
 greedy rows must be torch.argmax's tokens. Times are medians of CUDA-graph replays of each
 head (do_bench), raw samples saved with the commit and the environment. Then the scaling
 alone, three ways that must give the same bits: `logits / T` (torch's mixed-dtype path),
-`.float().div_(T)` and one Triton pass with an IEEE division (kernels/ops/logprob_triton.py,
+`.float().div_(T)` and one Triton pass with an IEEE division (kernels/ops/logprob/triton.py,
 what `scaled` runs on CUDA since it measured fastest). Exit 1 on a mismatch.
 """
 import argparse
@@ -21,13 +21,16 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import kernels.ops.logprob.triton as logprob_triton  # noqa: E402
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
-from kernels.ops import logprob, logprob_triton, sampler  # noqa: E402
-from kernels.ops.logprob import scaled  # noqa: E402
-from kernels.ops.sampler import mix_seed  # noqa: E402
+from kernels.ops.logprob.consistent import consistent as logprob_consistent  # noqa: E402
+from kernels.ops.logprob.fast import fast_log_softmax  # noqa: E402
+from kernels.ops.logprob.forms import scaled  # noqa: E402
+from kernels.ops.sampler.consistent import consistent_draw  # noqa: E402
+from kernels.ops.sampler.fast import fast_draw  # noqa: E402
+from kernels.ops.sampler.forms import mix_seed  # noqa: E402
 
-CONTRACTS = {"consistent": (sampler.consistent_draw, logprob.consistent),
-             "fast": (sampler.fast_draw, logprob.fast_log_softmax)}
+CONTRACTS = {"consistent": (consistent_draw, logprob_consistent), "fast": (fast_draw, fast_log_softmax)}
 
 
 def before(draw, logprob_of, logits, temperatures, greedy, keys):

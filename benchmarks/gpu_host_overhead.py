@@ -25,8 +25,11 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import kernels.ops.linear.cuda as linear_cuda  # noqa: E402
+import kernels.ops.linear.triton as linear_triton  # noqa: E402
+import kernels.ops.norm.triton as norm_triton  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
-from kernels.ops import linear, linear_cuda, linear_triton, norm_triton  # noqa: E402
+from kernels.ops.linear.fast import fast as linear_fast  # noqa: E402
 
 CALLS, REPEATS = 200, 7
 N, K = 4096, 2048  # qwen3-1.7b qkv
@@ -76,7 +79,7 @@ def ops(m: int) -> dict:
     calls = {
         "triton empty kernel (floor)": lambda: _empty_kernel[(1,)](x),
         "torch.matmul (cuBLAS)": lambda: torch.matmul(x, w.t()),
-        "linear.fast (fast entry)": lambda: linear.fast(x, w),
+        "linear.fast (fast entry)": lambda: linear_fast(x, w),
         "contract fast qkv_proj (dispatch)": lambda: fast_op(x, w),
         "contract consistent qkv_proj (dispatch)": lambda: consistent_op(x, w),
         "linear_cuda.forward (launch table)": lambda: linear_cuda.forward(x, w),
@@ -102,7 +105,10 @@ def mamba_decode_ops(num_sequences: int = 64) -> dict:
     from kernels.models.batch import Segment
     from kernels.models.mamba_pool import PooledMambaStore
     from kernels.models.mamba_state import MambaStateStore
-    from kernels.ops import ssm_conv, ssm_scan
+    from kernels.ops.ssm_conv.consistent import consistent as ssm_conv_consistent
+    from kernels.ops.ssm_conv.fast import fast_window_sum
+    from kernels.ops.ssm_scan.consistent import consistent as ssm_scan_consistent
+    from kernels.ops.ssm_scan.fast import fast_recurrent
     heads, head_dim, groups, state_size, chunk, held, taps = 64, 64, 8, 128, 128, 60, 4
     conv_dim = heads * head_dim + 2 * groups * state_size
     shape = dict(conv_rows=taps - 1, conv_dim=conv_dim, num_heads=heads, head_dim=head_dim,
@@ -152,17 +158,17 @@ def mamba_decode_ops(num_sequences: int = 64) -> dict:
             variant(i["xbc"], segments, store, conv_w, conv_b)
         return call
     many = f"{num_sequences} sequences batched"
-    return {"mamba decode: ssm_scan consistent, 1 sequence": scan(ssm_scan.consistent, MambaStateStore, 1, True),
-            "mamba decode: ssm_scan fast_recurrent, 1 sequence": scan(ssm_scan.fast_recurrent, MambaStateStore,
+    return {"mamba decode: ssm_scan consistent, 1 sequence": scan(ssm_scan_consistent, MambaStateStore, 1, True),
+            "mamba decode: ssm_scan fast_recurrent, 1 sequence": scan(fast_recurrent, MambaStateStore,
                                                                       1, False),
-            "mamba decode: ssm_conv consistent, 1 sequence": conv(ssm_conv.consistent, MambaStateStore, 1),
-            "mamba decode: ssm_conv fast_window_sum, 1 sequence": conv(ssm_conv.fast_window_sum, MambaStateStore, 1),
-            f"mamba decode: ssm_scan consistent, {many}": scan(ssm_scan.consistent, PooledMambaStore,
+            "mamba decode: ssm_conv consistent, 1 sequence": conv(ssm_conv_consistent, MambaStateStore, 1),
+            "mamba decode: ssm_conv fast_window_sum, 1 sequence": conv(fast_window_sum, MambaStateStore, 1),
+            f"mamba decode: ssm_scan consistent, {many}": scan(ssm_scan_consistent, PooledMambaStore,
                                                                num_sequences, True),
-            f"mamba decode: ssm_scan fast_recurrent, {many}": scan(ssm_scan.fast_recurrent, PooledMambaStore,
+            f"mamba decode: ssm_scan fast_recurrent, {many}": scan(fast_recurrent, PooledMambaStore,
                                                                    num_sequences, False),
-            f"mamba decode: ssm_conv consistent, {many}": conv(ssm_conv.consistent, PooledMambaStore, num_sequences),
-            f"mamba decode: ssm_conv fast_window_sum, {many}": conv(ssm_conv.fast_window_sum, PooledMambaStore,
+            f"mamba decode: ssm_conv consistent, {many}": conv(ssm_conv_consistent, PooledMambaStore, num_sequences),
+            f"mamba decode: ssm_conv fast_window_sum, {many}": conv(fast_window_sum, PooledMambaStore,
                                                                     num_sequences)}
 
 

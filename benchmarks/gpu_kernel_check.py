@@ -1,5 +1,5 @@
 """Device check of the consistent Triton kernels (kernels/ops/reduction_triton.py,
-attention_triton.py) on CUDA, bit for bit (int views), plus decode timing against torch SDPA.
+attention/triton.py) on CUDA, bit for bit (int views), plus decode timing against torch SDPA.
 
   python benchmarks/gpu_kernel_check.py --out DIR     (on the device; exits 1 on any bit mismatch)
 
@@ -28,10 +28,12 @@ import torch.nn.functional as F
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import kernels.ops.attention.fast as attention_fast  # noqa: E402
+import kernels.ops.attention.triton as attention_triton  # noqa: E402
 from gates.reference.attention import causal_gqa  # noqa: E402
 from kernels.engine.cache import PagedKVCache  # noqa: E402
 from kernels.models.batch import Segment  # noqa: E402
-from kernels.ops import attention, attention_triton, reduction_triton  # noqa: E402
+from kernels.ops import reduction_triton  # noqa: E402
 
 LENGTHS = (1, 2, 7, 100, 255, 256, 257, 1000, 1024, 1025, 2048, 4095, 4096, 4097, 8192, 32768, 65537, 151936)
 ROW_COUNTS = (1, 2, 3, 5, 8, 16, 31, 64, 128, 257, 1024)
@@ -202,10 +204,10 @@ def time_decode(model, batch, context, block_kv, generator):
     def ours_paged():
         return attention_triton.consistent_paged(q[:, 0], paged, scale=scale, block_kv=block_kv)
 
-    splits = attention._splits_to_fill(q.device, batch * num_kv_heads, 8)  # as the fast contract picks
+    splits = attention_fast._splits_to_fill(q.device, batch * num_kv_heads, 8)  # as the fast contract picks
 
     def fast_paged():
-        return attention_triton.split_kv_paged(q[:, 0], paged, scale=scale, block_kv=attention.FAST_BLOCK_KV,
+        return attention_triton.split_kv_paged(q[:, 0], paged, scale=scale, block_kv=attention_fast.FAST_BLOCK_KV,
                                                tokens_per_split=32, max_splits=splits)
     gap = float((ours().double() - sdpa().transpose(1, 2).double()).abs().max())
     samples = {name: triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="all")

@@ -1,4 +1,4 @@
-"""Device check and timing of the routed experts on CUDA (kernels/ops/moe_cuda.py), one call.
+"""Device check and timing of the routed experts on CUDA (kernels/ops/expert_gemm/cuda.py), one call.
 
 Bits (int views; exits 1 on a mismatch): the consistent grouped experts equal the per-expert
 loop of linear.consistent for every token count, and the first 7 tokens' rows equal the same
@@ -22,8 +22,14 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import kernels.ops.expert_gemm.cuda as moe_cuda  # noqa: E402
+import kernels.ops.expert_gemm.fast_cuda as moe_fast_cuda  # noqa: E402
 from gates.compare import first_bit_difference  # noqa: E402
-from kernels.ops import linear, moe, moe_cuda  # noqa: E402
+from kernels.ops.expert_gemm.consistent import experts_loop  # noqa: E402
+from kernels.ops.expert_gemm.fast import experts_fast_loop  # noqa: E402
+from kernels.ops.expert_gemm.forms import _routing_groups  # noqa: E402
+from kernels.ops.linear.consistent import consistent as linear_consistent  # noqa: E402
+from kernels.ops.relu2_mlp.consistent import _relu2_once  # noqa: E402
 
 SHAPE = dict(hidden=2688, inner=1856, experts=128, top_k=6)  # nemotron-30b-a3b's MoE
 TOKENS = (1, 3, 16, 64, 256, 1024, 4096)
@@ -31,7 +37,7 @@ TOKENS = (1, 3, 16, 64, 256, 1024, 4096)
 
 def _loop_consistent(x, ids, up, down):
     """experts_consistent's per-expert loop, run on the GPU with linear.consistent per expert."""
-    return moe.experts_loop(x, ids, up, down, functools.partial(linear.consistent, row_multiple=8))
+    return experts_loop(x, ids, up, down, functools.partial(linear_consistent, row_multiple=8))
 
 
 def _gradients(fn, x, up, down, weight):
@@ -45,11 +51,11 @@ def check_backward(x, ids, up, down, gen) -> tuple:
     weight = torch.randn(ids.shape + (down.shape[1],), device="cuda", generator=gen)
 
     def grouped(xx, uu, dd):
-        return moe_cuda.experts(xx, ids, uu, dd, moe._relu2_once)
+        return moe_cuda.experts(xx, ids, uu, dd, _relu2_once)
 
     def loop64(xx, uu, dd):  # the experts' math in float64 torch ops
         out = xx.new_zeros(ids.shape + (dd.shape[1],))
-        for expert, (rows, slots) in moe._routing_groups(ids, uu.shape[0]).items():
+        for expert, (rows, slots) in _routing_groups(ids, uu.shape[0]).items():
             out[rows, slots] = (torch.relu(xx[rows] @ uu[expert].T) ** 2) @ dd[expert].T
         return out
     first, second = _gradients(grouped, x, up, down, weight), _gradients(grouped, x, up, down, weight)
@@ -85,20 +91,20 @@ def main() -> int:
     x_all = torch.randn(largest, hidden, device="cuda", generator=gen).to(torch.bfloat16)
     ids_all = torch.rand(largest, experts, device="cuda", generator=gen).topk(top_k, dim=-1).indices
     w_all = torch.rand(largest, top_k, device="cuda", generator=gen).softmax(-1)
-    head = moe_cuda.experts(x_all[:7], ids_all[:7], up, down, moe._relu2_once)
+    head = moe_cuda.experts(x_all[:7], ids_all[:7], up, down, _relu2_once)
     records, failures = [], 0
     print(f"{'tokens':>7}{'grouped==loop':>15}{'head==alone':>13}{'cons grouped':>14}{'cons loop':>11}"
           f"{'fast grouped':>14}{'fast loop':>11}   (us, medians)")
     for tokens in TOKENS:
         x, ids, weights = x_all[:tokens], ids_all[:tokens], w_all[:tokens]
-        grouped = moe_cuda.experts(x, ids, up, down, moe._relu2_once)
+        grouped = moe_cuda.experts(x, ids, up, down, _relu2_once)
         same = first_bit_difference(grouped, _loop_consistent(x, ids, up, down))
         head_same = first_bit_difference(grouped[:7], head[:tokens]) if tokens >= 7 else None
         failures += (same is not None) + (head_same is not None)
-        fns = {"consistent_grouped": lambda: moe_cuda.experts(x, ids, up, down, moe._relu2_once),
+        fns = {"consistent_grouped": lambda: moe_cuda.experts(x, ids, up, down, _relu2_once),
                "consistent_loop": lambda: _loop_consistent(x, ids, up, down),
-               "fast_grouped": lambda: moe_cuda.experts_fast(x, ids, weights, up, down),
-               "fast_loop": lambda: moe.experts_fast_loop(x, ids, weights, up, down)}
+               "fast_grouped": lambda: moe_fast_cuda.experts_fast(x, ids, weights, up, down),
+               "fast_loop": lambda: experts_fast_loop(x, ids, weights, up, down)}
         samples = {name: triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="all") for name, fn in fns.items()}
         med = {name: sorted(s)[len(s) // 2] * 1000 for name, s in samples.items()}
         records.append({"tokens": tokens, "grouped_vs_loop": str(same) if same else "identical",

@@ -14,10 +14,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import kernels.ops.norm.triton as norm_triton  # noqa: E402
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from gates import faults_cuda  # noqa: E402
 from gates.compare import bit_view  # noqa: E402
-from kernels.ops import logprob, norm_triton  # noqa: E402
+from kernels.ops.logprob.consistent import consistent as logprob_consistent  # noqa: E402
 
 WIDTHS = {"norm": (256, 2048, 2688), "logprob": (1024, 151936), "linear": ((256, 256), (2048, 2048))}
 
@@ -49,7 +50,7 @@ def measure(rows: int, small: int, generator) -> list:
         logits = (3 * torch.randn(n, vocab, generator=generator)).to("cuda")
         targets = torch.randint(0, vocab, (n,), generator=generator).to("cuda")
         temps = torch.ones(n, device="cuda")
-        whole = logprob.consistent(logits, targets, temps)
+        whole = logprob_consistent(logits, targets, temps)
         planted = in_calls(faults_cuda.logprob_triton_block_by_rows, n, small, logits, targets, temps)
         records.append({"plant": "logprob_triton_block_by_rows", "width": vocab, "dtype": "torch.float32",
                         "elements": n, "moved": differing(whole, planted)})

@@ -16,8 +16,9 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import kernels.ops.linear.cuda as linear_cuda  # noqa: E402
+import kernels.ops.linear.triton as linear_triton  # noqa: E402
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
-from kernels.ops import linear_cuda, linear_triton  # noqa: E402
 
 M_SWEEP = (1, 3, 16, 64, 128, 256, 257, 1000, 2048, 2049, 8192)
 

@@ -4,7 +4,7 @@ norm + RoPE against this tree's three launches it replaces (the same bits requir
 
     python3 benchmarks/gpu_row_kernels.py --out DIR [--ref COMMIT] [--rows 128,38400]
 
-The reference commit's norm_triton.py and rope_triton.py are loaded from git (`git show`)
+The reference commit's norm/triton.py and rope/triton.py are loaded from git (`git show`)
 as modules of their own; the K/V write's reference is the two torch scatters. At Qwen3-1.7B's
 widths (hidden 2048, 16/8 heads x 128) and Nemotron's hidden 2688, for each row count (a
 decode step's, a prefill's): RoPE and the K/V write must equal their references bit for bit
@@ -27,9 +27,11 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import kernels.ops.norm.triton as norm_triton  # noqa: E402
+import kernels.ops.rope.triton as rope_triton  # noqa: E402
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
-from kernels.ops import kv_write_triton, norm_triton, qk_norm_rope_triton, rope_triton  # noqa: E402
-from kernels.ops.rope import _device_table  # noqa: E402
+from kernels.ops import kv_write_triton, qk_norm_rope_triton  # noqa: E402
+from kernels.ops.rope.consistent import _device_table  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
 HIDDEN = (2048, 2688)
@@ -37,12 +39,16 @@ DEVICE, DTYPE = "cuda", torch.bfloat16  # --device cpu (TRITON_INTERPRET=1, fp32
 
 
 def reference_module(commit: str, name: str, folder: str):
-    """kernels/ops/<name>.py as it was at `commit`, imported under another name."""
-    source = subprocess.run(["git", "show", f"{commit}:kernels/ops/{name}.py"], capture_output=True, text=True,
-                            check=True).stdout
-    path = Path(folder) / f"ref_{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"ref_{name}", path)
+    """kernels/ops/<name>.py as it was at `commit` (<family>/triton, or <family>_triton before the
+    family folders), imported under another name."""
+    shown = subprocess.run(["git", "show", f"{commit}:kernels/ops/{name}.py"], capture_output=True, text=True)
+    if shown.returncode:
+        shown = subprocess.run(["git", "show", f"{commit}:kernels/ops/{name.replace('/', '_')}.py"],
+                               capture_output=True, text=True, check=True)
+    flat = name.replace("/", "_")
+    path = Path(folder) / f"ref_{flat}.py"
+    path.write_text(shown.stdout)
+    spec = importlib.util.spec_from_file_location(f"ref_{flat}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -174,7 +180,7 @@ def main() -> int:
         DEVICE, DTYPE = args.device, torch.float32
     generator, log = torch.Generator().manual_seed(20261203), []
     with tempfile.TemporaryDirectory() as folder:
-        ref_norm, ref_rope = (reference_module(args.ref, name, folder) for name in ("norm_triton", "rope_triton"))
+        ref_norm, ref_rope = (reference_module(args.ref, name, folder) for name in ("norm/triton", "rope/triton"))
         for rows in (int(r) for r in args.rows.split(",")):
             for width in HIDDEN:
                 check_norm(ref_norm, rows, width, True, generator, log)

@@ -4,7 +4,7 @@
 
 On random row pools, state pools and buffered counts (every count 0..Q-1 drawn, so every
 number of s-blocks occurs, Q-1 included), at the config's Mamba widths: the output of
-ssm_decode_triton.decode_rows under each launch (P-block, loop unroll, warps, vector) against
+ssm_scan/decode_triton.py's decode_rows under each launch (P-block, loop unroll, warps, vector) against
 the block kernel (_chunk_outputs_kernel, one 32-row block per sequence: the arithmetic the row
 kernel restates), bit for bit (int32 views); then the time of each launch and of the whole batched
 decode (cumsum, row, state fold), triton.testing.do_bench, raw samples saved. A launch whose
@@ -20,10 +20,10 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import kernels.ops.ssm_scan.decode_triton as row_kernel  # noqa: E402
+import kernels.ops.ssm_scan.triton as kernel  # noqa: E402
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from kernels.models.config import load_model_config  # noqa: E402
-from kernels.ops import ssm_decode_triton as row_kernel  # noqa: E402
-from kernels.ops import ssm_scan_triton as kernel  # noqa: E402
 
 DEVICE = "cuda"  # --device cpu (with TRITON_INTERPRET=1, a small config): a smoke test of this script
 LAUNCHES = [{"p_block": pb, "unroll": u, "num_warps": w, "vector": v}

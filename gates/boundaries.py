@@ -7,7 +7,7 @@ crossed (`coverage`); a gate whose inputs crossed none fails as vacuous. `covera
 no code under test: a gate that runs it in workers (gates/candidate.py) computes it itself.
 """
 KEY_BLOCK_CONSTANTS = ("block_kv", "tokens_per_split")  # attention constants that cut the keys
-DEFAULT_KEY_BLOCK = 32  # the fast paged kernels' key block (kernels/ops/attention.py FAST_BLOCK_KV)
+DEFAULT_KEY_BLOCK = 32  # the fast paged kernels' key block (kernels/ops/attention/fast.py FAST_BLOCK_KV)
 DEFAULT_SSM_CHUNK = 16
 
 

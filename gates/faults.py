@@ -11,14 +11,20 @@ import torch
 import torch.nn.functional as F
 
 from gates import faults_cuda
-from kernels.ops import activation, attention, linear, logprob, moe, norm, quant_regions, sampler
-from kernels.ops.registry import register_variant
+from gates.faults_cuda import kernel_module
+from kernels.ops.registry import implementation, register_variant
 from kernels.trainer.rl_loop import GRPORun
+
+
+def _consistent(family: str):
+    """The family's shipped consistent variant, by its registry name: the same in a base commit's
+    kernels from before the family folders, which the judge's gates also run on."""
+    return implementation(f"{family}.consistent")
 
 
 def combine_reverse_order(slot_outputs, ids, weights, shared_out):
     """The consistent combine, but slots summed k-1 .. 0 (a combine in the wrong order)."""
-    return moe.combine_consistent(slot_outputs.flip(1), ids, weights.flip(1), shared_out)
+    return _consistent("moe_combine")(slot_outputs.flip(1), ids, weights.flip(1), shared_out)
 
 
 def combine_bf16_reverse_order(slot_outputs, ids, weights, shared_out):
@@ -36,7 +42,7 @@ def combine_bf16_reverse_order(slot_outputs, ids, weights, shared_out):
 
 def topk_highest_id_wins(scores, bias, *, top_k, scaling):
     """Unique-key top-k with ties going to the HIGHEST expert id (an unstable tie-break)."""
-    flipped = moe.topk_consistent(scores.flip(-1), bias.flip(-1), top_k=top_k, scaling=scaling)
+    flipped = _consistent("topk")(scores.flip(-1), bias.flip(-1), top_k=top_k, scaling=scaling)
     return scores.shape[-1] - 1 - flipped[0], flipped[1]
 
 
@@ -44,7 +50,7 @@ class _SiluMulNoGateGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up):
         ctx.save_for_backward(gate, up)
-        return activation.consistent(gate, up)
+        return _consistent("activation")(gate, up)
 
     @staticmethod
     def backward(ctx, grad):
@@ -59,7 +65,7 @@ def silu_mul_inference_two_roundings(gate, up):
     calls the engine's ops outside the mode the engine runs them in cannot see it."""
     if torch.is_inference_mode_enabled():
         return F.silu(gate) * up
-    return activation.consistent(gate, up)
+    return _consistent("activation")(gate, up)
 
 
 def silu_mul_wrong_gradient(gate, up):
@@ -87,11 +93,11 @@ def linear_thread_split_k(x, w, *, row_multiple: int, out_dtype=None):
     bits, two give others. A gate that never varies the thread count cannot see it."""
     num_splits = torch.get_num_threads()
     if num_splits == 1 or out_dtype == torch.float32:
-        return linear.consistent(x, w, row_multiple=row_multiple, out_dtype=out_dtype)
+        return _consistent("linear")(x, w, row_multiple=row_multiple, out_dtype=out_dtype)
     bounds = torch.linspace(0, x.shape[-1], num_splits + 1).round().long().tolist()
     total = None
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        part = linear.consistent(x[..., lo:hi].contiguous(), w[:, lo:hi].contiguous(), row_multiple=row_multiple)
+        part = _consistent("linear")(x[..., lo:hi].contiguous(), w[:, lo:hi].contiguous(), row_multiple=row_multiple)
         total = part if total is None else total + part
     return total
 
@@ -102,7 +108,7 @@ def norm_sum_in_halves_below_16_rows(x, w, *, eps, residual=None):
     an fp32 sum that moved by an ulp, so a bf16 element rarely changes: rows widened to fp32
     (C02's row replay) show it every time."""
     if x.numel() // x.shape[-1] >= 16:
-        return norm.consistent(x, w, eps=eps, residual=residual)
+        return _consistent("norm")(x, w, eps=eps, residual=residual)
     h = x if residual is None else x + residual
     h32 = h.float()
     half = h32.shape[-1] // 2
@@ -115,8 +121,9 @@ def sampler_keeps_every_tie(logits, params_list, draw_indices):
     """The consistent sampler's per-row draws, but top-k keeps every token tied with the k-th
     (the threshold rule engines use): deterministic and batch invariant, so only a rule check
     on crafted ties at the k-th place can see it."""
-    x, greedy, keys = sampler._rows(logits, params_list, draw_indices)
-    return sampler.consistent_draw(sampler._fast_truncated(x, params_list), greedy, keys)
+    x, greedy, keys = kernel_module("sampler.forms", "sampler")._rows(logits, params_list, draw_indices)
+    truncated = kernel_module("sampler.fast", "sampler")._fast_truncated(x, params_list)
+    return kernel_module("sampler.consistent", "sampler").consistent_draw(truncated, greedy, keys)
 
 
 def attention_graph_baked_block_kv(q, k, v, segments, kv, *, scale, block_kv: int, row_multiple: int):
@@ -126,7 +133,7 @@ def attention_graph_baked_block_kv(q, k, v, segments, kv, *, scale, block_kv: in
     C05's negative control; eager, every phase of a sequence sees the same bits only by luck)."""
     longest = max(s.start + s.length for s in segments)
     chosen = 2 * block_kv if longest > block_kv else block_kv
-    return attention.consistent(q, k, v, segments, kv, scale=scale, block_kv=chosen, row_multiple=row_multiple)
+    return _consistent("attention")(q, k, v, segments, kv, scale=scale, block_kv=chosen, row_multiple=row_multiple)
 
 
 def attention_bf16_split_kv(q, k, v, segments, kv, *, scale, tokens_per_split: int, max_splits: int):
@@ -135,9 +142,10 @@ def attention_bf16_split_kv(q, k, v, segments, kv, *, scale, tokens_per_split: i
     partials and moves the bf16 output of only a few percent of decode tokens (none, on some
     workloads); rounding every partial moves most rows, so shrink can be tested on it."""
     kv.write_segments(segments, k, v)
-    split = partial(attention._split_kv, scale=scale, tokens_per_split=tokens_per_split, max_splits=max_splits,
+    split = partial(kernel_module("attention.fast", "attention")._split_kv, scale=scale,
+                    tokens_per_split=tokens_per_split, max_splits=max_splits,
                     workspace_dtype=q.dtype)
-    return attention._each_segment(split, q, segments, kv)
+    return kernel_module("attention.forms", "attention")._each_segment(split, q, segments, kv)
 
 
 def attention_split_past_long_context(q, k, v, segments, kv, *, scale, block_kv: int, row_multiple: int,
@@ -146,7 +154,8 @@ def attention_split_past_long_context(q, k, v, segments, kv, *, scale, block_kv:
     flash-decoding with a bf16 workspace (a split that engines switch on for long contexts
     only): no gate whose probes stop short of the threshold can see it."""
     if max(s.start + s.length for s in segments) <= long_context:
-        return attention.consistent(q, k, v, segments, kv, scale=scale, block_kv=block_kv, row_multiple=row_multiple)
+        return _consistent("attention")(q, k, v, segments, kv, scale=scale, block_kv=block_kv,
+                                        row_multiple=row_multiple)
     return attention_bf16_split_kv(q, k, v, segments, kv, scale=scale, tokens_per_split=tokens_per_split,
                                    max_splits=max_splits)
 
@@ -159,7 +168,8 @@ def attention_split_past_hidden_context(q, k, v, segments, kv, *, scale, block_k
     written in the kernel rather than the contract, then flash-decoding with a bf16
     workspace: only a probe of more than a thousand tokens meets it."""
     if max(s.start + s.length for s in segments) <= HIDDEN_CONTEXT:
-        return attention.consistent(q, k, v, segments, kv, scale=scale, block_kv=block_kv, row_multiple=row_multiple)
+        return _consistent("attention")(q, k, v, segments, kv, scale=scale, block_kv=block_kv,
+                                        row_multiple=row_multiple)
     return attention_bf16_split_kv(q, k, v, segments, kv, scale=scale, tokens_per_split=64, max_splits=16)
 
 
@@ -181,15 +191,15 @@ def linear_slow_repeat(x, w, *, row_multiple: int, out_dtype=None, repeats: int 
     `repeats` times the CPU work (a planted slow path: C10 must fail it, and must fail it on
     CPU time, which a neighbour process does not move)."""
     for _ in range(repeats - 1):
-        linear.consistent(x, w, row_multiple=row_multiple, out_dtype=out_dtype)
-    return linear.consistent(x, w, row_multiple=row_multiple, out_dtype=out_dtype)
+        _consistent("linear")(x, w, row_multiple=row_multiple, out_dtype=out_dtype)
+    return _consistent("linear")(x, w, row_multiple=row_multiple, out_dtype=out_dtype)
 
 
 def logprob_fast_in_a_worker(logits, targets, temperatures, *, full=False):
     """The consistent log-prob, but the engine-style log_softmax in a `python -c` process (what
     C10's timed and reference workers are): a path switched where it is timed. C10 must catch
     it by its trainer, whose scores (trainer_fwd, left consistent) the engine's bits then miss."""
-    variant = logprob.fast_log_softmax if sys.argv[0] == "-c" else logprob.consistent
+    variant = implementation("logprob.fast_log_softmax" if sys.argv[0] == "-c" else "logprob.consistent")
     return variant(logits, targets, temperatures, full=full)
 
 
@@ -197,7 +207,7 @@ def weight_round_trip_detached(w, *, fmt):
     """The quantized weight's forward bits, detached from the master weight: no gradient
     reaches it (a quantizer used without its straight-through estimator). C08 must fail it
     on the quantized cut."""
-    return quant_regions.weight_round_trip(w if fmt == "none" else w.detach(), fmt=fmt)
+    return implementation("weight_quant.round_trip")(w if fmt == "none" else w.detach(), fmt=fmt)
 
 
 PLANTED = {

@@ -1,4 +1,4 @@
-"""Planted faults in the consistent CUDA kernels (kernels/ops/*_triton.py): each kernel's
+"""Planted faults in the consistent CUDA kernels (kernels/ops/*/triton.py): each kernel's
 split or block constant made to follow the call's row count, the class of fault a tuned
 kernel ships (a tile or split picked per batch). The gate meant for the class is C02 (batch
 invariance): the probe alone takes one constant, the same rows among others another.
@@ -9,11 +9,21 @@ backward) and run on CUDA only: bound on another device they refuse with the rea
 attention walk's and the scan's constants are planted by existing variants bound to one case
 (tests/test_triton_plants.py lists them all). Registered by gates/faults.py's register_all.
 """
+import importlib
+
 import torch
 
-from kernels.ops import logprob
-
 SMALL_CALL = 16  # rows below which a planted kernel takes its other constant
+
+
+def kernel_module(name: str, before_folders: str):
+    """kernels.ops.<name> ("linear.cuda": the family folders), or kernels.ops.<before_folders>
+    ("linear_cuda") in a tree from before them: the judge's gates also run on a base commit's
+    kernels (C08's reference side)."""
+    try:
+        return importlib.import_module(f"kernels.ops.{name}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"kernels.ops.{before_folders}")
 
 
 def _require_cuda(x, name: str) -> None:
@@ -27,7 +37,8 @@ def linear_triton_split_k_small_m(x, w, *, row_multiple: int, out_dtype=None):
     SMALL_CALL rows (a split-K for small batches: the count follows M, which the kernel's
     contract forbids)."""
     _require_cuda(x, "linear.planted_triton_split_k_small_m")
-    from kernels.ops import linear_cuda, linear_triton
+    linear_cuda = kernel_module("linear.cuda", "linear_cuda")
+    linear_triton = kernel_module("linear.triton", "linear_triton")
     rows = x.reshape(-1, x.shape[-1]).contiguous()
     w = w.contiguous()
     _, config, block_k = linear_cuda._launch(rows.shape[0], w.shape[0], w.shape[1], x.dtype, x.device)
@@ -42,7 +53,7 @@ def norm_triton_lanes_by_rows(x, w, *, eps, residual=None):
     when the call has fewer than SMALL_CALL rows (each lane then adds two elements before the
     tree: another order)."""
     _require_cuda(x, "norm.planted_triton_lanes_by_rows")
-    from kernels.ops import norm_triton
+    norm_triton = kernel_module("norm.triton", "norm_triton")
     rows = x.numel() // x.shape[-1]
     lanes = max(1, x.shape[-1] // 2) if rows < SMALL_CALL else 0
     return norm_triton.launch(x, w, eps, residual, block=1 << (lanes.bit_length() - 1) if lanes else 0)
@@ -53,7 +64,7 @@ def logprob_triton_block_by_rows(logits, targets, temperatures, *, full=False):
     BLOCK when the call has fewer than SMALL_CALL rows (the sum of exp in another order)."""
     _require_cuda(logits, "logprob.planted_triton_block_by_rows")
     from kernels.ops import reduction_triton
-    x = logprob.scaled(logits, temperatures)
+    x = kernel_module("logprob.forms", "logprob").scaled(logits, temperatures)
     row_max = x.amax(dim=-1, keepdim=True)
     rows = torch.exp(x - row_max).reshape(-1, x.shape[-1]).contiguous()
     block, num_warps = reduction_triton.block_for(rows.shape[1])

@@ -28,7 +28,7 @@ RULES = ("""Rules (the harness checks them and fails gate C00 on any violation):
 
 BRIEFS = {
     "baseline": """You are the BASELINE agent of a bitwise-align run on model {model}.
-Make the fast path (kernels/contract/fast.yaml and the fast variants in kernels/ops/) as fast
+Make the fast path (kernels/contract/fast.yaml and the fast variants, kernels/ops/*/fast*.py) as fast
 as a real engine would run it, keeping it correct against the float64 references
 (`python -m pytest tests/test_ops_reference.py -q`). Do not touch the consistent variants or
 consistent.yaml. When you are done, say so: the harness freezes your last commit as the new

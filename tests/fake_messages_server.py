@@ -3,7 +3,7 @@ the real `anthropic` client without network.
 
     with FakeMessagesServer([
         [tool_use("read_file", path="repros/x/test_repro.py")],
-        [tool_use("edit_file", path="kernels/ops/norm.py", old_string="a", new_string="b")],
+        [tool_use("edit_file", path="kernels/ops/norm/fast.py", old_string="a", new_string="b")],
         overloaded(),                                    # one 529; the client retries
         lambda request: [tool_use("run_command", command="python -m pytest repros/x -q")],
         [text("done")],                                  # no tool_use: stop_reason end_turn

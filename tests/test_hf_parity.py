@@ -145,7 +145,8 @@ def test_rope_matches_transformers_to_8k_positions(fresh_seed):
     tolerance at long positions."""
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, apply_rotary_pos_emb
 
-    from kernels.ops import rope
+    from kernels.ops.rope.consistent import consistent as rope_consistent
+    from kernels.ops.rope.fast import fast as rope_fast
     theta, head_dim, heads = 1_000_000.0, 32, 4
     generator = torch.Generator().manual_seed(fresh_seed)
     positions = torch.cat([torch.tensor([0, ROPE_POSITIONS - 1]),
@@ -163,8 +164,8 @@ def test_rope_matches_transformers_to_8k_positions(fresh_seed):
         return (got.double() - want.double()).abs().amax(dim=(1, 2)) / scale
 
     hf_bound = 4 * 2.0 ** -24 * positions.double() + 2.0 ** -21
-    ours = rope.consistent(x, x, positions, theta=theta, max_position=ROPE_POSITIONS)[0]
-    fast = rope.fast(x, x, positions, theta=theta, max_position=ROPE_POSITIONS)[0]
+    ours = rope_consistent(x, x, positions, theta=theta, max_position=ROPE_POSITIONS)[0]
+    fast = rope_fast(x, x, positions, theta=theta, max_position=ROPE_POSITIONS)[0]
     far = int(positions.argmax())
     print(f"\nRoPE at position {int(positions[far])}: |consistent - exact| {error(ours, exact)[far]:.2e}, "
           f"|transformers - exact| {error(theirs, exact)[far]:.2e}, |fast - exact| {error(fast, exact)[far]:.2e} "
@@ -173,7 +174,7 @@ def test_rope_matches_transformers_to_8k_positions(fresh_seed):
     assert bool((error(theirs, exact) <= hf_bound).all()), f"transformers outside its bound, seed {fresh_seed}"
     assert bool((error(ours, theirs) <= hf_bound + ROPE_TOLERANCE).all()), f"ours vs transformers, seed {fresh_seed}"
     assert bool((error(fast, exact) <= hf_bound).all()), f"fast RoPE outside the fp32 bound, seed {fresh_seed}"
-    off = rope.consistent(x, x, positions, theta=theta * (1 + 1e-6), max_position=ROPE_POSITIONS)[0]
+    off = rope_consistent(x, x, positions, theta=theta * (1 + 1e-6), max_position=ROPE_POSITIONS)[0]
     assert float(error(off, exact)[far]) > 100 * ROPE_TOLERANCE, f"negative control unseen, seed {fresh_seed}"
 
 

@@ -23,7 +23,7 @@ from kernels.layout.layout import Layout, SideLayouts, load_side_layouts
 from kernels.layout.policy import LayoutPolicy
 from kernels.layout.tree import owned_leaves, tree_sum
 from kernels.models.config import load_model_config
-from kernels.ops import moe
+from kernels.ops.topk.consistent import topk_consistent
 from kernels.trainer.logprobs import ScoredSequence
 
 RANK_ORDER = LayoutPolicy("rank_order", "rank_order", "rank_order")
@@ -40,7 +40,7 @@ def _inputs(seed):
     def randn(*shape, scale=1.0):
         return (scale * torch.randn(shape, generator=g)).to(torch.bfloat16)
     scores = torch.rand(11, 8, generator=g)
-    ids, weights = moe.topk_consistent(scores, torch.zeros(8), top_k=3, scaling=2.5)
+    ids, weights = topk_consistent(scores, torch.zeros(8), top_k=3, scaling=2.5)
     return {"x_col": randn(13, 256), "w_col": randn(512, 256, scale=0.05), "x_row": randn(13, 768),
             "w_row": randn(256, 768, scale=0.05), "logits": randn(512, 1024, scale=3.0),  # many rows: a sum's
             # last-bit change survives the log in a few percent of them

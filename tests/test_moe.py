@@ -1,5 +1,6 @@
-"""The Nemotron-H MoE ops (kernels/ops/moe.py): exact ties, batch invariance, the float64
-reference, and the routing weight applied once. The fast variants are the negative controls.
+"""The Nemotron-H MoE ops (kernels/ops/router/, topk/, expert_gemm/, moe_combine/, relu2_mlp/):
+exact ties, batch invariance, the float64 reference, and the routing weight applied once. The
+fast variants are the negative controls.
 Run with `python -m pytest tests/test_moe.py -s` to see the measured counts and errors.
 """
 from types import SimpleNamespace
@@ -10,7 +11,16 @@ import torch
 from gates.compare import assert_bitwise_equal, first_bit_difference
 from gates.crafted import tied_scores
 from gates.reference import moe as ref_moe
-from kernels.ops import moe
+from kernels.ops.expert_gemm.consistent import experts_consistent
+from kernels.ops.expert_gemm.fast import experts_fast
+from kernels.ops.moe_combine.consistent import combine_consistent
+from kernels.ops.moe_combine.fast import combine_fast
+from kernels.ops.relu2_mlp.consistent import shared_consistent
+from kernels.ops.relu2_mlp.fast import shared_fast
+from kernels.ops.router.consistent import router_consistent
+from kernels.ops.router.fast import router_fast
+from kernels.ops.topk.consistent import topk_consistent
+from kernels.ops.topk.fast import topk_fast
 
 HIDDEN, NUM_EXPERTS, WIDTH, SHARED_WIDTH = 64, 8, 32, 64
 SCALING = 2.5
@@ -40,17 +50,17 @@ def _params(generator, identical_experts=False, shared_scale=1.0, dtype=torch.bf
 
 
 def moe_consistent(x, p, top_k, scaling=SCALING):
-    scores = moe.router_consistent(x, p.router, row_multiple=ROW_MULTIPLE)
-    ids, weights = moe.topk_consistent(scores, p.bias, top_k=top_k, scaling=scaling)
-    slots = moe.experts_consistent(x, ids, weights, p.up, p.down, row_multiple=ROW_MULTIPLE)
-    shared = moe.shared_consistent(x, p.shared_up, p.shared_down, row_multiple=ROW_MULTIPLE)
-    return moe.combine_consistent(slots, ids, weights, shared)
+    scores = router_consistent(x, p.router, row_multiple=ROW_MULTIPLE)
+    ids, weights = topk_consistent(scores, p.bias, top_k=top_k, scaling=scaling)
+    slots = experts_consistent(x, ids, weights, p.up, p.down, row_multiple=ROW_MULTIPLE)
+    shared = shared_consistent(x, p.shared_up, p.shared_down, row_multiple=ROW_MULTIPLE)
+    return combine_consistent(slots, ids, weights, shared)
 
 
 def moe_fast(x, p, top_k, scaling=SCALING):
-    ids, weights = moe.topk_fast(moe.router_fast(x, p.router), p.bias, top_k=top_k, scaling=scaling)
-    weighted = moe.experts_fast(x, ids, weights, p.up, p.down)
-    return moe.combine_fast(weighted, ids, weights, moe.shared_fast(x, p.shared_up, p.shared_down))
+    ids, weights = topk_fast(router_fast(x, p.router), p.bias, top_k=top_k, scaling=scaling)
+    weighted = experts_fast(x, ids, weights, p.up, p.down)
+    return combine_fast(weighted, ids, weights, shared_fast(x, p.shared_up, p.shared_down))
 
 
 def _reference(x, p, top_k, scaling=SCALING, ids=None):
@@ -78,7 +88,7 @@ def test_exact_ties_go_to_the_lowest_id_whatever_the_batch(top_k, fresh_seed):
     num_ties = _count_straddling_ties(key, top_k)
     assert num_ties > 0, "the crafted input holds no tie across the k-th place"
     expected = _rule(key, top_k)
-    ids, weights = moe.topk_consistent(scores, bias, top_k=top_k, scaling=SCALING)
+    ids, weights = topk_consistent(scores, bias, top_k=top_k, scaling=SCALING)
     assert torch.equal(ids, expected), "consistent topk broke a tie other than by the lowest id"
     ref_weights = ref_moe.routing_weights(scores, expected, SCALING)  # the unbiased scores
     assert float((weights.double() - ref_weights).abs().max()) <= 1e-6 * SCALING
@@ -86,10 +96,10 @@ def test_exact_ties_go_to_the_lowest_id_whatever_the_batch(top_k, fresh_seed):
     for size in SIZES:
         order = torch.randperm(NUM_TOKENS, generator=generator)  # another composition and order
         for rows in order.split(size):
-            got_ids, got_weights = moe.topk_consistent(scores[rows], bias, top_k=top_k, scaling=SCALING)
+            got_ids, got_weights = topk_consistent(scores[rows], bias, top_k=top_k, scaling=SCALING)
             assert torch.equal(got_ids, ids[rows]), f"ids of rows {rows.tolist()} in a batch of {size}"
             assert_bitwise_equal(got_weights, weights[rows], f"weights in a batch of {size}")
-            fast_ids = moe.topk_fast(scores[rows], bias, top_k=top_k, scaling=SCALING)[0]
+            fast_ids = topk_fast(scores[rows], bias, top_k=top_k, scaling=SCALING)[0]
             fast_differs += int((fast_ids != expected[rows]).any(dim=-1).sum())
             fast_set_differs += int((fast_ids.sort().values != expected[rows].sort().values).any(dim=-1).sum())
     print(f"\ntop_k={top_k}: {num_ties}/{NUM_TOKENS} rows tie across the k-th place; "
@@ -141,9 +151,9 @@ def test_router_scores_are_batch_invariant(fresh_seed):
     p = _params(generator)
     x = torch.randn(NUM_TOKENS // 2, HIDDEN, generator=generator).to(torch.bfloat16)
     consistent = _invariance_failures(
-        lambda x, p, _: moe.router_consistent(x, p.router, row_multiple=ROW_MULTIPLE), x, p, 0, generator)
+        lambda x, p, _: router_consistent(x, p.router, row_multiple=ROW_MULTIPLE), x, p, 0, generator)
     assert not consistent, f"consistent router rows changed with the batch: (token, size) {consistent[:8]}"
-    fast = _invariance_failures(lambda x, p, _: moe.router_fast(x, p.router), x, p, 0, generator)
+    fast = _invariance_failures(lambda x, p, _: router_fast(x, p.router), x, p, 0, generator)
     print(f"\nrouter: fast scores changed in {len(fast)}/{len(x) * len(SIZES)} (token, batch size) rows")
     assert fast, "negative control: torch.sigmoid and the plain GEMM kept every row's bits"
 
@@ -168,11 +178,11 @@ def test_consistent_matches_float64_reference(top_k, fresh_seed):
     generator = torch.Generator().manual_seed(fresh_seed)
     p = _params(generator)
     x = torch.randn(NUM_TOKENS, HIDDEN, generator=generator).to(torch.bfloat16)
-    ids = moe.topk_consistent(moe.router_consistent(x, p.router, row_multiple=ROW_MULTIPLE), p.bias,
+    ids = topk_consistent(router_consistent(x, p.router, row_multiple=ROW_MULTIPLE), p.bias,
                               top_k=top_k, scaling=SCALING)[0]
     ref = _reference_for(x, p, top_k, SCALING, ids)
     error = _relative_error(moe_consistent(x, p, top_k), ref)
-    fast_ids = moe.topk_fast(moe.router_fast(x, p.router), p.bias, top_k=top_k, scaling=SCALING)[0]
+    fast_ids = topk_fast(router_fast(x, p.router), p.bias, top_k=top_k, scaling=SCALING)[0]
     fast_error = _relative_error(moe_fast(x, p, top_k), _reference(x, p, top_k, ids=fast_ids))
     fast_flips = int((fast_ids.sort().values != ids.sort().values).any(dim=-1).sum())
     print(f"\ntop_k={top_k}: consistent max relative error {error:.3e}, fast {fast_error:.3e} on its "
@@ -208,10 +218,10 @@ def test_mixing_experts_and_combine_of_two_kinds_misapplies_the_weight(fresh_see
     """Negative control of the test above, and the reason a contract must pair expert_gemm
     and moe_combine: fast experts fold the weight in, the consistent combine applies it again."""
     def mixed(x, p, top_k, scaling):
-        ids, weights = moe.topk_consistent(moe.router_consistent(x, p.router, row_multiple=ROW_MULTIPLE),
+        ids, weights = topk_consistent(router_consistent(x, p.router, row_multiple=ROW_MULTIPLE),
                                            p.bias, top_k=top_k, scaling=scaling)
-        slots = moe.experts_fast(x, ids, weights, p.up, p.down)
-        return moe.combine_consistent(slots, ids, weights, moe.shared_fast(x, p.shared_up, p.shared_down))
+        slots = experts_fast(x, ids, weights, p.up, p.down)
+        return combine_consistent(slots, ids, weights, shared_fast(x, p.shared_up, p.shared_down))
     fitted = _fitted_factor(mixed, SCALING, fresh_seed)[0]
     print(f"\nexperts_fast + combine_consistent: fitted factor {fitted:.4f} (sum of w^2, not {SCALING})")
     assert abs(fitted / SCALING - 1) > 0.05

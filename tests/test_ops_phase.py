@@ -12,7 +12,8 @@ import torch
 from gates.compare import assert_bitwise_equal, first_bit_difference
 from kernels.models.batch import Segment
 from kernels.models.state import ContiguousKV
-from kernels.ops import attention
+from kernels.ops.attention.consistent import consistent as attention_consistent
+from kernels.ops.attention.fast import fast_sdpa, fast_split_kv
 
 SEQ_LEN, NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM = 70, 4, 2, 64
 SCALE = HEAD_DIM ** -0.5
@@ -45,7 +46,7 @@ def _chunks(chunk_size, case="engine_prefill", start=0, stop=SEQ_LEN):
 
 
 def _consistent(q, k, v, segments, kv):
-    return attention.consistent(q, k, v, segments, kv, scale=SCALE, block_kv=32, row_multiple=8)
+    return attention_consistent(q, k, v, segments, kv, scale=SCALE, block_kv=32, row_multiple=8)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -72,9 +73,9 @@ def test_fast_split_kv_decode_differs_from_sdpa_prefill(dtype, fresh_seed):
     num_sequences, differing_rows = 4, 0  # bf16 rounding hides most splits: several sequences
     for index in range(num_sequences):
         q, k, v = _sequence(fresh_seed + index, dtype)
-        prefill = _run(lambda *args: attention.fast_sdpa(*args, scale=SCALE),
+        prefill = _run(lambda *args: fast_sdpa(*args, scale=SCALE),
                        q, k, v, [(0, SEQ_LEN, "engine_prefill")])
-        decode = _run(lambda *args: attention.fast_split_kv(*args, scale=SCALE, tokens_per_split=32, max_splits=8),
+        decode = _run(lambda *args: fast_split_kv(*args, scale=SCALE, tokens_per_split=32, max_splits=8),
                       q, k, v, _chunks(1, "engine_decode"))
         differing_rows += sum(first_bit_difference(decode[t], prefill[t]) is not None for t in range(SEQ_LEN))
     print(f"\nattention fast_split_kv decode vs fast_sdpa prefill, {dtype}: "

@@ -14,7 +14,13 @@ from gates.reference import norm as ref_norm
 from gates.reference import rope as ref_rope
 from kernels.models.batch import Segment
 from kernels.models.state import ContiguousKV
-from kernels.ops import activation, attention, linear, logprob, norm, rope
+from kernels.ops.activation.consistent import consistent as activation_consistent
+from kernels.ops.attention.consistent import consistent as attention_consistent
+from kernels.ops.linear.consistent import consistent as linear_consistent
+from kernels.ops.logprob.consistent import consistent as logprob_consistent
+from kernels.ops.norm.consistent import consistent as norm_consistent
+from kernels.ops.rope.consistent import _device_table
+from kernels.ops.rope.consistent import consistent as rope_consistent
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 DTYPES = (torch.float32, torch.bfloat16)
@@ -38,7 +44,7 @@ def assert_matches_reference(out, ref, what):
 def test_linear(dtype, fresh_seed):
     generator = torch.Generator().manual_seed(fresh_seed)
     x, w = _randn(generator, (37, 512), dtype), _randn(generator, (300, 512), dtype, 0.05)
-    assert_matches_reference(linear.consistent(x, w, row_multiple=8), ref_linear.linear(x, w),
+    assert_matches_reference(linear_consistent(x, w, row_multiple=8), ref_linear.linear(x, w),
                              f"linear.consistent {dtype} seed {fresh_seed}")
 
 
@@ -48,7 +54,7 @@ def test_norm(dtype, has_residual, fresh_seed):
     generator = torch.Generator().manual_seed(fresh_seed)
     x, w = _randn(generator, (37, 1024), dtype), 1.0 + _randn(generator, (1024,), dtype, 0.1)
     residual = _randn(generator, (37, 1024), dtype, 2.0) if has_residual else None
-    out, new_residual = norm.consistent(x, w, eps=1e-6, residual=residual)
+    out, new_residual = norm_consistent(x, w, eps=1e-6, residual=residual)
     ref, ref_residual = ref_norm.rmsnorm(x, w, eps=1e-6, residual=residual)
     what = f"norm.consistent {dtype} residual={has_residual} seed {fresh_seed}"
     assert_matches_reference(out, ref, what)
@@ -61,7 +67,7 @@ def test_rope(dtype, fresh_seed):
     generator = torch.Generator().manual_seed(fresh_seed)
     q, k = _randn(generator, (37, 4, 64), dtype), _randn(generator, (37, 2, 64), dtype)
     positions = torch.randint(0, 4096, (37,), generator=generator)
-    q_out, k_out = rope.consistent(q, k, positions, theta=1e6, max_position=4096)
+    q_out, k_out = rope_consistent(q, k, positions, theta=1e6, max_position=4096)
     what = f"rope.consistent {dtype} seed {fresh_seed}"
     assert_matches_reference(q_out, ref_rope.rope(q, positions, theta=1e6), f"{what}, q")
     assert_matches_reference(k_out, ref_rope.rope(k, positions, theta=1e6), f"{what}, k")
@@ -79,7 +85,7 @@ def test_attention(dtype, start, length, fresh_seed):
     if start:
         kv.write(Segment(0, 0, start, 0, "engine_prefill"), k[:start], v[:start])
     segment = Segment(0, start, length, 0, "engine_prefill")
-    out = attention.consistent(q[start:], k[start:], v[start:], (segment,), kv, scale=scale,
+    out = attention_consistent(q[start:], k[start:], v[start:], (segment,), kv, scale=scale,
                                block_kv=32, row_multiple=8)
     ref = ref_attention.causal_gqa(q[start:], k, v, start, scale=scale)
     assert_matches_reference(out, ref, f"attention.consistent {dtype} start={start} length={length} seed {fresh_seed}")
@@ -89,7 +95,7 @@ def test_attention(dtype, start, length, fresh_seed):
 def test_activation(dtype, fresh_seed):
     generator = torch.Generator().manual_seed(fresh_seed)
     gate, up = _randn(generator, (37, 768), dtype, 3.0), _randn(generator, (37, 768), dtype)
-    assert_matches_reference(activation.consistent(gate, up), ref_activation.silu_mul(gate, up),
+    assert_matches_reference(activation_consistent(gate, up), ref_activation.silu_mul(gate, up),
                              f"activation.consistent {dtype} seed {fresh_seed}")
 
 
@@ -101,7 +107,7 @@ def test_logprob(dtype, full, fresh_seed):
     logits = _randn(generator, (37, 5000), dtype, 3.0)
     targets = torch.randint(0, 5000, (37,), generator=generator)
     temperatures = 0.5 + torch.rand(37, generator=generator)
-    out = logprob.consistent(logits, targets, temperatures, full=full)
+    out = logprob_consistent(logits, targets, temperatures, full=full)
     assert_matches_reference(out, ref_logprob.logprob(logits, targets, temperatures, full=full),
                              f"logprob.consistent {dtype} logits, full={full}, seed {fresh_seed}")
 
@@ -109,16 +115,15 @@ def test_logprob(dtype, full, fresh_seed):
 def test_rope_table_made_in_inference_mode_still_serves_autograd(fresh_seed):
     """The engine's first rope call runs under inference mode and builds the cached table;
     the trainer's later forward must still be able to save it for backward."""
-    from kernels.ops import rope
     generator = torch.Generator().manual_seed(fresh_seed)
     theta = 1000.0 + fresh_seed % 997  # a table no other test has cached
     q, k = _randn(generator, (5, 2, 16), torch.float32), _randn(generator, (5, 1, 16), torch.float32)
     positions = torch.arange(5)
     with torch.inference_mode():
-        rope.consistent(q, k, positions, theta=theta, max_position=64)
-    tables = rope._device_table(theta, 16, 64, q.device)
+        rope_consistent(q, k, positions, theta=theta, max_position=64)
+    tables = _device_table(theta, 16, 64, q.device)
     assert not any(t.is_inference() for t in tables), "the cached table is an inference tensor"
     leaf = q.clone().requires_grad_()
-    rotated, _ = rope.consistent(leaf, k, positions, theta=theta, max_position=64)
+    rotated, _ = rope_consistent(leaf, k, positions, theta=theta, max_position=64)
     (grad,) = torch.autograd.grad(rotated.sum(), [leaf])
     assert grad.shape == q.shape and bool(torch.isfinite(grad).all())

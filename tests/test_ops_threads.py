@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from gates.compare import assert_bitwise_equal
-from kernels.ops import linear, logprob, norm
+from kernels.ops.linear.consistent import consistent as linear_consistent
+from kernels.ops.logprob.consistent import consistent as logprob_consistent
+from kernels.ops.norm.consistent import consistent as norm_consistent
 from kernels.ops.reduction import row_sum
 
 THREAD_COUNTS = (1, 2, 4)
@@ -36,9 +38,9 @@ def test_consistent_ops_ignore_the_thread_count(fresh_seed, restore_threads):
     target = torch.tensor([7])
 
     def compute():
-        return (row_sum(wide), linear.consistent(x, w, row_multiple=8),
-                logprob.consistent(wide, target, torch.ones(1)),
-                norm.consistent(hidden, torch.ones(40000), eps=1e-6)[0])
+        return (row_sum(wide), linear_consistent(x, w, row_multiple=8),
+                logprob_consistent(wide, target, torch.ones(1)),
+                norm_consistent(hidden, torch.ones(40000), eps=1e-6)[0])
 
     first, *others = _under_each_thread_count(compute)
     for count, result in zip(THREAD_COUNTS[1:], others):

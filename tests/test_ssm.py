@@ -10,7 +10,11 @@ from gates.reference import ssm as reference
 from kernels.models.batch import Segment
 from kernels.models.mamba_pool import PooledMambaStore
 from kernels.models.mamba_state import MambaStateStore
-from kernels.ops import gated_norm, ssm_conv, ssm_scan
+from kernels.ops.gated_norm.consistent import consistent as gated_norm_consistent
+from kernels.ops.ssm_conv.consistent import consistent as ssm_conv_consistent
+from kernels.ops.ssm_conv.fast import fast_conv1d, fast_window_sum
+from kernels.ops.ssm_scan.consistent import consistent as ssm_scan_consistent
+from kernels.ops.ssm_scan.fast import fast_chunked, fast_recurrent
 
 HEADS, HEAD_DIM, GROUPS, STATE, KERNEL, CHUNK = 4, 8, 2, 16, 4, 16
 CONV_DIM = HEADS * HEAD_DIM + 2 * GROUPS * STATE
@@ -47,7 +51,7 @@ def _door_calls(inputs, segments, rows, store, conv, scan):
     y = scan(x.reshape(num_rows, HEADS, HEAD_DIM), B.reshape(num_rows, GROUPS, STATE),
              C.reshape(num_rows, GROUPS, STATE), inputs["dt_raw"][rows], segments, store,
              inputs["dt_bias"], inputs["A_log"], inputs["D"], chunk_size=CHUNK)
-    return gated_norm.consistent(y.reshape(num_rows, -1), inputs["z"][rows], inputs["norm_w"], eps=1e-5,
+    return gated_norm_consistent(y.reshape(num_rows, -1), inputs["z"][rows], inputs["norm_w"], eps=1e-5,
                                  group_size=HEADS * HEAD_DIM // GROUPS)
 
 
@@ -69,7 +73,7 @@ def _splits(pieces):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_consistent_mixer_is_phase_consistent(dtype, fresh_seed):
     inputs = _inputs(fresh_seed, dtype)
-    prefill = _mixer(inputs, [LENGTH], ssm_conv.consistent, ssm_scan.consistent)
+    prefill = _mixer(inputs, [LENGTH], ssm_conv_consistent, ssm_scan_consistent)
     schedules = {
         "decode from 1": _splits([1]), "prefill 15 then decode": _splits([15]),
         "prefill 16 then decode": _splits([16]), "prefill 17 then decode": _splits([17]),
@@ -78,30 +82,30 @@ def test_consistent_mixer_is_phase_consistent(dtype, fresh_seed):
     }
     for name, splits in schedules.items():
         assert sum(splits) == LENGTH
-        assert_bitwise_equal(_mixer(inputs, splits, ssm_conv.consistent, ssm_scan.consistent), prefill,
+        assert_bitwise_equal(_mixer(inputs, splits, ssm_conv_consistent, ssm_scan_consistent), prefill,
                              f"{dtype} {name} vs one prefill, seed {fresh_seed}")
 
 
 def test_fast_recurrent_decode_differs_from_chunked_prefill(fresh_seed):
     inputs = _inputs(fresh_seed, torch.float32)
-    prefill = _mixer(inputs, [LENGTH], ssm_conv.fast_conv1d, ssm_scan.fast_chunked)
-    decode = _mixer(inputs, _splits([1]), ssm_conv.fast_window_sum, ssm_scan.fast_recurrent)
+    prefill = _mixer(inputs, [LENGTH], fast_conv1d, fast_chunked)
+    decode = _mixer(inputs, _splits([1]), fast_window_sum, fast_recurrent)
     difference = first_bit_difference(decode, prefill)
     print("fast decode vs fast prefill:", difference)
     assert difference is not None, f"negative control: fast decode equalled prefill, seed {fresh_seed}"
-    chunked = _mixer(inputs, [5, 11, 16, 17, 21], ssm_conv.fast_conv1d, ssm_scan.fast_chunked)
+    chunked = _mixer(inputs, [5, 11, 16, 17, 21], fast_conv1d, fast_chunked)
     assert first_bit_difference(chunked, prefill) is not None, "fast chunked prefill at other splits should differ"
 
 
 def test_consistent_scan_agrees_with_the_float64_recurrence(fresh_seed):
     inputs = _inputs(fresh_seed, torch.float32)
     store, segments = _store(torch.float32), (Segment(0, 0, LENGTH, 0, "trainer_fwd"),)
-    xbc = ssm_conv.consistent(inputs["xbc"], segments, store, inputs["conv_w"], inputs["conv_b"])
+    xbc = ssm_conv_consistent(inputs["xbc"], segments, store, inputs["conv_w"], inputs["conv_b"])
     expected_xbc = reference.conv_silu(inputs["xbc"], inputs["conv_w"], inputs["conv_b"])
     conv_error = float((xbc.double() - expected_xbc).abs().max() / expected_xbc.abs().max())
     x, B, C = xbc.split([HEADS * HEAD_DIM, GROUPS * STATE, GROUPS * STATE], dim=-1)
     args = (x.reshape(LENGTH, HEADS, HEAD_DIM), B.reshape(LENGTH, GROUPS, STATE), C.reshape(LENGTH, GROUPS, STATE))
-    y = ssm_scan.consistent(*args, inputs["dt_raw"], segments, store, inputs["dt_bias"], inputs["A_log"],
+    y = ssm_scan_consistent(*args, inputs["dt_raw"], segments, store, inputs["dt_bias"], inputs["A_log"],
                             inputs["D"], chunk_size=CHUNK)
     expected = reference.scan(*args, inputs["dt_raw"], inputs["dt_bias"], inputs["A_log"], inputs["D"])
     error = float((y.double() - expected).abs().max() / expected.abs().max())
@@ -159,14 +163,14 @@ def test_pooled_store_gives_the_per_sequence_bits(fresh_seed):
     sequences = _sequences(fresh_seed, torch.bfloat16, 5)
     prompts = [1, 15, 16, 17, 33]
     store = _store(torch.bfloat16, PooledMambaStore)
-    together = _group_run(sequences, prompts, ssm_conv.consistent, ssm_scan.consistent, store)
+    together = _group_run(sequences, prompts, ssm_conv_consistent, ssm_scan_consistent, store)
     assert store.conv.shape[0] == 8, "5 sequences: the pool doubled from 1 slot to 8"
     for seq, (inputs, prompt) in enumerate(zip(sequences, prompts)):
-        alone = _mixer(inputs, _splits([prompt]), ssm_conv.consistent, ssm_scan.consistent)
+        alone = _mixer(inputs, _splits([prompt]), ssm_conv_consistent, ssm_scan_consistent)
         assert_bitwise_equal(together[seq], alone, f"sequence {seq} (prompt {prompt}), seed {fresh_seed}")
     for seq in range(5):
         store.release(seq)
-    again = _group_run(sequences[:2], prompts[:2], ssm_conv.consistent, ssm_scan.consistent, store)
+    again = _group_run(sequences[:2], prompts[:2], ssm_conv_consistent, ssm_scan_consistent, store)
     for seq in range(2):
         assert_bitwise_equal(again[seq], together[seq], f"sequence {seq} on a reused slot, seed {fresh_seed}")
 
@@ -181,10 +185,10 @@ def test_fast_batched_decode_computes_the_recurrence(fresh_seed):
     sequences = _sequences(fresh_seed, torch.float32, 4)
     prompts = [3, 9, 16, 20]
     store = _store(torch.float32, PooledMambaStore)
-    batched = _group_run(sequences, prompts, ssm_conv.fast_window_sum, ssm_scan.fast_recurrent, store)
+    batched = _group_run(sequences, prompts, fast_window_sum, fast_recurrent, store)
     assert store.rows is None, "the fast recurrence buffers no rows"
     for seq, (inputs, prompt) in enumerate(zip(sequences, prompts)):
-        alone = _mixer(inputs, _splits([prompt]), ssm_conv.fast_window_sum, ssm_scan.fast_recurrent)
+        alone = _mixer(inputs, _splits([prompt]), fast_window_sum, fast_recurrent)
         error = float((batched[seq] - alone).abs().max() / alone.abs().max())
         print(f"sequence {seq}: batched vs alone rel error {error:.2e} (tolerance {FAST_BATCH_TOLERANCE})")
         assert error < FAST_BATCH_TOLERANCE, (seq, error, fresh_seed)
@@ -207,7 +211,7 @@ def test_decode_graph_tables_serve_the_pools_and_advance_after_the_replay(fresh_
     for seq, length in enumerate(lengths):
         x, dt_raw = torch.randn(length, HEADS, HEAD_DIM, generator=g), torch.randn(length, HEADS, generator=g)
         B, C = (torch.randn(length, GROUPS, STATE, generator=g) for _ in range(2))
-        ssm_scan.consistent(x, B, C, dt_raw, (Segment(seq, 0, length, 0, "engine_prefill"),), store,
+        ssm_scan_consistent(x, B, C, dt_raw, (Segment(seq, 0, length, 0, "engine_prefill"),), store,
                             torch.zeros(HEADS), torch.zeros(HEADS), torch.ones(HEADS), chunk_size=CHUNK)
     slots = [store.held(seq).slot for seq in range(3)]
     dummy = tuple(Segment(-1 - row, 0, 1, row, "engine_graph") for row in range(3))

@@ -12,14 +12,14 @@ import torch
 from kernels.models.mamba_pool import PooledMambaStore
 from kernels.models.mamba_state import MambaStateStore
 from kernels.models.state import KVStore
-from kernels.ops.quant_regions import kv_decode, kv_encode
+from kernels.ops.quant import kv_decode, kv_encode
 
 MAX_STEP_TABLES = 8  # step tables kept between two changes of the block tables
 
 
 class PagedKVCache:
     """K/V pools [layers, blocks, block_size, Hkv, D] and per-sequence block tables; with
-    kv_format "fp8" the pools hold E4M3 and reads dequantize (kernels/ops/quant_regions.py)."""
+    kv_format "fp8" the pools hold E4M3 and reads dequantize (kernels/ops/quant.py)."""
 
     def __init__(self, *, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype,
                  kv_format="auto", device="cpu"):

@@ -8,8 +8,8 @@ rows are drawn again from the captured logits; full log-prob rows and untensored
 import torch
 
 from kernels.engine.pinned import StagingSets
-from kernels.ops.logprob import scaled
-from kernels.ops.sampler import row_tensors, truncates
+from kernels.ops.logprob.forms import scaled
+from kernels.ops.sampler.forms import row_tensors, truncates
 from kernels.ops.transfer import to_device
 
 

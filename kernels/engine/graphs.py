@@ -16,7 +16,7 @@ from kernels.engine.graph_head import GraphHead, tensor_draw
 from kernels.engine.mamba_tables import MambaTables
 from kernels.engine.pinned import StagingSets
 from kernels.models.batch import Segment, TokenBatch
-from kernels.ops.sampler import truncates
+from kernels.ops.sampler.forms import truncates
 
 GRAPH_CASE = "engine_graph"
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from kernels.layout.tree import owned_leaves, tree_sum
-from kernels.ops.logprob import scaled
+from kernels.ops.logprob.forms import scaled
 from kernels.ops.reduction import row_sum
 
 COLUMN_REGIONS = ("qkv_proj", "gate_up_proj", "ssm_in_proj", "lm_head")

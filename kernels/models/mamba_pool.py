@@ -1,6 +1,6 @@
 """The engine's Mamba-2 state store: every sequence's state in device pools indexed by slot,
 so a decode-only batch reads and writes them all in one op per tensor (the batched forms of
-kernels/ops/ssm_conv.py and ssm_scan.py); a segment at a time goes through PooledState.
+kernels/ops/ssm_conv/ and ssm_scan/); a segment at a time goes through PooledState.
 """
 from contextlib import contextmanager
 

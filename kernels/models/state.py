@@ -8,7 +8,7 @@ import torch
 
 from kernels.models.mamba_pool import PooledMambaStore
 from kernels.models.mamba_state import MambaStateStore
-from kernels.ops.quant_regions import kv_round_trip
+from kernels.ops.quant import kv_round_trip
 
 
 class KVStore:

@@ -1,2 +1,4 @@
-"""Op families, one file each; every file holds the fast variant(s) and the consistent
-variant side by side. `kernels.ops.registry` names them for the contract."""
+"""Op families, one folder each (kernels/ops/<family>/: the variant table in __init__.py, the fast
+variants in fast*.py, the consistent ones in consistent.py, shared torch forms in forms.py, CUDA
+kernels in triton.py); the modules at this level are helpers families share. `kernels.ops.registry`
+names the variants for the contract."""

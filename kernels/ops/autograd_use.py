@@ -15,7 +15,7 @@ def records_graph(*tensors) -> bool:
 def grads_of_recomputed(saved, needs_grad, recompute, grad_output) -> tuple:
     """A backward that differentiates a torch form of its forward: the gradients of
     recompute(*inputs) at the saved inputs, None for the inputs that need none. Used where the
-    forward is a Triton kernel and the torch form computes the same terms (kernels/ops/ssm_*_triton.py)."""
+    forward is a Triton kernel and the torch form computes the same terms (kernels/ops/ssm_*/triton.py)."""
     with torch.enable_grad():
         inputs = [t.detach().requires_grad_(need) for t, need in zip(saved, needs_grad)]
         wanted = [t for t in inputs if t.requires_grad]

@@ -16,10 +16,11 @@ def _qk_norm_rope(from_table: bool):
     def fused(q, k, q_weight, k_weight, positions, *, eps, theta, max_position):
         if q.device.type != "cuda" or records_graph(q, k, q_weight, k_weight):
             return None
-        from kernels.ops import qk_norm_rope_triton, rope  # imports Triton: CUDA machines only
+        from kernels.ops import qk_norm_rope_triton  # imports Triton: CUDA machines only
+        from kernels.ops.rope.consistent import _device_table
         tables = {}
         if from_table:
-            cos, sin = rope._device_table(float(theta), q.shape[-1], int(max_position), q.device)
+            cos, sin = _device_table(float(theta), q.shape[-1], int(max_position), q.device)
             tables = {"cos_table": cos, "sin_table": sin}
         positions = positions.to(q.device)
         q_normed, k_normed, q_out, k_out = qk_norm_rope_triton.launch(q, k, q_weight, k_weight, positions, eps=eps,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-KERNELS = ("pointer", "tma", "persistent")  # kernels/ops/linear_triton.py's load paths
+KERNELS = ("pointer", "tma", "persistent")  # kernels/ops/linear/triton.py's load paths
 DEFAULT = "default"  # load()'s key for the rows of shapes the table does not list
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
 ENV = "BITWISE_GEMM_TUNING"

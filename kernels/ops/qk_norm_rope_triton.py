@@ -1,8 +1,8 @@
 """q/k RMSNorm and rotary embedding in one Triton launch on CUDA: the qk_norm + rope fusion.
 
 Each part is the region kernel it replaces, called as a function (kernels/ops/fusions.py): a
-program norms ROWS (token, head) rows of q or k with norm_triton's row code at its tile for the
-head width, then after a block barrier rotates them with rope_triton's row code: the qk_norm and
+program norms ROWS (token, head) rows of q or k with norm/triton.py's row code at its tile for the
+head width, then after a block barrier rotates them with rope/triton.py's row code: the qk_norm and
 rope outputs of the separate launches, bit for bit; tracers see both (RegionDispatch.fused).
 """
 import math
@@ -11,8 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ops.norm_triton import _norm_rows, tile
-from kernels.ops.rope_triton import _rotate_rows, _unit_last
+from kernels.ops.norm.triton import _norm_rows, tile
+from kernels.ops.rope.triton import _rotate_rows, _unit_last
 
 
 @triton.jit

@@ -5,14 +5,17 @@ or 1.0 where that is 0, amax ignoring non-finite values; x^ = RNE(clamp(x / scal
 scale. NVFP4: E2M1 elements, an E4M3 scale per 16, an fp32 one per tensor. Consistency: every step
 is an IEEE-rounded elementwise fp32 op or a max; divisions are true, never reciprocal multiplies;
 casts are clamped first (torch versions, ml_dtypes and Triton disagree on overflow). Row-only scales
-and linear.consistent's row tiles keep W8A8 batch invariant. Reference: gates/reference/quant.py.
+and linear.consistent's row tiles keep W8A8 batch invariant. A KV store's FP8 (kv_encode, kv_decode)
+is a saturating E4M3 cast with a static scale of 1. Reference: gates/reference/quant.py.
 """
 from dataclasses import dataclass
 from functools import partial
 
 import torch
 
-from kernels.ops import linear
+from kernels.ops.linear.consistent import consistent as linear_consistent
+from kernels.ops.linear.consistent import require_cpu
+from kernels.ops.linear.fast import fast as linear_fast
 from kernels.ops.padding import pad_to_multiple
 
 E4M3_MAX = 448.0
@@ -146,7 +149,7 @@ def nvfp4_dequantize(t: NVFP4Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def w4a16_fast(x, w: NVFP4Tensor):
     """Weights dequantized to the activation dtype, then the plain BLAS call (follows M)."""
-    return linear.fast(x, nvfp4_dequantize(w, x.dtype))
+    return linear_fast(x, nvfp4_dequantize(w, x.dtype))
 
 
 def _w8a8(x, w_q, w_scale, activation_granularity, gemm):
@@ -161,18 +164,18 @@ def _w8a8(x, w_q, w_scale, activation_granularity, gemm):
 def w8a8_fast(x, w_q, w_scale):
     """Per-tensor activation scale: one amax over the whole batch, so a row's bits follow
     whatever else is in the batch (a realistic, batch-variant choice)."""
-    return _w8a8(x, w_q, w_scale, "tensor", linear.fast)
+    return _w8a8(x, w_q, w_scale, "tensor", linear_fast)
 
 
 def w4a16_consistent(x, w: NVFP4Tensor, *, row_multiple: int):
     """Batch invariant: dequantization is elementwise and per weight tensor; row-tiled GEMM."""
-    return linear.consistent(x, nvfp4_dequantize(w, x.dtype), row_multiple=row_multiple)
+    return linear_consistent(x, nvfp4_dequantize(w, x.dtype), row_multiple=row_multiple)
 
 
 def w8a8_consistent(x, w_q, w_scale, *, row_multiple: int):
     """Batch invariant: activation scales per row and 128 columns (1x128), padded fp32 GEMM."""
-    linear.require_cpu(x, "quant.w8a8_consistent")
-    return _w8a8(x, w_q, w_scale, "block_1x128", partial(linear.consistent, row_multiple=row_multiple))
+    require_cpu(x, "quant.w8a8_consistent")
+    return _w8a8(x, w_q, w_scale, "block_1x128", partial(linear_consistent, row_multiple=row_multiple))
 
 
 class StraightThroughQuant(torch.autograd.Function):
@@ -204,3 +207,24 @@ def nvfp4_round_trip(w: torch.Tensor) -> torch.Tensor:
 def fp8_round_trip(w: torch.Tensor, granularity: str = "block_128x128") -> torch.Tensor:
     """fp8_dequantize(fp8_quantize(w)) in w's dtype (for ste)."""
     return fp8_dequantize(*fp8_quantize(w, granularity), granularity, w.dtype)
+
+
+KV_FORMATS = ("auto", "fp8")
+
+
+def kv_encode(x, kv_format: str):
+    """What a KV store keeps: the activation itself, or FP8 E4M3 with a static scale of 1
+    (as engines run an uncalibrated FP8 KV cache), clamped before the cast."""
+    return saturating_e4m3(x.float()) if kv_format == "fp8" else x
+
+
+def kv_decode(stored, dtype):
+    """What attention reads back from a store: the one read path of every case."""
+    return stored.to(torch.float32).to(dtype) if stored.dtype == torch.float8_e4m3fn else stored
+
+
+def kv_round_trip(x, kv_format: str):
+    """decode(encode(x)) with the gradient straight through (the trainer's transient store)."""
+    if kv_format == "auto":
+        return x
+    return ste(x, lambda t: kv_decode(kv_encode(t, kv_format), t.dtype))

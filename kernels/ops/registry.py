@@ -7,71 +7,47 @@ by the model at call time).
 import inspect
 
 from kernels.ops import (
+    act_quant,
     activation,
     attention,
     embedding,
+    expert_gemm,
     gated_norm,
     linear,
     logprob,
-    moe,
+    moe_combine,
     norm,
-    quant_regions,
+    relu2_mlp,
     rope,
+    router,
     sampler,
     ssm_conv,
     ssm_scan,
+    topk,
+    weight_quant,
 )
 
-
-def _same_names(*names):
-    return {name: name for name in names}
-
-
-# family -> (module, {variant: function name in the module})
-FAMILY_VARIANTS = {
-    "embedding": (embedding, _same_names("lookup")),
-    "linear": (linear, _same_names("fast", "fast_split_k", "consistent")),
-    "norm": (norm, _same_names("fast_fused", "fast_hf", "consistent")),
-    "rope": (rope, _same_names("fast", "consistent")),
-    "attention": (attention, _same_names("fast_sdpa", "fast_split_kv", "consistent")),
-    "activation": (activation, _same_names("fast", "consistent")),
-    "logprob": (logprob, _same_names("fast_log_softmax", "fast_logsumexp", "consistent")),
-    "sampler": (sampler, _same_names("fast", "consistent")),
-    "ssm_conv": (ssm_conv, _same_names("fast_conv1d", "fast_window_sum", "consistent")),
-    "ssm_scan": (ssm_scan, _same_names("fast_chunked", "fast_recurrent", "consistent")),
-    "gated_norm": (gated_norm, _same_names("fast", "consistent")),
-    "router": (moe, {"fast": "router_fast", "consistent": "router_consistent"}),
-    "topk": (moe, {"fast": "topk_fast", "consistent": "topk_consistent"}),
-    "expert_gemm": (moe, {"fast": "experts_fast", "consistent": "experts_consistent"}),
-    "moe_combine": (moe, {"fast": "combine_fast", "consistent": "combine_consistent"}),
-    "relu2_mlp": (moe, {"fast": "shared_fast", "consistent": "shared_consistent"}),
-    "weight_quant": (quant_regions, {"round_trip": "weight_round_trip"}),
-    "act_quant": (quant_regions, {"fast": "activation_fast", "consistent": "activation_consistent"}),
+FAMILIES = {
+    "embedding": embedding, "linear": linear, "norm": norm, "rope": rope, "attention": attention,
+    "activation": activation, "logprob": logprob, "sampler": sampler, "ssm_conv": ssm_conv,
+    "ssm_scan": ssm_scan, "gated_norm": gated_norm, "router": router, "topk": topk, "expert_gemm": expert_gemm,
+    "moe_combine": moe_combine, "relu2_mlp": relu2_mlp, "weight_quant": weight_quant, "act_quant": act_quant,
 }
+"""family -> its package, kernels/ops/<family>/, whose VARIANTS and CALL_KEYWORDS are its table."""
 
-CALL_KEYWORDS = {
-    "linear": {"out_dtype"},  # fp32 partials for a layout's K leaves (kernels/layout/tensor_parallel.py)
-    "norm": {"eps", "residual"},
-    "rope": {"theta", "max_position"},
-    "attention": {"scale"},
-    "logprob": {"full"},
-    "ssm_scan": {"chunk_size", "dt_min"},
-    "gated_norm": {"eps", "group_size"},
-    "topk": {"top_k", "scaling"},
-    "weight_quant": {"fmt"},
-    "act_quant": {"fmt"},
-}
+# family -> {variant: function}: each family's own VARIANTS dict (register_variant adds to it)
+FAMILY_VARIANTS = {family: package.VARIANTS for family, package in FAMILIES.items()}
+# family -> the keyword-only parameters the model passes at call time (not pinned constants)
+CALL_KEYWORDS = {family: package.CALL_KEYWORDS for family, package in FAMILIES.items()}
 
 
 def implementation(name: str):
     """The function behind "<family>.<variant>"; ValueError naming the choices if unknown."""
     family, _, variant = name.partition(".")
-    if family not in FAMILY_VARIANTS or variant not in FAMILY_VARIANTS[family][1]:
-        known = sorted(f"{f}.{v}" for f, (_, vs) in FAMILY_VARIANTS.items() for v in vs)
+    if family not in FAMILY_VARIANTS or variant not in FAMILY_VARIANTS[family]:
+        known = sorted(f"{f}.{v}" for f, vs in FAMILY_VARIANTS.items() for v in vs)
         raise ValueError(f"unknown implementation {name!r}; known: {', '.join(known)}")
-    module, variants = FAMILY_VARIANTS[family]
-    target = variants[variant]
-    return target if callable(target) else getattr(module, target)
+    return FAMILY_VARIANTS[family][variant]
 
 
 def register_variant(family: str, variant: str, function) -> None:
@@ -79,7 +55,7 @@ def register_variant(family: str, variant: str, function) -> None:
     planted faults (gates/faults.py) this way, so a contract can name them."""
     if family not in FAMILY_VARIANTS:
         raise ValueError(f"unknown family {family!r}")
-    FAMILY_VARIANTS[family][1][variant] = function
+    FAMILY_VARIANTS[family][variant] = function
 
 
 def constant_types(name: str) -> dict:

@@ -1,6 +1,6 @@
 """SplitMix64's constants: the golden increment and its two mixing multipliers, as unsigned
-64-bit values. The CPU sampler's hash (kernels/ops/sampler.py: mix_seed, race_uniforms) and
-the fused CUDA draw (kernels/ops/sampler_triton.py) hash with these, so both draw the same
+64-bit values. The CPU sampler's hash (kernels/ops/sampler/forms.py: mix_seed, race_uniforms) and
+the fused CUDA draw (kernels/ops/sampler/triton.py) hash with these, so both draw the same
 uniforms; a module of their own, so neither imports the other.
 """
 

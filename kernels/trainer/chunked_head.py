@@ -9,7 +9,7 @@ the same tiles in the same order: the gradient bits follow `fold_rows`, never th
 """
 import torch
 
-from kernels.ops.linear import in_row_tiles
+from kernels.ops.linear.consistent import in_row_tiles
 from kernels.ops.padding import pad_to_multiple
 
 FOLD_ROWS = 64  # the trainer's default fold tile (its numerics: a change moves gradient bits)

@@ -12,7 +12,8 @@ import torch
 
 from kernels.engine.engine import Engine
 from kernels.engine.request import Request
-from kernels.ops.sampler import SamplingParams, mix_seed
+from kernels.ops.sampler import SamplingParams
+from kernels.ops.sampler.forms import mix_seed
 from kernels.trainer.checkpoint import load_checkpoint, save_checkpoint
 from kernels.trainer.grpo import group_advantages
 from kernels.trainer.logprobs import scored_sequences

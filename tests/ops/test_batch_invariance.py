@@ -12,7 +12,13 @@ import pytest
 import torch
 
 from gates.compare import assert_bitwise_equal, first_bit_difference
-from kernels.ops import activation, linear, logprob, norm, rope
+from kernels.ops import activation
+from kernels.ops.activation.consistent import consistent as activation_consistent
+from kernels.ops.linear.consistent import consistent as linear_consistent
+from kernels.ops.linear.fast import fast as linear_fast
+from kernels.ops.logprob.consistent import consistent as logprob_consistent
+from kernels.ops.norm.consistent import consistent as norm_consistent
+from kernels.ops.rope.consistent import consistent as rope_consistent
 
 SIZES = (1, 2, 3, 5, 7, 8, 13, 16, 31, 64, 127, 128, 257)
 LARGEST = max(SIZES)
@@ -73,7 +79,7 @@ LINEAR_SHAPES = ((384, 320), (256, 1024))
 def test_linear_consistent_is_batch_invariant(dtype, k_dim, n_dim, fresh_seed):
     generator = torch.Generator().manual_seed(fresh_seed)
     x, w = _randn(generator, (LARGEST, k_dim), dtype), _randn(generator, (n_dim, k_dim), dtype, 0.05)
-    op = lambda rows: linear.consistent(rows, w, row_multiple=8)  # noqa: E731
+    op = lambda rows: linear_consistent(rows, w, row_multiple=8)  # noqa: E731
     assert_batch_invariant(op, (x,), f"linear.consistent {dtype} seed {fresh_seed}")
     for name, view in _strided_views(x, fresh_seed).items():
         assert not view.is_contiguous()
@@ -88,10 +94,10 @@ def test_norm_consistent_is_batch_invariant(dtype, has_residual, fresh_seed):
     x, w = _randn(generator, (LARGEST, 1024), dtype), 1.0 + _randn(generator, (1024,), dtype, 0.1)
     if has_residual:
         residual = _randn(generator, (LARGEST, 1024), dtype)
-        op = lambda rows, res: norm.consistent(rows, w, eps=1e-6, residual=res)  # noqa: E731
+        op = lambda rows, res: norm_consistent(rows, w, eps=1e-6, residual=res)  # noqa: E731
         inputs = (x, residual)
     else:
-        op, inputs = (lambda rows: norm.consistent(rows, w, eps=1e-6)), (x,)
+        op, inputs = (lambda rows: norm_consistent(rows, w, eps=1e-6)), (x,)
     assert_batch_invariant(op, inputs, f"norm.consistent {dtype} residual={has_residual} seed {fresh_seed}")
 
 
@@ -100,7 +106,7 @@ def test_rope_consistent_is_batch_invariant(dtype, fresh_seed):
     generator = torch.Generator().manual_seed(fresh_seed)
     q, k = _randn(generator, (LARGEST, 4, 64), dtype), _randn(generator, (LARGEST, 2, 64), dtype)
     positions = torch.randint(0, 4096, (LARGEST,), generator=generator)
-    op = lambda q_rows, k_rows, pos: rope.consistent(  # noqa: E731
+    op = lambda q_rows, k_rows, pos: rope_consistent(  # noqa: E731
         q_rows, k_rows, pos, theta=1e6, max_position=4096)
     assert_batch_invariant(op, (q, k, positions), f"rope.consistent {dtype} seed {fresh_seed}")
 
@@ -111,14 +117,14 @@ def test_activation_consistent_is_batch_invariant(dtype, fresh_seed):
     gate_up = _randn(generator, (LARGEST, 2 * 771), dtype, 3.0)  # 771: rows end in a scalar tail
     gate, up = gate_up.chunk(2, dim=-1)  # the model's layout: non-contiguous halves
     contiguous = (gate.contiguous(), up.contiguous())
-    assert_batch_invariant(activation.consistent, contiguous, f"activation.consistent {dtype} seed {fresh_seed}")
+    assert_batch_invariant(activation_consistent, contiguous, f"activation.consistent {dtype} seed {fresh_seed}")
     gate_views, up_views = _strided_views(contiguous[0], fresh_seed), _strided_views(contiguous[1], fresh_seed + 1)
     views = {"chunked halves": (gate, up), **{name: (gate_views[name], up_views[name]) for name in gate_views}}
     for name, (g, u) in views.items():
         assert not g.is_contiguous()
-        assert_bitwise_equal(activation.consistent(g, u), activation.consistent(*contiguous),
+        assert_bitwise_equal(activation_consistent(g, u), activation_consistent(*contiguous),
                              f"activation.consistent {dtype} {name} vs contiguous, seed {fresh_seed}")
-        assert_batch_invariant(activation.consistent, (g, u), f"activation.consistent {dtype} {name} seed {fresh_seed}")
+        assert_batch_invariant(activation_consistent, (g, u), f"activation.consistent {dtype} {name} seed {fresh_seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -129,7 +135,7 @@ def test_logprob_consistent_is_batch_invariant(dtype, full, fresh_seed):
     targets = torch.randint(0, VOCAB, (LARGEST,), generator=generator)
     temperatures = 0.5 + torch.rand(LARGEST, generator=generator)
     temperatures[::3] = 1.0
-    op = lambda x, t, temp: logprob.consistent(x, t, temp, full=full)  # noqa: E731
+    op = lambda x, t, temp: logprob_consistent(x, t, temp, full=full)  # noqa: E731
     assert_batch_invariant(op, (logits, targets, temperatures),
                            f"logprob.consistent {dtype} full={full} V={VOCAB} seed {fresh_seed}")
 
@@ -138,10 +144,10 @@ def test_linear_fast_depends_on_batch_size(fresh_seed):
     """Negative control: the BLAS kernel follows M, so small batches round differently."""
     generator = torch.Generator().manual_seed(fresh_seed)
     x, w = _randn(generator, (LARGEST, 384), scale=1.0), _randn(generator, (320, 384), scale=0.05)
-    inside = linear.fast(x, w)
+    inside = linear_fast(x, w)
     counts = {}
     for size in (1, 2, 3):
-        difference = first_bit_difference(linear.fast(x[:size], w), inside[:size])
+        difference = first_bit_difference(linear_fast(x[:size], w), inside[:size])
         counts[size] = 0 if difference is None else difference.num_differing
     print(f"\nlinear.fast fp32: differing elements by M (of M*320): {counts}")
     assert all(counts.values()), f"linear.fast fp32 should differ for M in 1,2,3: {counts}, seed {fresh_seed}"
@@ -151,7 +157,7 @@ def test_linear_fast_depends_on_batch_size(fresh_seed):
 def test_activation_element_alone_vs_inside_long_tensor(variant, must_differ, fresh_seed):
     """fast: torch's vector loop and scalar tail round SiLU differently (negative control);
     consistent: an element's bits do not depend on where it sits."""
-    op = getattr(activation, variant)
+    op = activation.VARIANTS[variant]
     generator = torch.Generator().manual_seed(fresh_seed)
     num_differing, total = 0, 0
     for _ in range(4):

@@ -1,4 +1,4 @@
-"""The consistent sampler (kernels/ops/sampler.py), with the fast one as negative control: a
+"""The consistent sampler (kernels/ops/sampler/), with the fast one as negative control: a
 request draws the same token whatever shares its batch; top-k ties keep the lowest token ids,
 top-p keeps the prefix that reaches p; race_uniforms are the Python-integer hash and uniform;
 draws follow softmax(logits / T). Run with `python -m pytest tests/ops/test_sampler.py -s` to
@@ -9,8 +9,12 @@ import random
 import torch
 
 from gates.compare import assert_bitwise_equal
-from kernels.ops import sampler
-from kernels.ops.sampler import SamplingParams, mix_seed
+from kernels.ops.reduction import row_sum
+from kernels.ops.sampler import SamplingParams
+from kernels.ops.sampler.consistent import _kept_mask
+from kernels.ops.sampler.consistent import consistent as sampler_consistent
+from kernels.ops.sampler.fast import fast as sampler_fast
+from kernels.ops.sampler.forms import mix_seed, race_uniforms
 
 
 def _randn(generator, shape, dtype=torch.float32, scale=1.0):
@@ -47,8 +51,8 @@ def test_sampler_consistent_ignores_batch_company(fresh_seed):
     for trial in range(10):
         logits = _randn(generator, (len(REQUESTS), 4096), scale=2.0)
         draw_indices = torch.randint(0, 1000, (len(REQUESTS),), generator=generator)
-        batch = sampler.consistent(logits, list(REQUESTS), draw_indices)
-        alone, mixed = _tokens_in_company(sampler.consistent, logits, draw_indices, generator)
+        batch = sampler_consistent(logits, list(REQUESTS), draw_indices)
+        alone, mixed = _tokens_in_company(sampler_consistent, logits, draw_indices, generator)
         assert_bitwise_equal(alone, batch, f"sampler.consistent alone vs batch, trial {trial}, seed {fresh_seed}")
         assert_bitwise_equal(mixed, batch, f"sampler.consistent shuffled with others, trial {trial}, seed {fresh_seed}")
 
@@ -60,7 +64,7 @@ def test_sampler_fast_depends_on_batch_company(fresh_seed):
     for _ in range(num_trials):
         logits = _randn(generator, (len(REQUESTS), 4096), scale=2.0)
         draw_indices = torch.randint(0, 1000, (len(REQUESTS),), generator=generator)
-        alone, mixed = _tokens_in_company(sampler.fast, logits, draw_indices, generator)
+        alone, mixed = _tokens_in_company(sampler_fast, logits, draw_indices, generator)
         num_differing += int((alone != mixed).sum())
     print(f"\nsampler.fast: {num_differing}/{num_trials * len(REQUESTS)} request tokens change with company")
     assert num_differing > 0, f"sampler.fast never changed a token over {num_trials} trials, seed {fresh_seed}"
@@ -89,16 +93,16 @@ def test_sampler_top_k_ties_keep_lowest_token_ids(fresh_seed):
     assert num_tied >= 2 and num_at_least_kth > params.top_k, (
         f"crafted tie missing: {num_tied} logits equal the k-th, {num_at_least_kth} >= it, seed {fresh_seed}")
     kept = {top} | set(tied[:params.top_k - 1].tolist())
-    drawn = sampler.consistent(row.expand(400, -1), [params] * 400, torch.arange(400))
+    drawn = sampler_consistent(row.expand(400, -1), [params] * 400, torch.arange(400))
     assert set(drawn.tolist()) == kept, (
         f"sampler.consistent top_k={params.top_k} with {num_tied} tied: drew {sorted(set(drawn.tolist()))}, "
         f"the lowest tied ids give {sorted(kept)}; seed {fresh_seed}")
-    fast_drawn = set(sampler.fast(row.expand(400, -1), [params] * 400, torch.arange(400)).tolist())
+    fast_drawn = set(sampler_fast(row.expand(400, -1), [params] * 400, torch.arange(400)).tolist())
     print(f"\nsampler.fast top_k={params.top_k}, {num_tied} tied: drew {sorted(fast_drawn)}, rule keeps {sorted(kept)}")
     assert fast_drawn - kept, f"negative control: sampler.fast kept only the lowest tied ids, seed {fresh_seed}"
     greedy_row, greedy_tied = _tied_row(generator, 1000, num_tied=5, tie_value=3.0)
     assert _count_ties(greedy_row, float(greedy_row.max())) == 5, f"greedy tie missing, seed {fresh_seed}"
-    greedy = sampler.consistent(greedy_row[None], [SamplingParams(temperature=0.0)], torch.zeros(1, dtype=torch.long))
+    greedy = sampler_consistent(greedy_row[None], [SamplingParams(temperature=0.0)], torch.zeros(1, dtype=torch.long))
     assert int(greedy) == int(greedy_tied[0]), (
         f"greedy over tied ids {greedy_tied.tolist()} chose {int(greedy)}, seed {fresh_seed}")
 
@@ -119,11 +123,11 @@ def test_sampler_top_p_keeps_the_prefix_that_reaches_p(fresh_seed):
         k = params.top_k or 300
         probs = torch.zeros(300)
         probs[:k] = torch.exp(row[order[:k]] - row[order[0]])  # zeros past the top-k
-        probs = probs / sampler.row_sum(probs)
+        probs = probs / row_sum(probs)
         before = (torch.cumsum(probs, dim=0) - probs).tolist()[:k]
         count = sum(mass < params.top_p for mass in before) if params.top_p < 1 else k
         expected = set(order[:count])
-        kept = set(torch.nonzero(sampler._kept_mask(row, params))[:, 0].tolist())
+        kept = set(torch.nonzero(_kept_mask(row, params))[:, 0].tolist())
         assert kept == expected, (
             f"{params}: kept {sorted(kept)[:8]}..., rule {sorted(expected)[:8]}..., seed {fresh_seed}")
     assert num_tied_rows > 0, f"no row held a tie, seed {fresh_seed}"
@@ -143,7 +147,7 @@ def test_race_uniforms_are_the_hash_and_uniform(fresh_seed):
     hash exactly (keys of both signs), and their mean is 1/2."""
     rng = random.Random(fresh_seed)
     keys = [mix_seed(rng.randrange(2 ** 32), rng.randrange(10 ** 6)) for _ in range(3)] + [0, 2 ** 63 - 1]
-    uniforms = sampler.race_uniforms(torch.tensor(keys, dtype=torch.int64), 5000)
+    uniforms = race_uniforms(torch.tensor(keys, dtype=torch.int64), 5000)
     for b, key in enumerate(keys):
         for token in (0, 1, rng.randrange(5000), 4999):
             assert float(uniforms[b, token]) == _python_draw(key, token), (
@@ -160,7 +164,7 @@ def test_sampler_consistent_draws_follow_the_distribution(fresh_seed):
     generator = torch.Generator().manual_seed(fresh_seed)
     logits = _randn(generator, (8,), scale=1.5)
     params = SamplingParams(temperature=0.8, seed=fresh_seed)
-    drawn = sampler.consistent(logits.expand(8000, -1), [params] * 8000, torch.arange(8000))
+    drawn = sampler_consistent(logits.expand(8000, -1), [params] * 8000, torch.arange(8000))
     counts = torch.bincount(drawn, minlength=8).double()
     expected = torch.softmax(logits.double() / 0.8, dim=0) * 8000
     sigma = (expected * (1 - expected / 8000)).sqrt()

@@ -54,7 +54,7 @@ def import_kernel(name):
 def fixed_order_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     """d + [M, K] @ [K, N] in d's dtype, every product added to the accumulator in k order,
     as the GPU's MMA steps add k-chunks into the running accumulator (so a K loop's BLOCK_K
-    does not regroup the sum: linear_cuda's table changes BLOCK_K with M)."""
+    does not regroup the sum: linear/cuda.py's table changes BLOCK_K with M)."""
     from triton.runtime.interpreter import TensorHandle, _interpreter
     acc_dtype = d.data.dtype
     a_data, b_data = a.data.astype(acc_dtype), b.data.astype(acc_dtype)

@@ -1,4 +1,4 @@
-"""Logic tests of the attention kernels (kernels/ops/attention_triton.py) on CPU through the
+"""Logic tests of the attention kernels (kernels/ops/attention/triton.py) on CPU through the
 Triton interpreter: masking, loop bounds, and what a row's arithmetic may depend on (batch, tile
 slot, phase, chunk split, paged block tables). They prove logic, not GPU bits:
 benchmarks/gpu_kernel_check.py checks the bits on the device. The checks (check_*) run in a
@@ -25,7 +25,7 @@ def test_attention_kernels_under_the_triton_interpreter(fresh_seed):
 
 @pytest.fixture(scope="module")
 def attention():
-    yield from with_fixed_order_dot("attention_triton")
+    yield from with_fixed_order_dot("attention.triton")
 
 
 def _sequence(seed, length, num_q_heads=4, num_kv_heads=2, head_dim=32, dtype=torch.float32):
@@ -198,7 +198,7 @@ def check_paged_launch_equals_each_sequence_alone(attention, dtype, fresh_seed):
 def check_paged_fp8_pool_reads_as_kv_decode(attention, fresh_seed):
     """An FP8 pool: the kernel's dequantisation (e4m3 -> fp32 -> dtype) gives the bits of
     attention over kv_decode's copies."""
-    from kernels.ops.quant_regions import kv_round_trip
+    from kernels.ops.quant import kv_round_trip
     q, sequences, segments, paged = _paged_step(MIXED_STEP[:3], torch.float16, "fp8", fresh_seed)
     assert paged.key_pool.dtype == torch.float8_e4m3fn
     out = attention.consistent_paged(q, paged, scale=32 ** -0.5, block_kv=BLOCK_KV)

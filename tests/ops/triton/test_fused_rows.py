@@ -1,5 +1,5 @@
 """Logic tests of the row kernels on CPU through the Triton interpreter: scaled logits rows
-(logprob_triton), fused RMSNorm (+ residual), RoPE, SiLU*up, the fused q/k norm + RoPE and the
+(logprob/triton.py), fused RMSNorm (+ residual), RoPE, SiLU*up, the fused q/k norm + RoPE and the
 K/V write. A row's bits must not follow the batch, a strided view or the launch; each within
 rounding of float64 or bit-equal to the launches it fuses. They prove logic, not GPU bits:
 benchmarks/gpu_kernel_check.py checks the bits on the device. The checks (check_*) run in a
@@ -19,12 +19,12 @@ def test_fused_row_kernels_under_the_triton_interpreter(fresh_seed):
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16))  # bf16 is broken in the interpreter
 def check_scaled_rows_have_torch_division_bits(dtype, fresh_seed):
-    """logprob_triton.scale_rows (`scaled` on CUDA outside autograd) gives the bits of torch's
+    """logprob/triton.py's scale_rows (`scaled` on CUDA outside autograd) gives the bits of torch's
     x.float() / t[:, None] over a vocabulary that is not a multiple of BLOCK, with signed
     zeros, subnormals (fp32 quotients over a huge temperature, fp16 logits) and temperatures
     that round; a division by (1 + ulp) instead is
     caught (negative control)."""
-    module = import_kernel("logprob_triton")
+    module = import_kernel("logprob.triton")
     gen = torch.Generator().manual_seed(fresh_seed)
     rows, vocab = 3, module.BLOCK + 37
     x = (torch.randn(rows, vocab, generator=gen) * 8).to(dtype)
@@ -42,7 +42,7 @@ def check_scaled_rows_have_torch_division_bits(dtype, fresh_seed):
 
 @pytest.fixture(scope="module")
 def fused():
-    return {name: import_kernel(name) for name in ("norm_triton", "rope_triton", "activation_triton")}
+    return {name: import_kernel(name) for name in ("norm.triton", "rope.triton", "activation.triton")}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -51,7 +51,7 @@ def check_fused_norm_rows_do_not_follow_the_batch(fused, dtype, fresh_seed):
     bits of the same row in the largest batch; close to float64; the fast variant (norm
     reads the unrounded sum) differs in bits where the residual sum rounds."""
     from gates.reference.norm import rmsnorm
-    norm = fused["norm_triton"]
+    norm = fused["norm.triton"]
     gen = torch.Generator().manual_seed(fresh_seed)
     x, res = (torch.randn(37, 300, generator=gen).to(dtype) for _ in range(2))
     w = (1 + 0.1 * torch.randn(300, generator=gen)).to(dtype)
@@ -78,7 +78,7 @@ def check_fused_norm_rows_do_not_follow_the_batch(fused, dtype, fresh_seed):
 
 def check_fused_norm_gradients_match_float64(fused, fresh_seed):
     from gates.reference.norm import rmsnorm
-    norm = fused["norm_triton"]
+    norm = fused["norm.triton"]
     gen = torch.Generator().manual_seed(fresh_seed)
     leaves = [torch.randn(9, 64, generator=gen).requires_grad_(),
               (1 + 0.1 * torch.randn(64, generator=gen)).requires_grad_(),
@@ -102,8 +102,8 @@ def check_fused_rope_and_silu_rows_do_not_follow_the_batch(fused, dtype, fresh_s
     computed per call, products rounded) differs from the table's bits."""
     from gates.reference.activation import silu_mul
     from gates.reference.rope import rope as rope_reference
-    from kernels.ops.rope import _fp32_table
-    rope, act = fused["rope_triton"], fused["activation_triton"]
+    from kernels.ops.rope.consistent import _fp32_table
+    rope, act = fused["rope.triton"], fused["activation.triton"]
     gen = torch.Generator().manual_seed(fresh_seed)
     qkv = torch.randn(23, 6 * 32, generator=gen).to(dtype)
     q, k = qkv[:, :128].view(23, 4, 32), qkv[:, 128:].view(23, 2, 32)
@@ -138,8 +138,8 @@ def check_qk_norm_rope_is_the_three_launches(fused, dtype, head_dim, fresh_seed)
     """The fused q/k norm + RoPE gives the bits of norm(q), norm(k), then rope, for both
     contracts' arithmetic (the table, the angles from theta), q and k read through the fused
     qkv's strides; the normed rows it also stores are norm's output."""
-    from kernels.ops.rope import _fp32_table
-    norm, rope = fused["norm_triton"], fused["rope_triton"]
+    from kernels.ops.rope.consistent import _fp32_table
+    norm, rope = fused["norm.triton"], fused["rope.triton"]
     kernel = import_kernel("qk_norm_rope_triton")
     gen = torch.Generator().manual_seed(fresh_seed)
     tokens, q_heads, k_heads = 21, 4, 2

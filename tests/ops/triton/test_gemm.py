@@ -1,6 +1,6 @@
 """Logic tests of the GEMM kernels on CPU through the Triton interpreter: linear.consistent's
-CUDA entry (kernels/ops/linear_cuda.py: rows that do not follow M or the launch table, a tuned
-table that moves the load path, not the bits) and the grouped MoE experts (kernels/ops/moe_cuda.py:
+CUDA entry (kernels/ops/linear/cuda.py: rows that do not follow M or the launch table, a tuned
+table that moves the load path, not the bits) and the grouped MoE experts (kernels/ops/expert_gemm/cuda.py:
 the bits of the per-expert loop). They prove logic, not GPU bits: benchmarks/gpu_kernel_check.py
 checks the bits on the device. The checks (check_*) run in a child pytest with TRITON_INTERPRET=1,
 with the interpreter's tl.dot swapped for a fixed-order dot (tests/ops/triton/interpreter.py says why).
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from gates.compare import assert_bitwise_equal, first_bit_difference
-from tests.ops.triton.interpreter import run_checks, with_fixed_order_dot
+from tests.ops.triton.interpreter import import_kernel, run_checks, with_fixed_order_dot
 
 
 def test_gemm_kernels_under_the_triton_interpreter(fresh_seed):
@@ -22,7 +22,7 @@ def test_gemm_kernels_under_the_triton_interpreter(fresh_seed):
 
 @pytest.fixture(scope="module")
 def linear_cuda():
-    yield from with_fixed_order_dot("linear_cuda")
+    yield from with_fixed_order_dot("linear.cuda")
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16))  # bf16 is broken in the interpreter
@@ -93,33 +93,35 @@ def check_gemm_tuned_table_moves_the_load_path_not_the_bits(linear_cuda, dtype, 
 
 
 @pytest.fixture(scope="module")
-def moe_cuda():
-    yield from with_fixed_order_dot("moe_cuda")
+def expert_gemm_cuda():
+    yield from with_fixed_order_dot("expert_gemm.cuda")
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16))
-def check_grouped_experts_equal_the_per_expert_loop(moe_cuda, linear_cuda, dtype, fresh_seed):
-    """moe.experts_consistent's CUDA entry (two grouped GEMMs for all experts) gives the bits
+def check_grouped_experts_equal_the_per_expert_loop(expert_gemm_cuda, linear_cuda, dtype, fresh_seed):
+    """expert_gemm.consistent's CUDA entry (two grouped GEMMs for all experts) gives the bits
     of the per-expert loop of linear.consistent, an expert nobody chose included; a token's
     rows do not follow the batch although the tile height does (16 rows at 7 tokens, 128 at
     300)."""
-    from kernels.ops.moe import _relu2_once, _routing_groups, experts_loop
+    from kernels.ops.expert_gemm.consistent import experts_loop
+    from kernels.ops.expert_gemm.forms import _routing_groups
+    from kernels.ops.relu2_mlp.consistent import _relu2_once
     gen = torch.Generator().manual_seed(fresh_seed)
     tokens, hidden, inner, num_experts, top_k = 300, 64, 48, 6, 2
     x = torch.randn(tokens, hidden, generator=gen).to(dtype)
     up = (torch.randn(num_experts, inner, hidden, generator=gen) / 8).to(dtype)
     down = (torch.randn(num_experts, hidden, inner, generator=gen) / 8).to(dtype)
     ids = torch.rand(tokens, num_experts - 1, generator=gen).topk(top_k, dim=-1).indices  # expert 5: no rows
-    got = moe_cuda.experts(x, ids, up, down, _relu2_once)
+    got = expert_gemm_cuda.experts(x, ids, up, down, _relu2_once)
     expected = experts_loop(x, ids, up, down, linear_cuda.forward)
     assert_bitwise_equal(got, expected, f"grouped vs loop {dtype} seed={fresh_seed}")
-    assert moe_cuda._block_m(7 * top_k, num_experts) != moe_cuda._block_m(tokens * top_k, num_experts)
-    assert_bitwise_equal(moe_cuda.experts(x[:7], ids[:7], up, down, _relu2_once), got[:7],
+    assert expert_gemm_cuda._block_m(7 * top_k, num_experts) != expert_gemm_cuda._block_m(tokens * top_k, num_experts)
+    assert_bitwise_equal(expert_gemm_cuda.experts(x[:7], ids[:7], up, down, _relu2_once), got[:7],
                          f"7 tokens vs {tokens} {dtype} seed={fresh_seed}")
     if dtype == torch.float32:  # the backward (per expert, torch matmuls) against float64 autograd
         leaves = [t.clone().requires_grad_() for t in (x, up, down)]
         weight = torch.randn(got.shape, generator=gen)
-        (moe_cuda.experts(*leaves[:1], ids, *leaves[1:], _relu2_once) * weight).sum().backward()
+        (expert_gemm_cuda.experts(*leaves[:1], ids, *leaves[1:], _relu2_once) * weight).sum().backward()
         wide = [t.double().requires_grad_() for t in (x, up, down)]
         reference = x.double().new_empty(got.shape)
         for expert, (rows, slots) in _routing_groups(ids, num_experts).items():
@@ -131,16 +133,17 @@ def check_grouped_experts_equal_the_per_expert_loop(moe_cuda, linear_cuda, dtype
             assert error < 1e-5, f"grad {name}: relative error {error:.2e} (tolerance 1e-5), seed={fresh_seed}"
 
 
-def check_grouped_fast_experts_match_the_loop(moe_cuda, fresh_seed):
+def check_grouped_fast_experts_match_the_loop(fresh_seed):
     """The fast contract's grouped experts (torch._grouped_mm) compute experts_fast's
     arithmetic: within bf16 rounding of the per-expert loop (a fast path: no bit claim)."""
-    from kernels.ops import moe
+    from kernels.ops.expert_gemm.fast import experts_fast_loop
+    fast_cuda = import_kernel("expert_gemm.fast_cuda")
     gen = torch.Generator().manual_seed(fresh_seed)
     x = torch.randn(50, 64, generator=gen).to(torch.bfloat16)
     up = (torch.randn(6, 48, 64, generator=gen) / 8).to(torch.bfloat16)
     down = (torch.randn(6, 64, 48, generator=gen) / 8).to(torch.bfloat16)
     ids = torch.rand(50, 5, generator=gen).topk(2, dim=-1).indices
     weights = torch.rand(50, 2, generator=gen)
-    got, loop = moe_cuda.experts_fast(x, ids, weights, up, down), moe.experts_fast_loop(x, ids, weights, up, down)
+    got, loop = fast_cuda.experts_fast(x, ids, weights, up, down), experts_fast_loop(x, ids, weights, up, down)
     error = ((got.float() - loop.float()).abs().max() / loop.float().abs().max()).item()
     assert error < 2e-2, f"grouped fast experts: relative error {error:.2e} vs the loop, seed={fresh_seed}"

@@ -1,4 +1,4 @@
-"""Logic tests of the consistent sampler's fused draw (kernels/ops/sampler_triton.py) on CPU
+"""Logic tests of the consistent sampler's fused draw (kernels/ops/sampler/triton.py) on CPU
 through the Triton interpreter: the Gumbel argmax is the torch formula's token, ignores the
 batch and the chunk split, and greedy rows take torch.argmax's token. They prove logic, not GPU
 bits: benchmarks/gpu_kernel_check.py checks the bits on the device. The checks (check_*) run in
@@ -20,8 +20,8 @@ def check_gumbel_argmax_is_the_formula_and_ignores_the_batch(fresh_seed):
     formula x - log(-log u) over race_uniforms (within an ulp: the logs are numpy's here),
     dropped (-inf) tokens are never drawn, a row alone draws what it draws in a batch, and the
     chunk size (programs per row) never moves the token; a row with every token dropped draws 0."""
-    kernel = import_kernel("sampler_triton")
-    from kernels.ops.sampler import mix_seed, race_uniforms
+    kernel = import_kernel("sampler.triton")
+    from kernels.ops.sampler.forms import mix_seed, race_uniforms
     gen = torch.Generator().manual_seed(fresh_seed)
     x = 3 * torch.randn(12, 2500, generator=gen)  # 2500: three blocks, the last one partial
     x[:, ::3] = float("-inf")  # as top-k/top-p drop tokens
@@ -44,8 +44,8 @@ def check_gumbel_argmax_greedy_rows_are_torch_argmax(fresh_seed):
     """Greedy rows in the draw's launch take torch.argmax's token, ties to the lowest id (the
     ties are planted and proved present); the other rows draw what they draw without the
     greedy mask; a kernel that adds noise to greedy rows is caught (negative control)."""
-    kernel = import_kernel("sampler_triton")
-    from kernels.ops.sampler import mix_seed
+    kernel = import_kernel("sampler.triton")
+    from kernels.ops.sampler.forms import mix_seed
     gen = torch.Generator().manual_seed(fresh_seed)
     x = torch.randn(8, 2500, generator=gen)
     for row in range(0, 8, 2):  # a tie for the maximum in a later block and chunk than the first

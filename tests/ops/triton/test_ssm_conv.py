@@ -1,4 +1,4 @@
-"""Logic tests of the SSM's causal conv (kernels/ops/ssm_conv_triton.py) on CPU through the
+"""Logic tests of the SSM's causal conv (kernels/ops/ssm_conv/triton.py) on CPU through the
 Triton interpreter: prefill, chunked prefill and decodes agree bit for bit and match the torch
 form (gradients bit for bit); the engine's batched decode is each sequence's one-row calls.
 They prove logic, not GPU bits: benchmarks/gpu_kernel_check.py checks the bits on the device.
@@ -17,8 +17,8 @@ def test_ssm_conv_kernels_under_the_triton_interpreter(fresh_seed):
 
 
 def _conv_run(conv_segment, xbc, weight, bias, splits):
-    """The conv of xbc's rows in segments of `splits` by conv_segment (ssm_conv_triton.consistent
-    or the torch form ssm_conv.consistent_segment), the state carried: every row's output."""
+    """The conv of xbc's rows in segments of `splits` by conv_segment (ssm_conv/triton.py's consistent
+    or the torch form, ssm_conv/consistent.py's consistent_segment), the state carried: every row's output."""
     from kernels.models.mamba_state import MambaSequenceState
     state = MambaSequenceState(conv=torch.zeros(weight.shape[1] - 1, xbc.shape[1], dtype=xbc.dtype),
                                ssm=torch.zeros(1))
@@ -33,8 +33,8 @@ def check_ssm_conv_phases_agree_and_match_the_torch_form(fresh_seed):
     """The CUDA conv: prefill == chunked prefill (pieces shorter than the state, too) ==
     one-token decodes, bit for bit; rows read from a wider projection in place; the torch
     form within 1e-6 (printed); its gradients are the torch form's."""
-    kernel = import_kernel("ssm_conv_triton")
-    from kernels.ops import ssm_conv
+    kernel = import_kernel("ssm_conv.triton")
+    from kernels.ops.ssm_conv.consistent import consistent_segment
     g = torch.Generator().manual_seed(fresh_seed)
     projected = torch.randn(24, 300 + 7, generator=g)
     xbc, weight, bias = projected[:, 7:], torch.randn(300, 4, generator=g) * 0.5, torch.randn(300, generator=g) * 0.1
@@ -43,14 +43,14 @@ def check_ssm_conv_phases_agree_and_match_the_torch_form(fresh_seed):
         splits = pieces + [1] * (24 - sum(pieces))
         assert_bitwise_equal(_conv_run(kernel.consistent, xbc, weight, bias, splits), whole,
                              f"splits {pieces} seed={fresh_seed}")
-    torch_form = _conv_run(ssm_conv.consistent_segment, xbc, weight, bias, [24])
+    torch_form = _conv_run(consistent_segment, xbc, weight, bias, [24])
     error = float((whole - torch_form).abs().max() / torch_form.abs().max())
     print(f"ssm conv (Triton) vs the torch form: max |error| / max |y| = {error:.2e}")
     assert error < 1e-6, f"error {error} seed={fresh_seed}"
     leaves = [t.clone().requires_grad_(True) for t in (xbc, weight, bias)]
     weight_out = torch.randn(24, 300, generator=g)
     grads = [torch.autograd.grad((_conv_run(form, *leaves, [24]) * weight_out).sum(), leaves)
-             for form in (kernel.consistent, ssm_conv.consistent_segment)]
+             for form in (kernel.consistent, consistent_segment)]
     for name, ours, torch_grad in zip(("xbc", "weight", "bias"), *grads):
         assert_bitwise_equal(ours, torch_grad, f"d/d{name} seed={fresh_seed}")
 
@@ -60,7 +60,7 @@ def check_ssm_conv_batched_decode_is_the_segment_bits(fresh_seed):
     conv pool, the pool moved on in place) equals each sequence's one-row calls, bit for bit,
     outputs and conv rows; a row read from a wider projection in place. Negative control: two
     sequences' slots swapped give each the other's outputs."""
-    kernel = import_kernel("ssm_conv_triton")
+    kernel = import_kernel("ssm_conv.triton")
     from kernels.models.batch import Segment
     g = torch.Generator().manual_seed(fresh_seed)
     weight, bias = torch.randn(300, 4, generator=g) * 0.5, torch.randn(300, generator=g) * 0.1

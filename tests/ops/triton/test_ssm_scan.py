@@ -21,7 +21,7 @@ def test_ssm_scan_kernels_under_the_triton_interpreter(fresh_seed):
 
 @pytest.fixture(scope="module")
 def ssm_triton():
-    yield from with_fixed_order_dot("ssm_scan_triton")
+    yield from with_fixed_order_dot("ssm_scan.triton")
 
 
 def _ssm_inputs(seed):
@@ -36,17 +36,17 @@ def _ssm_inputs(seed):
 
 def _ssm_run(inputs, splits, scans):
     """The sequence in segments of `splits` rows, segment i scanned by scans[i] (a backend
-    of ssm_scan.consistent_with), the state carried: every row's y."""
+    of ssm_scan/consistent.py consistent_with), the state carried: every row's y."""
     from kernels.models.mamba_state import MambaSequenceState
-    from kernels.ops import ssm_scan
+    from kernels.ops.ssm_scan import consistent as ssm_scan_consistent
     s = SSM
     state = MambaSequenceState(conv=torch.zeros(1, 1), ssm=torch.zeros(s["heads"], s["head_dim"], s["state"]))
     outputs, start = [], 0  # the inputs may be autograd leaves: slices keep their gradients
     for length, scan in zip(splits, scans):
         rows = slice(start, start + length)
-        outputs.append(ssm_scan.consistent_with(scan, inputs["x"][rows], inputs["B"][rows], inputs["C"][rows],
-                                                inputs["dt_raw"][rows], state, inputs["dt_bias"], inputs["A_log"],
-                                                inputs["D"], chunk_size=s["chunk"]))
+        outputs.append(ssm_scan_consistent.consistent_with(
+            scan, inputs["x"][rows], inputs["B"][rows], inputs["C"][rows], inputs["dt_raw"][rows], state,
+            inputs["dt_bias"], inputs["A_log"], inputs["D"], chunk_size=s["chunk"]))
         start += length
     return torch.cat(outputs)
 
@@ -73,22 +73,22 @@ def check_ssm_scan_phases_agree_bitwise(ssm_triton, fresh_seed):
 def check_ssm_scan_negative_control_mixed_arithmetic(ssm_triton, fresh_seed):
     """The phase check sees a decode computed by another arithmetic of the same scan (the torch
     form after a Triton prefill): the two agree to ~1e-6, not bit for bit."""
-    from kernels.ops import ssm_scan
+    from kernels.ops.ssm_scan import consistent as ssm_scan_consistent
     inputs, length = _ssm_inputs(fresh_seed), SSM["length"]
     whole = _ssm_run(inputs, [length], [ssm_triton.consistent])
     mixed = _ssm_run(inputs, [60] + [1] * (length - 60),
-                     [ssm_triton.consistent] + [ssm_scan.torch_scan] * (length - 60))
+                     [ssm_triton.consistent] + [ssm_scan_consistent.torch_scan] * (length - 60))
     assert first_bit_difference(mixed[60:], whole[60:]) is not None, f"control did not differ, seed={fresh_seed}"
 
 
 def check_ssm_scan_backward_is_the_torch_forms(ssm_triton, fresh_seed):
     """The trainer's gradients through the Triton scan are the torch form's, bit for bit (its
     backward recomputes that form), and the forward keeps the Triton bits."""
-    from kernels.ops import ssm_scan
+    from kernels.ops.ssm_scan import consistent as ssm_scan_consistent
     inputs = _ssm_inputs(fresh_seed)
     leaves = {k: v.clone().requires_grad_(True) for k, v in inputs.items()}
     grads, ys = [], []
-    for scan in (ssm_triton.consistent, ssm_scan.torch_scan):
+    for scan in (ssm_triton.consistent, ssm_scan_consistent.torch_scan):
         y = _ssm_run(leaves, [SSM["length"]], [scan])
         weight = torch.randn(y.shape, generator=torch.Generator().manual_seed(fresh_seed))
         grads.append(torch.autograd.grad((y * weight).sum(), list(leaves.values())))
@@ -112,7 +112,8 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
     control: a sequence's slot of the state pool doubled changes its rows, and only its rows
     (an ulp decays away in the chunk)."""
     from kernels.models.batch import Segment
-    from kernels.ops import ssm_scan
+    from kernels.ops.ssm_scan import consistent as ssm_scan_consistent
+    from kernels.ops.state_segments import each_segment
     s = SSM
     histories = [s["chunk"], 17, 2 * s["chunk"] - 2, s["chunk"] - 1, 5]
     decodes = 16  # crosses a chunk boundary for every sequence
@@ -127,8 +128,8 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
         rows = {seq: [] for seq in range(len(histories))}
         for seq, (inputs, h) in enumerate(zip(sequences, histories)):  # each prefilled alone
             segment = (Segment(seq, 0, h, 0, "engine_prefill"),)
-            rows[seq].append(ssm_scan.each_segment(
-                lambda *a, **k: ssm_scan.consistent_with(ssm_triton.consistent, *a, **k), segment, store,
+            rows[seq].append(each_segment(
+                lambda *a, **k: ssm_scan_consistent.consistent_with(ssm_triton.consistent, *a, **k), segment, store,
                 tuple(inputs[key][:h] for key in ("x", "B", "C", "dt_raw")), shared["dt_bias"], shared["A_log"],
                 shared["D"], chunk_size=s["chunk"]))
         if disturb is not None:
@@ -141,8 +142,9 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
             if t < served_steps:
                 y = _served_decode(store, segments, new, shared, s["chunk"], fresh_seed + t)
             else:
-                y = ssm_scan._consistent_decode_batch(*new, segments, store, shared["dt_bias"], shared["A_log"],
-                                                      shared["D"], chunk_size=s["chunk"], dt_min=0.0)
+                y = ssm_scan_consistent._consistent_decode_batch(*new, segments, store, shared["dt_bias"],
+                                                                 shared["A_log"], shared["D"], chunk_size=s["chunk"],
+                                                                 dt_min=0.0)
             for seq in rows:
                 rows[seq].append(y[seq:seq + 1])
         return [torch.cat(parts) for _, parts in sorted(rows.items())], store
@@ -157,7 +159,7 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
                                 alone[2][histories[2]:histories[2] + 3]) is not None, "control"
     for seq in (0, 1, 3, 4):
         assert_bitwise_equal(disturbed[seq], alone[seq][:histories[seq] + 3], f"undisturbed sequence {seq}")
-    ssm_decode = import_kernel("ssm_decode_triton")
+    ssm_decode = import_kernel("ssm_scan.decode_triton")
     launch = dict(ssm_decode.DECODE_ROW_LAUNCH)
     assert launch["vector"] == 4 and launch["p_block"] >= s["head_dim"]  # so the P-blocked run below differs
     # the row's chains in 4 programs of 2 warps, loops unrolled, read 2 values at a time
@@ -179,7 +181,7 @@ def _served_decode(store, segments, new, shared, chunk_size, seed):
 
     from kernels.engine.mamba_tables import MambaTables
     from kernels.models.batch import Segment
-    from kernels.ops import ssm_scan
+    from kernels.ops.ssm_scan import consistent as ssm_scan_consistent
     size = len(segments) + 2
     tables = MambaTables(lambda: [store], size, "cpu")
     padded = segments + tuple(Segment(-1 - i, 0, 1, len(segments) + i, "engine_graph") for i in range(2))
@@ -188,8 +190,8 @@ def _served_decode(store, segments, new, shared, chunk_size, seed):
     with ExitStack() as serving:
         tables.serve(padded, size, serving)
         assert tables.fill(segments, size, [True])
-        y = ssm_scan._consistent_decode_batch(*rows, padded, store, shared["dt_bias"], shared["A_log"],
-                                              shared["D"], chunk_size=chunk_size, dt_min=0.0)
+        y = ssm_scan_consistent._consistent_decode_batch(*rows, padded, store, shared["dt_bias"], shared["A_log"],
+                                                         shared["D"], chunk_size=chunk_size, dt_min=0.0)
     assert tables.recorded_advances() == [True], "the consistent decode buffers its row"
     tables.advance(segments, tables.recorded_advances())
     return y[:len(segments)]
@@ -199,23 +201,23 @@ def check_ssm_scan_fast_prefill_folds_every_row(ssm_triton, fresh_seed):
     """The fast contract's CUDA prefill (fold_all: chunks from the call's row 0, the last partial
     chunk folded through zero-dt padding): every row's y and the state after all rows within
     1e-5 of the torch form's run_chunks (printed); it claims no bits."""
-    from kernels.ops import ssm_scan
+    from kernels.ops.ssm_scan.forms import run_chunks
     inputs, s = _ssm_inputs(fresh_seed), SSM
     dt = torch.nn.functional.softplus(inputs["dt_raw"] + inputs["dt_bias"])
     rows, A = [inputs["x"], inputs["B"], inputs["C"], dt], -torch.exp(inputs["A_log"])
     state0 = torch.randn(s["heads"], s["head_dim"], s["state"], generator=torch.Generator().manual_seed(fresh_seed))
     y, end = ssm_triton.fold_all(rows, state0, A, inputs["D"], chunk_size=s["chunk"], first_row=3)
-    y_torch, _, end_torch = ssm_scan.run_chunks(rows, state0, A, inputs["D"], s["chunk"])
+    y_torch, _, end_torch = run_chunks(rows, state0, A, inputs["D"], s["chunk"])
     errors = [float((a - b).abs().max() / b.abs().max()) for a, b in ((y, y_torch[3:]), (end, end_torch))]
     print(f"fast prefill (Triton) vs torch form: y {errors[0]:.2e}, end state {errors[1]:.2e}")
     assert y.shape == y_torch[3:].shape and max(errors) < 1e-5, (errors, fresh_seed)
 
 
 def check_fast_state_update_is_the_recurrence(fresh_seed):
-    """The fast decode's one-pass kernel (kernels/ops/ssm_update_triton.py) against the torch
+    """The fast decode's one-pass kernel (kernels/ops/ssm_scan/fast_triton.py) against the torch
     recurrence it replaces: outputs and the state written back in place at each sequence's
     slot, other slots untouched (a fast path: close to the torch form, not its bits)."""
-    kernel = import_kernel("ssm_update_triton")
+    kernel = import_kernel("ssm_scan.fast_triton")
     generator = torch.Generator().manual_seed(fresh_seed)
     count, heads, groups, P, N, pool = 3, 4, 2, 20, 12, 6  # P and N off the blocks: masks tested
     ssm = torch.randn(pool, heads, P, N, generator=generator)

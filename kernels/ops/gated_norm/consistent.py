@@ -1,0 +1,16 @@
+"""gated_norm.consistent: fp32 from the scan's fp32 output to the end, the position-independent
+sigmoid, a fixed-order group sum (kernels/ops/reduction.py), one rounding."""
+import torch
+
+from kernels.ops.activation.consistent import position_independent_sigmoid
+from kernels.ops.reduction import row_sum
+
+
+def consistent(y, z, w, *, eps, group_size):
+    """fp32 from the scan output to the end; one rounding."""
+    z32 = z.float()
+    h = y.float() * (z32 * position_independent_sigmoid(z32))
+    grouped = h.reshape(*h.shape[:-1], -1, group_size)
+    variance = row_sum(grouped * grouped) / group_size
+    normed = grouped * torch.rsqrt(variance + eps)
+    return (normed.reshape(h.shape) * w.float()).to(z.dtype)

@@ -1,0 +1,58 @@
+"""The SSD scan's chunked form in torch ops (the math: kernels/ops/ssm_scan/__init__.py): one
+chunk's outputs and end state, and a run of chunks from a state, and the rows a call scans (the
+buffered ones, then the new). The CPU paths (consistent.py, fast.py) and the CUDA backward's
+recompute (kernels/ops/ssm_scan/triton.py) run it, so none imports another.
+"""
+import torch
+
+from kernels.ops.padding import pad_to_multiple
+
+
+def chunk(x, B, C, dt, state0, A, D):
+    """One chunk of Q rows: (y [Q, H, P] fp32, state after the chunk [H, P, N]); with a
+    leading sequence dim on every argument, each sequence's chunk in the same ops."""
+    y, fold = chunk_outputs(x, B, C, dt, state0, A, D)
+    return y, end_state(*fold, state0)
+
+
+def chunk_outputs(x, B, C, dt, state0, A, D):
+    """(y [Q, H, P] fp32, what _end_state folds the chunk from): chunk without its state."""
+    num_heads, num_groups = x.shape[-2], B.shape[-2]
+    Bh = B.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2)  # [H, Q, N]
+    Ch = C.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2)  # [H, Q, N]
+    xh, dth = x.transpose(-3, -2), dt.transpose(-2, -1)  # [H, Q, P], [H, Q]
+    cs = torch.cumsum(dth * A[:, None], dim=-1)  # [H, Q]
+    causal = torch.ones(cs.shape[-1], cs.shape[-1], dtype=torch.bool, device=cs.device).tril()
+    decay = torch.where(causal, torch.exp(cs[..., :, None] - cs[..., None, :]), 0.0)  # [H, Qt, Qs]
+    weights = (Ch @ Bh.transpose(-1, -2)) * decay * dth[..., None, :]
+    y = weights @ xh + (Ch @ state0.transpose(-1, -2)) * torch.exp(cs)[..., None] + D[:, None, None] * xh
+    return y.transpose(-3, -2), (cs, xh, dth, Bh)
+
+
+def end_state(cs, xh, dth, Bh, state0):
+    """The state after the chunk [H, P, N] (a leading sequence dim passes through)."""
+    to_end = torch.exp(cs[..., -1:] - cs) * dth  # [H, Q]
+    return torch.exp(cs[..., -1])[..., None, None] * state0 + (xh * to_end[..., None]).transpose(-1, -2) @ Bh
+
+
+def run_chunks(rows, state0, A, D, chunk_size):
+    """Scan `rows` chunk by chunk from state0: (y of every row, the state at the last chunk
+    boundary, the state after all rows). Padding rows have dt = 0, so they move neither
+    cumsum nor the end state: a partial chunk's end state is exact for its real rows."""
+    num_rows = rows[0].shape[0]
+    outputs, boundary, end = [], state0, state0
+    for lo in range(0, num_rows, chunk_size):
+        piece = [pad_to_multiple(r[lo:lo + chunk_size], 0, chunk_size) for r in rows]
+        y, end = chunk(*piece, boundary, A.float(), D.float())
+        outputs.append(y[:min(chunk_size, num_rows - lo)])
+        if lo + chunk_size <= num_rows:
+            boundary = end
+    return torch.cat(outputs), boundary, end
+
+
+def _rows(state, x, B, C, dt):
+    """The unfolded rows (buffered, then new) in fp32."""
+    new = [x.float(), B.float(), C.float(), dt]
+    if state.pending is None:
+        return new
+    return [torch.cat([old, fresh]) for old, fresh in zip(state.pending, new)]
