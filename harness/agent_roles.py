@@ -28,15 +28,17 @@ RULES = ("""Rules (the harness checks them and fails gate C00 on any violation):
 
 BRIEFS = {
     "baseline": """You are the BASELINE agent of a bitwise-align run on model {model}.
-Make the fast path (kernels/contract/fast.yaml and the fast variants, kernels/ops/*/fast*.py) as fast
-as a real engine would run it, keeping it correct against the float64 references
-(`python -m pytest tests/test_ops_reference.py -q`). Do not touch the consistent variants or
-consistent.yaml. When you are done, say so: the harness freezes your last commit as the new
-baseline and puts it up for human review.
+Make the fast path as fast as a real engine would run it, keeping it correct against the
+float64 references (`python -m pytest tests/test_ops_reference.py -q`). Your territory under
+kernels/ is {territory}; a change elsewhere under kernels/ is reported as tampering. When you are
+done, say so: the harness freezes your last commit as the new baseline and puts it up for
+human review.
 {rules}""",
     "consistent": """You are the CONSISTENT agent of a bitwise-align run on model {model}, contract {contract}.
 Make every gate pass (run_gates), working on the model's cut: start from C00, then for each
 failing gate: locate -> shrink -> read the repro -> fix kernels/ -> revalidate ALL gates.
+Your territory under kernels/ is {territory}; a change elsewhere under kernels/ is reported as
+tampering.
 {situation}
 {rules}""",
 }
@@ -59,13 +61,13 @@ def situation(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def _run_gates_tool(role_dir: Path, isolation_for, model: str, contract: str, frozen_outside) -> Tool:
+def _run_gates_tool(role: str, role_dir: Path, isolation_for, model: str, contract: str, frozen_outside) -> Tool:
     runs = {"count": 0}
 
     def handler(tool_input: dict) -> str:
         runs["count"] += 1
         isolation = isolation_for(role_dir / "tamper" / f"scan-{runs['count']}.json")
-        violations = write_report(isolation.tamper_report, isolation.tree, isolation.base, frozen_outside)
+        violations = write_report(isolation.tamper_report, isolation.tree, isolation.base, frozen_outside, role=role)
         out = role_dir / "gates" / f"run-{runs['count']}"
         selected = gates_stage.select(tool_input.get("only"))
         statuses = gates_stage.run_gates(selected, model=model, contract=contract, out=out, isolation=isolation)
@@ -92,12 +94,13 @@ def _cli_tool(name: str, description: str, schema: dict, argv_for, isolation_for
     return Tool(name, description, schema, handler)
 
 
-def harness_tools(role_dir: Path, work_dir: Path, isolation_for, model: str, contract: str, frozen_outside) -> dict:
+def harness_tools(role: str, role_dir: Path, work_dir: Path, isolation_for, model: str, contract: str,
+                  frozen_outside) -> dict:
     """run_gates (results in role_dir, in the run) and locate / shrink (results in work_dir, a
     git-ignored folder of the worktree, so the agent's file tools can read them)."""
     locate_dir = work_dir / "locate"
     tools = [
-        _run_gates_tool(role_dir, isolation_for, model, contract, frozen_outside),
+        _run_gates_tool(role, role_dir, isolation_for, model, contract, frozen_outside),
         _cli_tool("locate", "Trace engine and trainer on your kernels and name the first divergent op "
                   "(writes runs/locate/locate.json and a capture for shrink).",
                   {"type": "object", "properties": {"contract": {"type": "string"}}},

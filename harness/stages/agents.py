@@ -27,6 +27,7 @@ from harness.secrets import redact
 from harness.stages import freeze as freeze_stage
 from harness.stages import gates as gates_stage
 from harness.tamper import startup_files, write_report
+from harness.territory import TERRITORIES
 from harness.workspace import (
     WORKTREES_DIR,
     agent_clone,
@@ -60,7 +61,8 @@ def _startup_outside(state) -> dict:
 
 def _brief(role: str, args, state, worktree: Path, base: str) -> str:
     brief = agent_roles.BRIEFS[role].format(model=args.model, contract=args.contract, rules=agent_roles.RULES,
-                                            situation=agent_roles.situation(state.out))
+                                            situation=agent_roles.situation(state.out),
+                                            territory=TERRITORIES[role])
     with read_from_outside(worktree) as view:
         done = view.commits_since(base)
     if done:  # a resumed run: the conversation is new, the worktree is not
@@ -72,7 +74,8 @@ def _brief(role: str, args, state, worktree: Path, base: str) -> str:
 def _after_baseline(role_dir: Path, worktree: Path, base: str, run_name: str, frozen_outside, startup) -> str:
     """Freeze the baseline agent's last commit on its branch (unless the tamper scan found
     something) and write the review note."""
-    violations = write_report(role_dir / "tamper" / "after.json", worktree, base, frozen_outside, startup)
+    violations = write_report(role_dir / "tamper" / "after.json", worktree, base, frozen_outside, startup,
+                              role="baseline")
     if violations:
         return f"not frozen; TAMPERING: {violations}"
     with read_from_outside(worktree) as view:
@@ -114,10 +117,12 @@ def _judged_checkout(repo, worktree: Path, name: str) -> Path:
     return judged
 
 
-def _revalidate(role_dir: Path, worktree: Path, isolation: Isolation, args, frozen_outside, startup) -> str:
+def _revalidate(role: str, role_dir: Path, worktree: Path, isolation: Isolation, args, frozen_outside,
+                startup) -> str:
     """Every gate from the pristine copy against a clean checkout of the agent's last commit;
     the tamper scan reads the agent's own worktree (uncommitted files included)."""
-    violations = write_report(isolation.tamper_report, worktree, isolation.base, frozen_outside, startup)
+    violations = write_report(isolation.tamper_report, worktree, isolation.base, frozen_outside, startup,
+                              role=role)
     with read_from_outside(worktree) as view:
         uncommitted = view.differing_paths(view.head)
     statuses = gates_stage.run_gates(gates_stage.select(args.gates), model=args.model, contract=args.contract,
@@ -149,12 +154,12 @@ def _run_role(role, backend, args, state, base, apparatus, frozen_outside) -> st
                      limits=AgentLimits(max_turns=args.max_turns, max_cost_usd=args.max_cost_usd,
                                         max_wall_s=args.max_wall_s),
                      transcript_path=role_dir / f"transcript-{attempt}.jsonl",
-                     extra_tools=agent_roles.harness_tools(role_dir, work_dir, isolation_for, args.model,
+                     extra_tools=agent_roles.harness_tools(role, role_dir, work_dir, isolation_for, args.model,
                                                            args.contract, frozen_outside))
     result = backend.run(task)
     startup = _startup_outside(state)
     after = (_after_baseline(role_dir, worktree, base, run_name, frozen_outside, startup) if role == "baseline" else
-             _revalidate(role_dir, worktree, Isolation(_judged_checkout(repo, worktree, f"{run_name}-{role}"),
+             _revalidate(role, role_dir, worktree, Isolation(_judged_checkout(repo, worktree, f"{run_name}-{role}"),
                                                        apparatus, base, role_dir / "tamper" / "revalidate.json"),
                          args, frozen_outside, startup))
     with read_from_outside(worktree) as view:
