@@ -32,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance  # noqa: E402
 from benchmarks.rollout_summary import TABLE_HEADER, cell_line, print_kernels, summarize_cell  # noqa: E402
+from gates.rollout_clock import timed_rollout  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
 from kernels.engine.engine import Engine  # noqa: E402
 from kernels.engine.graphs import graphs_unsupported  # noqa: E402
@@ -67,24 +68,13 @@ def make_engine(config, contract, weights, batch, prompt_len, new_tokens):
                   num_blocks=batch * -(-(prompt_len + new_tokens) // 16), cuda_graphs=graphs)
 
 
-def timed_rollout(engine, config, batch, prompt_len, new_tokens, seed):
+def rollout(engine, config, batch, prompt_len, new_tokens, seed):
     """(completions, [(phases, seconds)] per engine step, total seconds) on a warmed engine
-    (its graphs captured by an earlier rollout: capture is a one-off, not a step's cost)."""
+    (its graphs captured by an earlier rollout: capture is a one-off, not a step's cost),
+    timed by the judge's clock (gates/rollout_clock.py)."""
     requests = _requests(config, batch, prompt_len, new_tokens, seed)
-    for request in requests:
-        engine.add_request(request)
-    steps, done = [], {}
-    sync()
-    started = time.perf_counter()
-    while engine.has_work():
-        before = dict(engine.step_phases)
-        step_start = time.perf_counter()
-        for completion in engine.step():
-            done[completion.request.request_id] = completion
-        phases = [k for k, n in engine.step_phases.items() if n != before.get(k, 0)]
-        steps.append(("+".join(phases[0]) if phases else "idle", time.perf_counter() - step_start))
-    total = time.perf_counter() - started
-    return [done[r.request_id] for r in requests], steps, total
+    completions, wall_s, _, steps = timed_rollout(engine, requests, sync, per_step=True)
+    return completions, steps, wall_s
 
 
 def timed_train_step(config, contract, weights, completions):
@@ -187,7 +177,7 @@ def step_profile(config, contract, weights, batch, prompt_len, limit=10, decode_
     model allows) under the profiler: wall time, GPU time of their kernels, the host ops that
     took longest, per step."""
     engine = make_engine(config, contract, weights, batch, prompt_len, decode_steps + 4)
-    timed_rollout(engine, config, batch, prompt_len, decode_steps + 4, seed=3)  # captures, compiles
+    rollout(engine, config, batch, prompt_len, decode_steps + 4, seed=3)  # captures, compiles
     for request in _requests(config, batch, prompt_len, decode_steps + 4, seed=9):
         engine.add_request(request)
     prefill = _profiled_steps(engine, limit)
@@ -242,11 +232,11 @@ def main() -> int:
                        for name in CONTRACTS}
             cell["cuda_graphs"] = engines["fast"].replays_cuda_graphs
             for name in CONTRACTS:  # warm-up, the timed shape: compiles Triton kernels, captures graphs
-                timed_rollout(engines[name], config, batch, args.prompt_len, args.new_tokens, seed=1)
+                rollout(engines[name], config, batch, args.prompt_len, args.new_tokens, seed=1)
             for pair in range(args.pairs):
                 for name in CONTRACTS:
-                    completions, steps, total = timed_rollout(engines[name], config, batch,
-                                                              args.prompt_len, args.new_tokens, seed=100 + pair)
+                    completions, steps, total = rollout(engines[name], config, batch,
+                                                        args.prompt_len, args.new_tokens, seed=100 + pair)
                     train_s = timed_train_step(config, contracts[name], weights, completions) if times_trainer else None
                     cell["samples"][name].append({
                         "tokens_per_s": batch * args.new_tokens / total, "total_s": total, "train_step_s": train_s,

@@ -29,6 +29,7 @@ import torch
 
 from gates import confine
 from gates.cpu_timing import timed_environment
+from gates.rollout_clock import timed_rollout
 from gates.timing_state import hold_to_cores, host_state, machine_state
 
 PREFIX = "C10 "
@@ -147,10 +148,7 @@ for line in sys.stdin:
     run_workload = Workload(**dict(asked["workload"], seed=int(words[1])))
     engine.step_count = 0  # both trees' engines count arrival steps from here
     collections, compiled = [g["collections"] for g in gc.get_stats()], compiled_state(engine, specialized)
-    started, cpu_started = time.perf_counter(), time.process_time()
-    completions = engine.generate(make_requests(run_workload, config.vocab_size))
-    sync()
-    wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+    completions, wall_s, cpu_s, _ = timed_rollout(engine, make_requests(run_workload, config.vocab_size), sync)
     digest = completions_digest(completions)
     print("{prefix}DONE " + json.dumps({{"digest": digest}}), flush=True)  # the judge's clock stops here
     runs.append({{"wall_s": wall_s, "cpu_s": cpu_s, "tokens": sum(len(c.tokens) for c in completions),
@@ -165,7 +163,7 @@ print("{prefix}END " + json.dumps({{"kernels": kernels.__file__, "worker_reporte
       flush=True)
 """.format(prefix=PREFIX, helpers="".join(getsource(f) for f in (
     rollout_options, mapped_weights, completions_digest, record_specializations, compiled_state, compiled_since,
-    completions_bits, hold_to_cores, host_state, machine_state)))
+    completions_bits, hold_to_cores, host_state, machine_state, timed_rollout)))
 
 
 def process_tree(pid: int) -> list:

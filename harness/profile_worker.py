@@ -11,6 +11,7 @@ own time, less the doors it calls, goes to its region. A profiler's per-op cost 
 path of many small ops (the fast MoE combine) several times what it costs untraced.
 """
 import hashlib
+import importlib.util
 import json
 import os
 import statistics
@@ -22,7 +23,17 @@ from collections import defaultdict
 from pathlib import Path
 
 OUTSIDE = "(outside regions)"
+CLOCK = Path(__file__).resolve().parent.parent / "gates" / "rollout_clock.py"
 REGION_RUNS = 3
+
+
+def judges_clock():
+    """gates/rollout_clock.py beside this harness, loaded by path: `gates` on sys.path is the
+    profiled tree's, which may predate the clock."""
+    spec = importlib.util.spec_from_file_location("bitwise_rollout_clock", CLOCK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.timed_rollout
 
 
 class WorkerSide:
@@ -52,11 +63,11 @@ class WorkerSide:
             self.engine.generate(make_requests(self.workload, self.config.vocab_size))
         return self.engine
 
-    def _generate(self, engine):
-        """The workload's completions, arrival steps counted from 0 again (a fresh engine's)."""
+    def _fresh_requests(self, engine) -> list:
+        """The workload's requests, the engine's arrival steps counted from 0 again (a fresh one's)."""
         from gates.workload import make_requests
         engine.step_count = 0
-        return engine.generate(make_requests(self.workload, self.config.vocab_size))
+        return make_requests(self.workload, self.config.vocab_size)
 
     def hello(self) -> dict:
         """Who this is: what it imported, its identities and the workload it will run."""
@@ -84,9 +95,7 @@ class WorkerSide:
         from kernels.trainer.trainer import Trainer
 
         engine = self._warm_engine()  # building and warming it are not generation
-        started, cpu_started = time.perf_counter(), time.process_time()
-        completions = self._generate(engine)
-        rollout_wall_s, rollout_s = time.perf_counter() - started, time.process_time() - cpu_started
+        completions, rollout_wall_s, rollout_s, _ = judges_clock()(engine, self._fresh_requests(engine))
         num_tokens = sum(len(c.tokens) for c in completions)
         trainer = Trainer(self.config, self.contract, weights=self.weights)
         sequences = scored_sequences(completions)
@@ -115,7 +124,7 @@ class WorkerSide:
             RegionDispatch.__call__ = clock.wrap(door)
             try:
                 started = time.process_time_ns()
-                self._generate(engine)
+                engine.generate(self._fresh_requests(engine))
                 measured.append(clock.ms_by_region(time.process_time_ns() - started))
             finally:
                 RegionDispatch.__call__ = door
