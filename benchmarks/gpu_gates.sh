@@ -22,7 +22,8 @@
 # with BITWISE_C10_LIMIT_S: a timing taken while other gates share the GPU would be noise.
 # BITWISE_C10_MODELS picks the models timed (default: those of BITWISE_GATES_MODELS).
 # On the H200 the untimed phase takes ~4 min, C10 ~2 min for qwen3 and ~6 min for nemotron
-# (results/gates-20261130T*): more than one device call allows (10 min), so split it:
+# (results/h200/c10/*-vs-v1-*, results/h200x2/gates/all-gates-55c38cd*): more than one device call
+# allows (10 min), so split it:
 #   BITWISE_C10_MODELS=qwen3 bash benchmarks/gpu_gates.sh OUT
 #   BITWISE_GATES_MODELS=nemotron BITWISE_C10_LIMIT_S=540 bash benchmarks/gpu_gates.sh OUT C10
 # With 2+ GPUs visible, C06 runs on NCCL and the fast contract must fail it too.

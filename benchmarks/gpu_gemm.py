@@ -11,7 +11,7 @@ under the tile configs of its size classes; the best one is reported against cuB
 same way: triton.testing.do_bench_cudagraph medians, the calls replayed from a CUDA graph as
 the engine's decode runs them, so the figure is GPU time and not Python launch overhead
 (eager do_bench put a ~70 us host floor under small-M calls: recorded in
-results/gpu_gemm-h200-20261129-session6-eager.json); weights rotated over several copies so
+results/h200/gemm/tma-sweep-eager-69bf063.json); weights rotated over several copies so
 the L2 cache does not hold them. Raw samples, the environment and the commit go to DIR/gpu_gemm.json.
 """
 import argparse

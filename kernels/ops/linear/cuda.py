@@ -3,7 +3,7 @@
 The tile and load path may follow M and the shape (they move which program computes an element,
 not its K order: benchmarks/gpu_gemm.py checks the bits); K is one slice for every shape. The table
 is the device's tuned file (kernels/ops/gemm_tuning.py) or else the built-in H200 winners of
-benchmarks/results/gpu_gemm-h200-20261129-run3.json; fp32 operands (the router) take their own
+benchmarks/results/h200/gemm/sweep-block-k-20261129.json; fp32 operands (the router) take their own
 tiles ("ieee" dots are FMA chains over k). Backward: dx = dy @ w, dw = dy^T @ x by cuBLAS,
 deterministic for a fixed shape on one stream; C8 compares gradients with float64 in its tolerance.
 """
