@@ -1,6 +1,6 @@
 """Host time per call of the CUDA ops the eager prefill runs, consistent vs fast, side by side:
 where the eager prefill's wall time goes when its GPU kernels take the same time in both
-contracts (benchmarks/RESULTS.md, session 6: 46 ms against 34 ms at batch 64).
+contracts (benchmarks/HISTORY.md, session 6: 46 ms against 34 ms at batch 64).
 
   python benchmarks/gpu_host_overhead.py --out DIR      (on the device; one table last)
 
