@@ -1,37 +1,30 @@
-"""`harness diff`: the engine generates under continuous batching, the trainer scores the
-same tokens, and the per-token mismatch figures are reported (gates/mismatch.py). The
-model is a shipped config with seeded weights (`--model`, `--size`) or a transformers
-checkpoint directory (`--checkpoint DIR`: family from its model_type, its own weights)."""
+"""`harness diff`: the target's engine generates, its trainer scores the same tokens, and the
+per-token mismatch figures are reported (gates/mismatch.py). Our target runs a shipped config
+with seeded weights (`--model`, `--size`) or a transformers checkpoint directory (`--checkpoint
+DIR`: family from its model_type, its own weights); `--target transformers` runs the checkpoint
+in transformers (generate vs forward)."""
 import json
 
 from gates.mismatch import mismatch_stats, per_token_abs_dp
-from gates.workload import EngineShape, Workload, rollout, score, seeded_weights
+from gates.workload import EngineShape, Workload
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
 from harness.stages.checkpoint_option import add_model_options, model_of
-from kernels.contract import load_contract
-from kernels.models.checkpoint import load_checkpoint
-from kernels.models.config import load_model_config
-from kernels.models.registry import config_name
+from harness.stages.target_option import add_target_option, build_target
 
 FIGURES = ("max_abs_dp", "mean_abs_dp", "std_abs_dp", "k3_kl", "frac_tokens_differing", "num_tokens")
 
 
 def run_diff(model: str, size: str, contract_name: str, workload: Workload,
              shape: EngineShape = EngineShape(), micro_batch_size: int = 8, per_token: bool = False,
-             checkpoint=None) -> dict:
+             checkpoint=None, target: str = "ours") -> dict:
     """The mismatch figures; with per_token, also `abs_dp`, every token's |dp| (for plots).
     With `checkpoint` (a directory), its config and weights instead of model / size."""
-    if checkpoint is not None:
-        config, weights = load_checkpoint(checkpoint)
-        size = f"checkpoint {checkpoint}"
-    else:
-        config = load_model_config(config_name(model, size))
-        weights = seeded_weights(config)
-    contract = load_contract(contract_name)
-    completions, _ = rollout(config, contract, weights, workload, shape)
-    trainer_logprobs = score(config, contract, weights, completions, micro_batch_size=micro_batch_size)
-    engine_logprobs = [c.logprob_tensor for c in completions]
-    result = {"model": model, "size": size, "contract": contract.name, "seed": workload.seed,
+    judged, size = build_target(target, model, size, contract_name, checkpoint, shape, micro_batch_size)
+    samples = judged.generate(workload)
+    trainer_logprobs = judged.score(samples)
+    engine_logprobs = [s.logprobs for s in samples]
+    contract = judged.contract.name if "contract" in judged.offers else "n/a"
+    result = {"target": judged.name, "model": model, "size": size, "contract": contract, "seed": workload.seed,
               **mismatch_stats(engine_logprobs, trainer_logprobs)}
     if per_token:
         result["abs_dp"] = per_token_abs_dp(engine_logprobs, trainer_logprobs)
@@ -39,8 +32,8 @@ def run_diff(model: str, size: str, contract_name: str, workload: Workload,
 
 
 def format_table(result: dict) -> str:
-    lines = [f"rollout vs trainer: model {result['model']} ({result['size']}), "
-             f"contract {result['contract']}, seed {result['seed']}",
+    lines = [f"rollout vs trainer: target {result.get('target', 'ours')}, model {result['model']} "
+             f"({result['size']}), contract {result['contract']}, seed {result['seed']}",
              f"{'figure':<24}{'value':>16}"]
     for name in FIGURES:
         value = result[name]
@@ -57,6 +50,7 @@ def print_result(result: dict, as_json: bool) -> None:
 
 def add_arguments(parser) -> None:
     add_model_options(parser, None)
+    add_target_option(parser)
     parser.add_argument("--size", default="cut", help="cut (CPU gates) or full")
     parser.add_argument("--contract", default="consistent", help="fast, consistent, or a YAML path")
     parser.add_argument("--num-sequences", type=int, default=64)
@@ -70,8 +64,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     workload = Workload(num_sequences=args.num_sequences, new_tokens=args.new_tokens, seed=args.seed)
-    result = run_diff(model_of(args), args.size, args.contract, workload,
+    model = model_of(args) if args.target == "ours" else args.model or "-"  # any causal LM elsewhere
+    result = run_diff(model, args.size, args.contract, workload,
                       EngineShape(tokens_per_step=args.tokens_per_step), args.micro_batch,
-                      checkpoint=args.checkpoint)
+                      checkpoint=args.checkpoint, target=args.target)
     print_result(result, args.json)
     return EXIT_DIFFERENT if args.strict and result["frac_tokens_differing"] else EXIT_OK

@@ -1,0 +1,59 @@
+"""A target: the stack the gates judge, seen from outside. Its engine side generates a
+workload and returns each sampled token with its fp32 log-prob; its trainer side scores given
+tokens; `offers` names what more it gives (our contract's regions and doors, module hooks).
+A gate that needs what a target does not offer reports n/a with the reason (`missing`), never
+a pass. Our kernels are one target (gates/targets/ours.py), transformers another
+(gates/targets/transformers_target.py); an adapter for another stack implements these two calls.
+"""
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Protocol
+
+import torch
+
+OFFERS = {
+    "contract": "a contract naming each region's implementation (fast / consistent)",
+    "region_doors": "one door per region, where locate and C02's row replay trace both sides",
+}
+TARGETS = {"ours": "gates.targets.ours:OurTarget",
+           "transformers": "gates.targets.transformers_target:TransformersTarget"}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One generated sequence: its prompt, the sampled tokens and the engine's log-prob of each."""
+
+    prompt: tuple
+    tokens: tuple
+    logprobs: torch.Tensor
+    """[len(tokens)] fp32."""
+    temperature: float = 1.0
+    """Of the distribution the log-probs are taken from (the trainer scores at the same)."""
+
+
+class Target(Protocol):
+    name: str
+    vocab_size: int
+    offers: frozenset
+
+    def generate(self, workload) -> list:
+        """[Sample] for gates.workload.Workload's requests, in request order."""
+
+    def score(self, samples: list) -> list:
+        """[[len(tokens)] fp32 log-probs] of each sample's tokens after its prompt, by the trainer side."""
+
+
+def missing(target: Target, needs) -> str | None:
+    """Why `target` cannot serve a gate that needs `needs` (names in OFFERS), or None."""
+    absent = [name for name in needs if name not in target.offers]
+    if not absent:
+        return None
+    return f"target {target.name} does not offer " + "; nor ".join(OFFERS[name] for name in absent)
+
+
+def target_class(name: str):
+    """The class registered under `name`; ValueError naming the choices otherwise."""
+    if name not in TARGETS:
+        raise ValueError(f"--target {name!r}: one of {', '.join(sorted(TARGETS))}")
+    module, _, attribute = TARGETS[name].partition(":")
+    return getattr(import_module(module), attribute)

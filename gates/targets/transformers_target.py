@@ -1,0 +1,63 @@
+"""transformers as a target: `generate` with its KV cache (prompts left-padded in batches,
+sampling at temperature 1 from a seeded generator) is the engine side, a full forward of each
+sequence alone the trainer side; both log-probs are fp32 log_softmax of the raw logits at the
+sampled token. It offers no contract and no region doors.
+"""
+import torch
+
+from gates.target import Sample
+from gates.workload import make_requests
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as error:
+        raise ValueError("the transformers target needs transformers: pip install -e '.[transformers]'") from error
+    return transformers
+
+
+class TransformersTarget:
+    name = "transformers"
+    offers = frozenset()
+
+    def __init__(self, checkpoint, *, batch_size: int = 8, dtype=torch.float32):
+        if checkpoint is None:
+            raise ValueError("the transformers target runs a checkpoint: give --checkpoint DIR "
+                             "(a transformers save_pretrained directory)")
+        self.model = _transformers().AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype).eval()
+        self.vocab_size = self.model.config.vocab_size
+        self.batch_size = batch_size
+
+    def generate(self, workload) -> list:
+        requests = make_requests(workload, self.vocab_size)
+        samples = []
+        for first in range(0, len(requests), self.batch_size):
+            batch = requests[first:first + self.batch_size]
+            samples += self._generate_batch([r.prompt for r in batch], workload.new_tokens,
+                                            seed=workload.seed * 1_000_003 + first)
+        return samples
+
+    def _generate_batch(self, prompts: list, new_tokens: int, seed: int) -> list:
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([(0,) * (width - len(p)) + tuple(p) for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            out = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0,
+                                      top_k=0, top_p=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                      pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+        tokens = out.sequences[:, width:]
+        logits = torch.stack(out.logits, dim=1).float()  # [B, new, V], before any sampling processor
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[..., None])[..., 0]
+        return [Sample(tuple(p), tuple(t.tolist()), lp.clone()) for p, t, lp in zip(prompts, tokens, logprobs)]
+
+    def score(self, samples: list) -> list:
+        scored = []
+        for sample in samples:
+            ids = torch.tensor([sample.prompt + sample.tokens])
+            with torch.no_grad():
+                logits = self.model(input_ids=ids).logits[0, len(sample.prompt) - 1:-1].float()
+            logprobs = torch.log_softmax(logits / sample.temperature, dim=-1)
+            scored.append(logprobs.gather(-1, torch.tensor(sample.tokens)[:, None])[:, 0])
+        return scored

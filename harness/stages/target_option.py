@@ -1,0 +1,29 @@
+"""`--target` as diff takes it (gates, locate and run next): which stack is judged. `ours`
+builds our engine and trainer from --model/--size or --checkpoint and --contract; another
+target (gates/target.py's TARGETS) is built from --checkpoint alone."""
+from gates.target import TARGETS, target_class
+from gates.targets.ours import OurTarget
+from gates.workload import EngineShape, seeded_weights
+from kernels.contract import load_contract
+from kernels.models.checkpoint import load_checkpoint
+from kernels.models.config import load_model_config
+from kernels.models.registry import config_name
+
+
+def add_target_option(parser) -> None:
+    parser.add_argument("--target", default="ours", choices=sorted(TARGETS),
+                        help="the stack judged: ours (kernels/, default) or transformers (needs --checkpoint)")
+
+
+def build_target(name: str, model: str, size: str, contract_name: str, checkpoint=None,
+                 shape: EngineShape = EngineShape(), micro_batch_size: int = 8) -> tuple:
+    """(target, a line saying what it runs: size or checkpoint, and contract)."""
+    if name != "ours":
+        return target_class(name)(checkpoint), f"checkpoint {checkpoint}"
+    if checkpoint is not None:
+        config, weights = load_checkpoint(checkpoint)
+        size = f"checkpoint {checkpoint}"
+    else:
+        config = load_model_config(config_name(model, size))
+        weights = seeded_weights(config)
+    return OurTarget(config, load_contract(contract_name), weights, shape, micro_batch_size), size

@@ -1,0 +1,77 @@
+"""Targets (gates/target.py): our kernels through the interface give the figures they always
+gave; transformers is judged through the same two calls, its figures measured over every
+generated token; a difference planted between a target's sides shows; bad input is a clear error."""
+import json
+
+import pytest
+import torch
+
+from gates.mismatch import mismatch_stats
+from gates.target import missing, target_class
+from gates.workload import Workload
+from harness.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from tests.tiny_checkpoints import save_tiny_qwen3
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"), tie=False)[0])
+
+
+def _diff(capsys, *args) -> dict:
+    assert main(["diff", *args, "--json"]) == EXIT_OK
+    return json.loads(capsys.readouterr().out)
+
+
+def test_transformers_generate_vs_forward_is_measured_on_every_token(capsys, checkpoint, fresh_seed):
+    result = _diff(capsys, "--target", "transformers", "--checkpoint", checkpoint, "--num-sequences", "6",
+                   "--new-tokens", "10", "--seed", str(fresh_seed))
+    assert result["target"] == "transformers" and result["contract"] == "n/a"
+    assert result["num_tokens"] == 60
+    print(f"transformers, generate vs forward (fp32, CPU): {result}")  # recorded, not assumed
+    assert 0.0 <= result["frac_tokens_differing"] <= 1.0 and result["max_abs_dp"] >= 0.0
+
+
+def test_a_difference_planted_in_the_trainer_side_shows(checkpoint, fresh_seed):
+    target = target_class("transformers")(checkpoint)
+    samples = target.generate(Workload(num_sequences=3, new_tokens=6, max_prompt_len=20, seed=fresh_seed))
+    scored = target.score(samples)
+    planted = [t.clone() for t in scored]
+    planted[1][2] = torch.nextafter(planted[1][2], torch.tensor(0.0))  # one ulp on one token
+    clean, moved = (mismatch_stats([s.logprobs for s in samples], side) for side in (scored, planted))
+    assert moved["frac_tokens_differing"] > 0 and moved["max_abs_dp"] > 0
+    assert moved != clean
+
+
+def test_transformers_generate_is_repeatable_and_its_log_probs_are_real(checkpoint, fresh_seed):
+    target = target_class("transformers")(checkpoint)
+    workload = Workload(num_sequences=4, new_tokens=5, max_prompt_len=16, seed=fresh_seed)
+    first, again = target.generate(workload), target.generate(workload)
+    assert [s.tokens for s in first] == [s.tokens for s in again]
+    assert all(torch.equal(a.logprobs.view(torch.int32), b.logprobs.view(torch.int32)) for a, b in zip(first, again))
+    assert all(len(s.tokens) == 5 and bool((s.logprobs < 0).all()) for s in first)
+
+
+def test_our_target_through_the_interface_is_bitwise_and_the_fast_contract_is_not(capsys, fresh_seed):
+    seed = ["--seed", str(fresh_seed), "--num-sequences", "8", "--new-tokens", "12"]
+    consistent = _diff(capsys, "--model", "qwen3", "--target", "ours", *seed)
+    fast = _diff(capsys, "--model", "qwen3", "--contract", "fast", *seed)
+    assert consistent["target"] == "ours" and consistent["frac_tokens_differing"] == 0 and consistent["k3_kl"] == 0
+    assert fast["frac_tokens_differing"] > 0 and consistent["num_tokens"] == fast["num_tokens"] == 96
+
+
+def test_what_a_target_does_not_offer_is_named():
+    ours, transformers = target_class("ours"), target_class("transformers")
+    assert missing(ours, ["contract", "region_doors"]) is None
+    assert missing(transformers, ["contract", "region_doors"]) == (
+        "target transformers does not offer a contract naming each region's implementation (fast / consistent); "
+        "nor one door per region, where locate and C02's row replay trace both sides")
+
+
+def test_bad_target_input_is_a_clear_error(capsys):
+    assert main(["diff", "--target", "transformers", "--model", "qwen3"]) == EXIT_BAD_INPUT
+    assert "--checkpoint DIR" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["diff", "--target", "vllm-nope", "--model", "qwen3"])
+    with pytest.raises(ValueError, match="one of ours, transformers"):
+        target_class("nope")
