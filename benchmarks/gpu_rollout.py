@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.profiled import profiled  # noqa: E402
 from benchmarks.raw_output import provenance  # noqa: E402
 from benchmarks.rollout_summary import TABLE_HEADER, cell_line, print_kernels, summarize_cell  # noqa: E402
 from gates.rollout_clock import timed_rollout  # noqa: E402
@@ -154,22 +155,7 @@ def top_kernels(config, contract, weights, batch, prompt_len, limit=12):
 def _profiled_steps(engine, limit, steps=1):
     """`steps` consecutive engine steps under the profiler; times and counts per step (one
     step alone would hide the overlap of a step launched ahead with its predecessor)."""
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=activities) as prof:
-        sync()
-        started = time.perf_counter()
-        for _ in range(steps):
-            engine.step()
-        sync()
-        wall = time.perf_counter() - started
-    events = prof.key_averages()
-    gpu_us = sum(e.self_device_time_total for e in events)
-    host = sorted(((e.key, e.self_cpu_time_total, e.count) for e in events), key=lambda r: -r[1])[:limit]
-    kernels = sorted(((e.key, e.self_device_time_total, e.count) for e in events if e.self_device_time_total > 0),
-                     key=lambda r: -r[1])[:limit]
-    return {"steps": steps, "wall_ms": 1e3 * wall / steps, "gpu_kernel_ms": gpu_us / 1e3 / steps,
-            "host_self_us": [{"op": k[:80], "us": round(t / steps, 1), "calls": n / steps} for k, t, n in host],
-            "kernels_us": [{"kernel": k[:80], "us": round(t / steps, 1), "calls": n / steps} for k, t, n in kernels]}
+    return profiled(engine.step, sync, limit, steps)
 
 
 def step_profile(config, contract, weights, batch, prompt_len, limit=10, decode_steps=8):

@@ -3,7 +3,7 @@
     python3 benchmarks/gpu_train_step.py --out DIR [--models qwen3-1.7b,nemotron-wide-cut]
         [--sequences 128] [--prompt-len 150] [--new-tokens 512] [--micro-batch 8]
         [--head-chunk-rows 1024] [--gradient-leaves 4] [--recompute] [--pairs 2]
-        [--contracts fast,consistent] [--device cuda|cpu]
+        [--contracts fast,consistent] [--profile] [--device cuda|cpu]
 
 Per model: synthetic answers (random prompt and completion tokens, the rollout's log-probs
 replaced by the trainer's own scores, rewards alternating in groups of 8), one Trainer per
@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.profiled import profiled  # noqa: E402
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from gates.workload import seeded_weights  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
@@ -80,9 +81,15 @@ def run_model(name: str, args) -> dict:
     for _ in range(args.pairs):
         for contract in contracts:
             samples[contract].append(timed_step(trainers[contract], sequences, advantages, old, args.device))
+    profiles = {}
+    if args.profile:  # one more step each, under the profiler: where the step's time goes
+        sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+        for contract in contracts:
+            profiles[contract] = profiled(lambda: trainers[contract].train_step(sequences, advantages, old),
+                                          sync, limit=25)
     parameters = sum(p.numel() for p in trainers[contracts[0]].model.parameters())
     tokens = args.sequences * (args.prompt_len + args.new_tokens)
-    return {"config": name, "parameters": parameters, "tokens": tokens, "samples": samples}
+    return {"config": name, "parameters": parameters, "tokens": tokens, "samples": samples, "profiles": profiles}
 
 
 def summarize(entry: dict, peak_tflops: float) -> dict:
@@ -113,6 +120,8 @@ def main() -> int:
                         help="the update's fixed gradient leaves (fp32 gradient memory: 1 + log2 of it)")
     parser.add_argument("--recompute", action="store_true", help="per-layer activation recompute (same bits)")
     parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--profile", action="store_true",
+                        help="one more step per contract under torch's profiler: its top kernels and host ops")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the device")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -146,6 +155,11 @@ def main() -> int:
             print(f"{name:<20}{contract:<12}{row['step_s']:>8.2f}{row['tokens_per_s']:>10.0f}{peak}{row['mfu']:>7.1%}")
         if "ratio" in rows:
             print(f"{name:<20}{'cons/fast':<12}{rows['ratio']:>8.2f}")
+        for contract, profile in entry.get("profiles", {}).items():
+            print(f"{name} {contract}, one profiled step: {profile['wall_ms']:.0f} ms wall, "
+                  f"{profile['gpu_kernel_ms']:.0f} ms of kernels")
+            for row in profile["kernels_us"] or profile["host_self_us"]:
+                print(f"  {row.get('kernel', row.get('op')):<80}{row['us'] / 1e3:>10.1f} ms{row['calls']:>8.0f}")
     return 0
 
 
