@@ -18,6 +18,7 @@ import pytest
 from gates import candidate, device
 from gates.git_objects import run_git
 from gates.switches import switch
+from gates.target import missing
 
 _RECORDS: dict = {}
 
@@ -35,6 +36,8 @@ def pytest_addoption(parser):
     group.addoption("--checkpoint", default=None,
                     help="a transformers checkpoint directory the gates run on instead of the seeded cut "
                          "(gates/subject.py)")
+    group.addoption("--target", default="ours",
+                    help="the stack judged (gates/target.py): ours, or transformers on --checkpoint")
 
 
 def pytest_configure(config):
@@ -63,16 +66,18 @@ class GateRecord:
     """The conditions one gate test checked: `check` records each with its figures, `verdict`
     fails the test if any did not hold (every condition is recorded before that)."""
 
-    def __init__(self, gate: str, model: str, contract: str, size: str = "cut", checkpoint: str | None = None):
+    def __init__(self, gate: str, model: str, contract: str, size: str = "cut", checkpoint: str | None = None,
+                 target: str = "ours"):
         self.gate, self.model, self.contract, self.size = gate, model, contract, size
-        self.checkpoint = checkpoint
+        self.checkpoint, self.target = checkpoint, target
         """A checkpoint directory the gate runs on (gates/subject.py), or None: the seeded cut."""
         self.conditions, self.inputs, self.not_applicable = [], {}, None
         self.judged = False
 
     def subject(self, size: str = "cut") -> dict:
         """What a worker runs (gates/procedures.py): this record's model, contract, checkpoint."""
-        return {"model": self.model, "contract": self.contract, "checkpoint": self.checkpoint, "size": size}
+        return {"model": self.model, "contract": self.contract, "checkpoint": self.checkpoint, "size": size,
+                "target": self.target}
 
     def check(self, name: str, passed: bool, **figures) -> None:
         self.conditions.append({"name": name, "status": "pass" if passed else "fail", **figures})
@@ -122,9 +127,14 @@ class SizedRecord:
 def gate(request):
     match = re.match(r"test_c(\d\d)_", Path(request.node.fspath).name)
     name = f"C{match.group(1)}" if match else "C??"
+    target = request.config.getoption("--target")
     record = GateRecord(name, request.config.getoption("--model"), request.config.getoption("--contract"),
-                        request.config.getoption("--size"), request.config.getoption("--checkpoint"))
+                        request.config.getoption("--size"), request.config.getoption("--checkpoint"), target)
     _RECORDS.setdefault(name, []).append(record)
+    # a gate states what it needs of a target beyond generate and score (gates/target.py)
+    reason = missing(target, getattr(request.module, "TARGET_NEEDS", ("contract", "region_doors")))
+    if reason:
+        record.n_a(f"{name} needs what this target lacks: {reason}")
     yield record
     if not record.judged and record.not_applicable is None:
         pytest.fail(f"{name}: the test never called gate.verdict()")
@@ -167,6 +177,7 @@ def pytest_sessionfinish(session, exitstatus):
         document = {
             "gate": name, "status": _status(records), "model": records[0].model,
             "contract": records[0].contract, "checkpoint": records[0].checkpoint, "device": device.target(),
+            "target": records[0].target,
             "commit": commit,
             "environment": environment,
             "conditions": [c for r in records for c in r.conditions],

@@ -17,6 +17,8 @@ OFFERS = {
 }
 TARGETS = {"ours": "gates.targets.ours:OurTarget",
            "transformers": "gates.targets.transformers_target:TransformersTarget"}
+TARGET_OFFERS = {"ours": frozenset({"contract", "region_doors"}), "transformers": frozenset()}
+"""What each target offers, as data: the judge decides n/a without importing a target."""
 
 
 @dataclass(frozen=True)
@@ -43,12 +45,14 @@ class Target(Protocol):
         """[[len(tokens)] fp32 log-probs] of each sample's tokens after its prompt, by the trainer side."""
 
 
-def missing(target: Target, needs) -> str | None:
-    """Why `target` cannot serve a gate that needs `needs` (names in OFFERS), or None."""
-    absent = [name for name in needs if name not in target.offers]
+def missing(target: str, needs) -> str | None:
+    """Why the target named `target` cannot serve a gate that needs `needs` (names in OFFERS), or None."""
+    if target not in TARGET_OFFERS:
+        raise ValueError(f"--target {target!r}: one of {', '.join(sorted(TARGETS))}")
+    absent = [name for name in needs if name not in TARGET_OFFERS[target]]
     if not absent:
         return None
-    return f"target {target.name} does not offer " + "; nor ".join(OFFERS[name] for name in absent)
+    return f"target {target} does not offer " + "; nor ".join(OFFERS[name] for name in absent)
 
 
 def target_class(name: str):

@@ -61,9 +61,9 @@ def test_our_target_through_the_interface_is_bitwise_and_the_fast_contract_is_no
 
 
 def test_what_a_target_does_not_offer_is_named():
-    ours, transformers = target_class("ours"), target_class("transformers")
-    assert missing(ours, ["contract", "region_doors"]) is None
-    assert missing(transformers, ["contract", "region_doors"]) == (
+    assert target_class("transformers").offers == frozenset() and target_class("ours").offers
+    assert missing("ours", ["contract", "region_doors"]) is None
+    assert missing("transformers", ["contract", "region_doors"]) == (
         "target transformers does not offer a contract naming each region's implementation (fast / consistent); "
         "nor one door per region, where locate and C02's row replay trace both sides")
 
@@ -75,3 +75,17 @@ def test_bad_target_input_is_a_clear_error(capsys):
         main(["diff", "--target", "vllm-nope", "--model", "qwen3"])
     with pytest.raises(ValueError, match="one of ours, transformers"):
         target_class("nope")
+
+
+def test_gates_on_the_transformers_target_measure_c07_and_say_why_the_others_are_n_a(tmp_path, checkpoint):
+    out = tmp_path / "gates"
+    code = main(["gates", "--target", "transformers", "--checkpoint", checkpoint, "--only", "C4,C7",
+                 "--out", str(out)])
+    c04, c07 = (json.loads((out / f"{name}.json").read_text()) for name in ("C04", "C07"))
+    assert c04["status"] == "n/a" and "target transformers does not offer" in c04["not_applicable"][0]
+    figures = {c["name"]: c for c in c07["conditions"]}
+    assert figures["max_abs_dp == 0"]["num_tokens"] == 32 * 32 and c07["target"] == "transformers"
+    assert figures["mixed prefill/decode steps occurred"]["status"] == "n/a"
+    print(f"C07 on transformers (fp32, CPU): {c07['status']}, "
+          f"{ {name: c.get('measured') for name, c in figures.items()} }")  # recorded, not assumed
+    assert code == (EXIT_OK if c07["status"] == "pass" else 2)

@@ -1,13 +1,13 @@
 """Our kernels as a target: the engine (continuous batching, the contract's regions) generates,
 the trainer scores, exactly as the gates have always run them (gates/workload.py)."""
-from gates.target import Sample
+from gates.target import TARGET_OFFERS, Sample
 from gates.workload import EngineShape, rollout, score_sequences
 from kernels.trainer.logprobs import ScoredSequence
 
 
 class OurTarget:
     name = "ours"
-    offers = frozenset({"contract", "region_doors"})
+    offers = TARGET_OFFERS["ours"]
 
     def __init__(self, config, contract, weights, shape: EngineShape = EngineShape(), micro_batch_size: int = 8):
         self.config, self.contract, self.weights = config, contract, weights

@@ -5,7 +5,7 @@ sampled token. It offers no contract and no region doors.
 """
 import torch
 
-from gates.target import Sample
+from gates.target import TARGET_OFFERS, Sample
 from gates.workload import make_requests
 
 
@@ -19,7 +19,7 @@ def _transformers():
 
 class TransformersTarget:
     name = "transformers"
-    offers = frozenset()
+    offers = TARGET_OFFERS["transformers"]
 
     def __init__(self, checkpoint, *, batch_size: int = 8, dtype=torch.float32):
         if checkpoint is None:

@@ -18,6 +18,7 @@ import gates
 from gates.device import DEVICES
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
 from harness.stages.checkpoint_option import add_model_options, checkpoint_path, model_of
+from harness.stages.target_option import add_target_option
 
 GATES_DIR = Path(gates.__file__).resolve().parent
 
@@ -68,7 +69,7 @@ def check_device(device: str) -> None:
 
 
 def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation=None, device="cpu",
-              size="cut", checkpoint: str | None = None) -> dict:
+              size="cut", checkpoint: str | None = None, target: str = "ours") -> dict:
     """Run each gate in turn; {gate: status} read back from the JSON it wrote. With an
     Isolation (harness/pristine.py) the gates judge another tree from a pristine copy; with
     `checkpoint` (an absolute directory) they run on it instead of the seeded cut."""
@@ -84,7 +85,8 @@ def run_gates(selected: dict, *, model: str, contract: str, out: Path, isolation
             [sys.executable, "-m", "pytest", str(path if isolation is None else isolation.gate_path(path)),
              "-q", "-p", "no:cacheprovider", *where, "--model", model, "--contract", contract,
              "--gate-out", str(out), "--device", device, "--size", size,
-             *(["--checkpoint", checkpoint] if checkpoint else [])],
+             *(["--checkpoint", checkpoint] if checkpoint else []),
+             *(["--target", target] if target != "ours" else [])],
             cwd=GATES_DIR.parent if isolation is None else isolation.apparatus,
             env=dict(os.environ) if isolation is None else isolation.env())
         statuses[name] = keep_what_was_sent(out / f"{name}.json", sent.get(name))
@@ -164,6 +166,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--size", default="cut", help="model size C06 runs at (cut; wide-cut or full on GPUs)")
     parser.add_argument("--out", help="run directory (default runs/gates-<time>)")
     parser.add_argument("--list", action="store_true", help="print each gate's pass condition")
+    add_target_option(parser)
 
 
 def validate(model: str, contract: str, device: str, size: str = "cut") -> None:
@@ -186,11 +189,16 @@ def run(args) -> int:
             title, condition = describe(path)
             print(f"{name}  {title}\n      {condition}")
         return EXIT_OK
-    model = model_of(args, "nemotron")
-    validate(model, args.contract, args.device, args.size)
+    if args.target == "ours":
+        model = model_of(args, "nemotron")
+        validate(model, args.contract, args.device, args.size)
+    elif args.checkpoint is None:
+        raise ValueError(f"--target {args.target} runs a checkpoint: give --checkpoint DIR")
+    else:
+        model = args.model or "-"
     out = Path(args.out or f"runs/gates-{time.strftime('%Y%m%dT%H%M%S')}")
     statuses = run_gates(selected, model=model, contract=args.contract, out=out, device=args.device,
-                         size=args.size, checkpoint=checkpoint_path(args))
+                         size=args.size, checkpoint=checkpoint_path(args), target=args.target)
     print(format_table(statuses, out))
     if "fail" in statuses.values():
         return EXIT_DIFFERENT

@@ -2,12 +2,6 @@
 builds our engine and trainer from --model/--size or --checkpoint and --contract; another
 target (gates/target.py's TARGETS) is built from --checkpoint alone."""
 from gates.target import TARGETS, target_class
-from gates.targets.ours import OurTarget
-from gates.workload import EngineShape, seeded_weights
-from kernels.contract import load_contract
-from kernels.models.checkpoint import load_checkpoint
-from kernels.models.config import load_model_config
-from kernels.models.registry import config_name
 
 
 def add_target_option(parser) -> None:
@@ -16,8 +10,16 @@ def add_target_option(parser) -> None:
 
 
 def build_target(name: str, model: str, size: str, contract_name: str, checkpoint=None,
-                 shape: EngineShape = EngineShape(), micro_batch_size: int = 8) -> tuple:
-    """(target, a line saying what it runs: size or checkpoint, and contract)."""
+                 shape=None, micro_batch_size: int = 8) -> tuple:
+    """(target, a line saying what it runs: size or checkpoint). Our kernels are imported only
+    here, so `harness gates`, which takes the option, imports none of them."""
+    from gates.targets.ours import OurTarget
+    from gates.workload import EngineShape, seeded_weights
+    from kernels.contract import load_contract
+    from kernels.models.checkpoint import load_checkpoint
+    from kernels.models.config import load_model_config
+    from kernels.models.registry import config_name
+
     if name != "ours":
         return target_class(name)(checkpoint), f"checkpoint {checkpoint}"
     if checkpoint is not None:
@@ -26,4 +28,4 @@ def build_target(name: str, model: str, size: str, contract_name: str, checkpoin
     else:
         config = load_model_config(config_name(model, size))
         weights = seeded_weights(config)
-    return OurTarget(config, load_contract(contract_name), weights, shape, micro_batch_size), size
+    return OurTarget(config, load_contract(contract_name), weights, shape or EngineShape(), micro_batch_size), size
