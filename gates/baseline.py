@@ -1,16 +1,10 @@
 """The frozen baseline as the gates check it (C00, C10): one record per device target
-(baseline/frozen.json for the CPU, baseline/frozen-cuda.json for CUDA: a fast path is tuned
-and frozen on the device it is judged on) names a commit and the content hash of what the
-fast path runs there (the fast contract's numerical_policy identity: resolved contract + every
-bit-deciding source).
-
-A second hash, files_hash, covers every file of kernels/ and gates/ at the commit: what C10
-exports and runs (the policy identity leaves out the engine's bookkeeping, so a record moved
-to a commit that differs there would otherwise verify).
-
-The hash of another commit is recomputed, never trusted: `git archive` exports that commit's
-kernels/ into a temporary folder and a subprocess whose cwd is that folder imports *those*
-kernels and prints the identity, so the gate process's own kernels cannot leak in.
+(baseline/frozen.json for the CPU, baseline/frozen-cuda.json for CUDA: a fast path is tuned and
+frozen on the device it is judged on) names a commit, the content hash of what the fast path runs
+there (the fast contract's numerical_policy identity) and files_hash over every file of kernels/
+and gates/ (what C10 exports and runs; the identity leaves out the engine's bookkeeping).
+Another commit's hashes are recomputed, never trusted: `git archive` exports its kernels/ and
+gates/, and a subprocess whose cwd is that folder imports *those* kernels: the gate's cannot leak in.
 """
 import json
 import subprocess

@@ -1,17 +1,11 @@
-"""C02's runs, as its worker computes them (gates/candidate.py): each probe sequence's rows of
-every region output, alone and in batches of other random sequences, reduced to what the
-judge compares (shape, dtype, sha256 of the rows' bytes, NaN count).
-
-What a batch is, per case (each batch runs wholly in its case; mixed steps are C03's):
-engine_prefill, prompt chunks (the probes: a 1-token prompt, a 7-token chunk starting at 12,
-a 21-token prompt) among chunks of other sequences, some past position 0; engine_decode and
-engine_graph, one-token decodes (eight probes: two short ones, then either side of the first
-SSM chunk and key block boundaries, and past the second key block) among decodes of others
-(engine_graph is its contract binding run eagerly on CPU); trainer_fwd and trainer_bwd, whole
-sequences packed from position 0 (forward bits only). Histories are prefilled once into a
-TransientCache and every batch runs on a copy of it, so a probe meets identical state alone
-and in a batch. Batches hold 2 to 128 rows (64 one-token decodes at most); on the CPU the
-probe alone runs on 1 intra-op thread and the batches on at least 2.
+"""C02's runs, as its worker computes them (gates/candidate.py): each probe sequence's rows of every
+region output, alone and in batches of other random sequences, reduced to what the judge compares
+(shape, dtype, sha256 of the rows' bytes, NaN count).
+A batch runs wholly in one case (mixed steps are C03's): prompt chunks among others' chunks,
+one-token decodes either side of the SSM chunk and key block boundaries (engine_graph run eagerly
+on the CPU), whole packed sequences for the trainer (forward bits only). Every batch starts from a
+copy of one prefilled TransientCache, so a probe meets identical state alone and in a batch; on
+the CPU the probe alone runs on 1 intra-op thread and the batches on at least 2.
 """
 import copy
 import random

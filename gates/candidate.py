@@ -1,20 +1,11 @@
 """The judge's door to the code under test: `ask(procedure, arguments)` runs one procedure of
 gates/procedures.py in a fresh worker process and returns its answer, read as JSON.
-
-A gate process that imports the candidate's modules can have its own checks rewritten by
-them (an import-time hook patching the record, the comparison or the pipe the verdict goes
-down). A gate that only starts workers and reads JSON back (numbers, strings, lists: nothing
-that runs code when read) writes verdicts that no candidate code ran beside; it proves it by
-checking `candidate_modules()` is empty before its verdict. The worker runs with the judge's
-sys.path (its own gates first, the judged tree's kernels after; harness/pristine.py), so the
-procedures are the judge's and only what they call is the candidate's. Every ask is its own
-process, confined where the machine allows (gates/confine.py): nothing writable but its own
-scratch folder, no network, nothing outliving it. So the two sides of a comparison (engine,
-trainer) share no memory and no file: what one worker computed reaches the other only
-through the judge. On CUDA a Triton cache stays writable too (a recompile per worker would
-cost minutes), one per side: the gate names each ask's `side`, and workers of different
-sides never share a cache (a file one side left there is not the other's to read);
-`confinement()` says what held.
+Why: a gate process that imported the candidate's modules could have its checks rewritten by
+them; one that only reads JSON back writes verdicts no candidate code ran beside, and proves it
+(`candidate_modules()` empty). Each ask is its own process on the judge's sys.path
+(harness/pristine.py), confined (gates/confine.py) to its scratch folder, so the engine and
+trainer sides share nothing but what the judge passes. On CUDA each `side` keeps its own writable
+Triton cache; `confinement()` says what held.
 """
 import json
 import os

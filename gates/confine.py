@@ -1,26 +1,11 @@
-"""Commands confined: their own user, mount, PID and network namespaces (util-linux
-`unshare`, unprivileged), with every mount read-only but the directories named writable.
-Agents' shell commands run so (harness/agents/worktree_tools.py: their own clone, its git
-directory inside it, their own TMPDIR), and so do the judge's workers
-(gates/candidate.py: each its own scratch folder, so an engine worker cannot leave files for
-a trainer worker to read).
-
-The command's shell is PID 1 of a fresh PID namespace: when it exits the kernel kills every
-process left in it, a `setsid` daemon included (such a daemon leaves the process group and
-stalled the baseline's timing after its agent ended); /proc shows that namespace only, so no
-other process's environment can be read. The network namespace has no interface up,
-loopback included (a worker whose own ranks talk over TCP asks for lo alone, with a private
-/dev/shm): the model endpoint is reached by the harness, never by the shell. In the
-mount namespace the writable directories are bound onto themselves, then every other mount
-is remounted read-only with its own flags kept (a user namespace may add restrictions, never
-lift them): the other agent's worktree, the main checkout, the virtual environment (a `.pth`
-there would run inside the judge) and /tmp cannot be written, and a hard link from the
-worktree to a file elsewhere crosses mounts, which the kernel refuses. The command itself
-then runs in a nested user and mount namespace: root there still, but the mounts it inherits
-from a namespace its user does not own are locked (the kernel's MNT_LOCK_*), so it cannot
-remount one writable again or unmount it to show what lies beneath.
-Where this cannot be set up, `unavailable()` says why and commands run unconfined; callers
-name that, never silently.
+"""Commands confined: their own user, mount, PID and network namespaces (util-linux `unshare`,
+unprivileged), every mount read-only but the directories named writable. Agents' commands
+(harness/agents/worktree_tools.py) and the judge's workers (gates/candidate.py) run so.
+The shell is PID 1 of its namespace: nothing it starts outlives it (a `setsid` daemon included)
+and /proc shows no other process. No interface is up (`loopback`: lo and a private /dev/shm),
+so only the harness reaches the model endpoint. A nested user namespace locks the read-only
+mounts (MNT_LOCK_*): the command cannot remount or unmount them. Where this cannot be set up,
+`unavailable()` says why and commands run unconfined; callers name that, never silently.
 """
 import functools
 import shutil

@@ -1,12 +1,9 @@
-"""Planted faults in the consistent CUDA kernels (kernels/ops/*/triton.py): each kernel's
-split or block constant made to follow the call's row count, the class of fault a tuned
-kernel ships (a tile or split picked per batch). The gate meant for the class is C02 (batch
-invariance): the probe alone takes one constant, the same rows among others another.
-
-Each plant runs the shipped Triton kernel with one argument changed, so what the gate sees
-is the constant and nothing else. They are forward faults for the engine's cases (no
-backward) and run on CUDA only: bound on another device they refuse with the reason. The
-attention walk's and the scan's constants are planted by existing variants bound to one case
+"""Planted faults in the consistent CUDA kernels (kernels/ops/*/triton.py): a kernel's split or
+block constant made to follow the call's row count, the fault a tuned kernel ships (a tile or
+split picked per batch), meant for C02 (batch invariance). Each plant runs the shipped Triton
+kernel with one argument changed, so the gate sees the constant and nothing else: forward faults
+for the engine's cases, on CUDA only (bound elsewhere they refuse with the reason). The attention
+walk's and the scan's constants are planted by existing variants bound to one case
 (tests/test_triton_plants.py lists them all). Registered by gates/faults.py's register_all.
 """
 import importlib

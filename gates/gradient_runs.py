@@ -1,14 +1,11 @@
 """C08's worker side (gates/test_c08_gradients.py judges), two procedures in two processes.
-`tested` runs on the judged tree: the contract's trainer_bwd forward and autograd of
-loss = sum_t c_t * logp_t in float32 (the head in chunks of HEAD_CHUNKING's rows: its chunked
-backward is what is measured), from the subject's seeded weights, keeping its discrete
-decisions (MoE expert ids, FP8 activations, the K and V an FP8 KV store received).
-`reference` runs on the base commit's kernels, exported by the gate, so a candidate cannot
-rewire the model the reference differentiates: that definition on a float64 copy of the
-tested side's weights, every region its float64 formula (gates/gradient_reference.py), the
-tested decisions replayed. Both answer tensors by name: loss, the sum of |loss terms|, every
-parameter's gradient; the tested side also its weights and decisions, and its gradients again
-with every layer's activations recomputed in backward (recomputed/grad/<parameter>).
+`tested` runs the judged tree's trainer_bwd forward and autograd of loss = sum_t c_t * logp_t in
+float32 (the head chunked by HEAD_CHUNKING) from the subject's seeded weights, keeping its discrete
+decisions (MoE expert ids, FP8 activations, the K and V an FP8 KV store received). `reference`
+runs on the base commit's kernels (exported by the gate: a candidate cannot rewire what is
+differentiated): that definition on a float64 copy of the tested weights, every region its float64
+formula (gates/gradient_reference.py), the decisions replayed. Both answer tensors by name (loss,
+sum of |terms|, gradients); tested adds weights, decisions and recomputed/grad/<parameter>.
 """
 import dataclasses
 

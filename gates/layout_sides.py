@@ -1,14 +1,11 @@
-"""The engine and the trainer in several parallel layouts inside one world of processes (gloo
-over loopback on the CPU, NCCL with one GPU per rank), for gate C06: each engine layout
-generates the same seeded requests, each trainer layout scores one engine layout's
-completions, each update layout applies one GRPO update to them; rank 0 returns what every
-side produced (log-probs, comm fingerprints and the collectives each layout ran, as host
-copies), each update's reduced gradients as sha256 digests per parameter, and how each later
-update's compare bit for bit with the first's (figures taken where the gradients are: a
-full-width model's would not fit through the parent).
-
-Layouts run one after another on ranks [0, world size) of one world, so the processes start
-once (kernels/layout/launch.py); a rank outside the current layout waits.
+"""The engine and the trainer in several parallel layouts inside one world of processes (gloo over
+loopback on the CPU, NCCL with one GPU per rank), for gate C06. Each engine layout generates the
+same seeded requests, each trainer layout scores one engine layout's completions, each update
+layout applies one GRPO update to them. Rank 0 returns every side's log-probs, comm fingerprints
+and collectives (host copies), each update's reduced gradients as per-parameter sha256 digests,
+and how each later update compares bit for bit with the first (computed on the ranks: a
+full-width model's gradients would not fit through the parent). Layouts run one after another on
+ranks [0, size) of one world, started once (kernels/layout/launch.py); other ranks wait.
 """
 import importlib
 from dataclasses import dataclass

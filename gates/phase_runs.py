@@ -1,21 +1,11 @@
-"""C03's phases, as its worker computes them (gates/candidate.py): per token of random
-sequences, the final hidden state, the logits and every layer's attention and ssm_scan output
-of each phase, reduced to what the judge compares: one sha256 per position's row.
-
-The phases run through the model API with a TransientCache, the trainer's cache (its KV
-keeps decode(encode(k)) under FP8 KV, the bits the paged store reads back): full prefill is
-one engine_prefill forward from position 0; chunked prefill forwards segments starting at
-c, 2c, ... (c = 5 and Q-1, Q, Q+1 for the SSM chunk Q, so chunks end before, at and after a
-chunk boundary); decode is a 1-token prompt, then one engine_decode step per token; all
-sequences of a phase share its forwards (batch invariance itself is C02's). The longest
-sequence runs past three of the widest key block the contract's attention pins, and a key
-block past any wider constant it pins (a context past which a kernel changes its walk).
-The real Engine (paged KV cache, continuous batching with chunked prompts mixed with decodes)
-records the same rows, and trainer_fwd scores the tokens the engine ended with.
-A long probe, one sequence of LONG_TOKENS (past 1024 on the CPU, past 4096 on a GPU, within the
-model's positions), is prefilled whole, prefilled to LONG_DECODE short of its end and decoded the rest,
-and scored by trainer_fwd: a kernel that changes its walk at a context the contract does not
-name (a hard-coded threshold) is met there.
+"""C03's phases, as its worker computes them (gates/candidate.py): per token of random sequences,
+the final hidden state, the logits and every layer's attention and ssm_scan output of each phase,
+reduced to one sha256 per position's row. Phases (model API, the trainer's TransientCache): full
+prefill; chunked prefill in chunks of 5 and Q-1, Q, Q+1 (Q the SSM chunk: ends before, at, after
+its boundary); decode token by token; the real Engine (paged KV, prompt chunks mixed with decodes)
+scored by trainer_fwd. The longest sequence crosses three key blocks and a block past any wider
+constant the contract pins; a long probe (LONG_TOKENS, decoded at its end) meets a kernel that
+changes its walk at a context the contract does not name (a hard-coded threshold).
 """
 import random
 

@@ -1,8 +1,6 @@
 """What the judge's workers compute on the code under test (gates/candidate.py runs them):
-procedures that take JSON arguments and answer JSON: token ids, fp32 log-probs as their int32
-bit patterns, counts. Only worker processes import this module; the gate that asked compares
-the answers and writes the verdict.
-
+procedures that take JSON arguments and answer JSON (token ids, fp32 log-probs as their int32 bit
+patterns, counts). Only worker processes import this module; the gate that asked writes the verdict.
 What runs is named as a gate's record does, `subject`: {"model", "contract", "checkpoint",
 "size"} with `model_seed`; or as a C10 plan does: `config` (a shipped name or a YAML path),
 `contract` and the `weights_file` the gate had saved once. `threads` picks the side's CPU pool

@@ -1,15 +1,10 @@
-"""C01's runs, as its workers compute them (gates/candidate.py): every case's forwards on
-fresh random tokens, every region call's outputs reduced to what the judge compares (shape,
-dtype, sha256 of the bytes, NaN count), in call order.
-
-What a run is, per case (the longest sequence runs past the contract's key block,
-gates/boundaries.py): engine_prefill, one prefill of three sequences then a chunked
-prefill (segments starting past 0); engine_decode and engine_graph, a prefill then three
-steps decoding all three sequences (on CPU there is no graph capture, so engine_graph is the
-contract's graph binding run eagerly on the decode shapes; capture itself is C05's);
-trainer_fwd and trainer_bwd, one packed forward (forward bits only; gradients are C08's).
-The runs are under torch.use_deterministic_algorithms, which fills torch.empty and new_empty
-with NaN (integers: their max): a skipped write shows as poison in an output.
+"""C01's runs, as its workers compute them (gates/candidate.py): every case's forwards on fresh
+random tokens, every region call's outputs reduced to (shape, dtype, sha256, NaN count), in call
+order. Per case (the longest sequence past the contract's key block): engine_prefill, a prefill of
+three sequences then a chunked prefill; engine_decode and engine_graph, a prefill then three
+decode steps (on the CPU engine_graph's binding runs eagerly; capture is C05's); trainer_fwd and
+trainer_bwd, one packed forward (gradients are C08's). Under torch.use_deterministic_algorithms
+torch.empty fills with NaN (integers: their max), so a skipped write shows as poison.
 """
 import random
 

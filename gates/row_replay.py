@@ -1,19 +1,11 @@
-"""C02's row replay, as its worker computes it: every call of a row-wise region seen in a
-case's forwards (a region whose output row i is a function of input row i alone) replayed on
-all the rows its call site saw, once as one call of N rows and once in calls of 1 to 64 rows,
-each row's outputs compared bit for bit (integer views).
-
-Why: a probe meets a kernel constant that follows the row count in only a few rows, and a
-fault in an fp32 reduction whose output is rounded to bf16 moves few elements
-(benchmarks/gpu_plant_effects.py measures how few). Replaying the site
-on every row the case produced (hundreds of rows per site) gives the row count's every value
-many rows; the norms run a second time on their rows widened to fp32, where any change of
-the sum's order shows (the kernel's order follows the width, never the dtype).
-
-Row arguments are found, not declared: a tensor or list argument whose length equals the
-call's rows at every capture of its site, where the site was seen at two row counts or more
-(a weight's length cannot follow the batch). On the CPU the small calls run on 1 intra-op
-thread and the whole on at least 2, as C02's probes do.
+"""C02's row replay, as its worker computes it: every call of a row-wise region seen in a case's
+forwards (output row i a function of input row i alone) replayed on all the rows its call site
+saw, as one call and in calls of 1 to 64 rows, each row's outputs compared bit for bit.
+Why: a kernel constant that follows the row count shows in few rows, and an fp32 reduction rounded
+to bf16 moves few elements (benchmarks/gpu_plant_effects.py); replaying every row gives each row
+count many rows, and the norms run again widened to fp32, where any change of sum order shows.
+Row arguments are those whose length follows the rows at every capture of a site seen at two row
+counts or more. On the CPU the small calls run on 1 intra-op thread, the whole on at least 2.
 """
 import itertools
 

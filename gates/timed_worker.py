@@ -1,18 +1,11 @@
-"""C10's timed worker: a process on one source tree's kernels that generates workloads on a
-warmed engine when the judge says go, timed by the judge from outside.
-
-The worker builds the engine, warms it on the plan's own workload and on the plan's
-`warm_seeds` (Triton compiles, decode graphs captured, weights copied: untimed; each run
-records what it compiled inside the clock), freezes the collector, says `C10 READY` and then
-reads `GO <seed>` lines: each runs the plan's workload under a seed the judge draws only then,
-so no output can be prepared before the clock starts, answers `C10 DONE <digest>` (sha256
-of every completion's tokens and log-prob bits), records what it keeps of the run (its own
-times, the GPU's clocks) and says READY again before the judge's next GO. The judge timestamps GO and DONE itself and
-reads the worker's CPU time from /proc/<pid>/task/*/schedstat (the kernel's count, all
-threads), so a worker that patches its own clocks, answers early or replays cached outputs
-changes nothing it is judged by: a wrong digest fails the gate. What the worker measures of
-itself is recorded beside the judge's figures, never used. The worker's source is the
-program below, inlined with its helpers: a frozen baseline's tree may predate this module.
+"""C10's timed worker: a process on one source tree's kernels, run as the program below with its
+helpers inlined (a frozen baseline's tree may predate this module). It builds and warms the engine (the
+plan's workload and `warm_seeds`, untimed), says `C10 READY`, then for each `GO <seed>` line (a
+seed drawn only then; `GO <seed> bits` also keeps the bits) runs the workload, answers
+`C10 DONE {"digest": ...}` (sha256 of every completion's tokens and log-prob bits) and says READY
+again; any other line ends it with `C10 END {...}` (its own figures: recorded, never judged).
+The judge times GO to DONE and reads CPU time from /proc (schedstat, the whole process tree), so
+a worker that patches its clocks or answers early changes nothing; a wrong digest fails the gate.
 """
 import json
 import os

@@ -1,13 +1,10 @@
 """The cores a timed GPU process is held to, and what it records about the machine it ran on.
-
-On CUDA, C10's samples spread between processes while the runs inside one agree to a few
-percent (benchmarks/RESULTS.md): a process is fast or slow as a whole. What can differ between
-processes is the host core it lands on (the mixed steps are host-bound) and the GPU's clocks.
-So both sides are held to the same cores and every run records the core it last ran on, the
-GPU's SM and memory clocks (nvidia-smi; None where it cannot be asked), the host's steal time
-(a VM's neighbours) and the clock of each held core (/proc/stat, /proc/cpuinfo). C10's timed
-worker (gates/timed_worker.py) inlines these functions' source: the frozen baseline's tree
-may predate this module.
+On CUDA a C10 process is fast or slow as a whole (benchmarks/RESULTS.md): what differs between
+processes is the host core it lands on (the mixed steps are host-bound) and the GPU's clocks. So
+both sides are held to the same cores, and every run records the core it last ran on, the GPU's
+SM and memory clocks (nvidia-smi; None where it cannot be asked), the host's steal time and each
+held core's clock. C10's timed worker (gates/timed_worker.py) inlines these functions' source:
+the frozen baseline's tree may predate this module.
 """
 import os
 import subprocess

@@ -1,13 +1,11 @@
 """The two agents' briefs and the harness tools they get beside the worktree file tools.
-
-baseline: makes the fast path fast (correct against the float64 references), then stops;
-the harness freezes its last commit and puts it up for human review.
-consistent: walks the gates C00..C10 against the frozen baseline: locate -> shrink -> fix ->
-revalidate, one logical fix per commit with the gate results in the message.
-The harness tools judge the agent's last commit, checked out by the harness (no git runs in
-the agent's clone, whose config the agent can write; uncommitted edits are not judged), from
-the pristine copy of gates/ and harness/, after a tamper scan (harness/pristine.py,
-harness/tamper.py); their results are also saved under the agent's directory in the run.
+baseline: makes the fast path fast (correct against the float64 references), then stops; the
+harness freezes its last commit and puts it up for human review. consistent: walks the gates
+C00..C10 against the frozen baseline: locate -> shrink -> fix -> revalidate, one logical fix per
+commit with the gate results in the message. The harness tools judge the agent's last commit,
+checked out by the harness (uncommitted edits are not judged), from the pristine copy of gates/
+and harness/ after a tamper scan (harness/pristine.py, harness/tamper.py); their results are also
+saved under the agent's directory in the run.
 """
 import json
 import subprocess

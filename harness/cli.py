@@ -4,9 +4,8 @@
   harness gates --model nemotron [--only C3,C7] [--contract consistent] [--device cpu] [--out DIR]
   harness diff --model qwen3 [--size cut|full] [--contract consistent|fast|PATH] [--json]
   harness locate | shrink | profile | freeze-baseline | report   (see --help of each)
-
 Each verb lives in harness/stages/<verb>.py (or the module VERBS names) and provides
-`add_arguments(parser)` and `run(args) -> exit code`; a ValueError is bad input (exit 1).
+`add_arguments(parser)` and `run(args) -> exit code`; a ValueError or FileNotFoundError: exit 1.
 """
 import argparse
 import importlib

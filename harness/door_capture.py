@@ -1,13 +1,10 @@
-"""Capture one door call's inputs and output on each side, save them, load them back.
-
-What a door receives is tensors plus a few structured things: a Segment or a tuple of them
-(plain fields; a call over many segments is cut down to the watched token's), a layer's
-Mamba state store (the call's sequences' states copied *before* the call, which advances
-them; saved as the watched sequence's state), and a KV store (saved
-as the K/V it holds for the segment's sequence right after the call, read back through the
-store: the exact bits attention read, taken before a finished sequence's blocks are freed;
-on replay the store's write is a no-op). That is enough to
-re-run the door standalone with any implementation: the shrink stage's repro does so.
+"""Capture one door call's inputs and output on each side, save them, load them back: enough to
+re-run the door standalone with any implementation, as the shrink stage's repro does.
+Beside tensors a door receives Segments (plain fields; a call over many is cut to the watched
+token's), a layer's Mamba state store (the states copied *before* the call, which advances them;
+saved as the watched sequence's) and a KV store (saved as the K/V it holds for the segment's
+sequence right after the call: the bits attention read, before a finished sequence's blocks are
+freed; on replay the store's write is a no-op).
 """
 import dataclasses
 import json

@@ -1,15 +1,10 @@
 """Gate runs against an agent's worktree from the harness's own pristine copy of the judge.
-
-The run's base commit's gates/ and harness/ are exported (git archive) into RUN/apparatus
-once; each gate then runs as `python -m pytest` with cwd = that copy (first on sys.path) and
-the agent's `kernels` after it on PYTHONPATH, through a folder that holds only that link (so
-`kernels` is the agent's and nothing else is); pytest's plugin autoload off, conftest files
-ignored (--noconftest), no bytecode written, the gates' own plugin loaded explicitly. Before
-each gate run the copy is compared with a new export of the base commit (made once per base),
-and an edited copy is refused. The verdict on an agent's work judges a fresh checkout of its last commit
-(harness/stages/agents.py). The environment tells the gates which tree they judge
-(BITWISE_TREE), the base commit (BITWISE_BASE) and where the harness's tamper scan is
-(BITWISE_TAMPER, C00).
+The base commit's gates/ and harness/ are exported (git archive) into RUN/apparatus once; each
+gate runs as `python -m pytest` with cwd = that copy, the agent's `kernels` after it on PYTHONPATH
+through a folder holding only that link; plugin autoload off, --noconftest, no bytecode, the gates'
+own plugin loaded explicitly. Before each run the copy is compared with a new export of the base
+commit, and an edited copy is refused. The environment names the judged tree (BITWISE_TREE), the
+base commit (BITWISE_BASE) and the harness's tamper scan (BITWISE_TAMPER, C00).
 """
 import functools
 import hashlib

@@ -1,14 +1,11 @@
-"""Both ends of `harness profile`'s worker protocol: a long-lived process that times one
-source tree's rollout and trainer step, and the harness-side handle that drives it.
+"""Both ends of `harness profile`'s worker protocol: a long-lived process that times one source
+tree's rollout and trainer step, and the harness-side handle that drives it (WorkerProcess).
 
   python harness/profile_worker.py TREE_ROOT SETUP_JSON    (one JSON request per stdin line)
 
-The worker puts TREE_ROOT first on sys.path, so it imports *that* tree's kernels and
-gates.workload (the baseline worktree's or the current tree's), never the harness's. Its
-stdout carries only replies; anything else written to fd 1 goes to stderr. The region breakdown
-wraps RegionDispatch.__call__ in a CPU clock inside this process only (DoorClock): each door's
-own time, less the doors it calls, goes to its region. A profiler's per-op cost would charge a
-path of many small ops (the fast MoE combine) several times what it costs untraced.
+Requests {"command": "hello" | "sample" | "regions" | "quit"}, one JSON reply line each; stdout
+carries nothing else (fd 1 goes to stderr). TREE_ROOT goes first on sys.path: the worker imports
+*that* tree's kernels, never the harness's. Regions: each door's own CPU time (DoorClock).
 """
 import hashlib
 import importlib.util

@@ -1,16 +1,11 @@
 """Anti-tamper: what an agent's worktree may not contain, checked before every gate run.
-
-Agents are known to game evaluators (patched timers, cached outputs, a conftest.py that
-marks everything passed, answers read from git history). The gates already run from a
-pristine copy of gates/ and harness/ (harness/pristine.py); this scan names what the agent
-changed that it must not: the judging code (gates/, harness/), the frozen baseline record,
-the skill's rules (.agents/, .claude/), a file Python or pytest would load on its own
-(conftest.py, sitecustomize.py, usercustomize.py, *.pth), compiled bytecode committed beside
-the source, `git replace` refs, a secret of the harness's environment in a commit message or
-a changed file, a change outside the agent's territory under kernels/ (harness/territory.py),
-or (at the verdicts) a changed start-up file of the interpreter. The frozen
-record is compared with the copy the harness wrote outside the repository when the run
-started. Any violation fails gate C00 and is reported.
+Agents are known to game evaluators (patched timers, cached outputs, a conftest.py passing all).
+The gates run from a pristine copy (harness/pristine.py); this scan names what the agent changed
+that it must not: the judge, the frozen baseline record or the skill (gates/apparatus.py's
+JUDGING_PATHS; the record also against the copy kept outside the repository), a file Python or
+pytest loads on its own, committed bytecode, `git replace` refs, a harness secret in a commit
+message or changed file, a change outside its territory (harness/territory.py), or a changed
+interpreter start-up file. Any violation fails gate C00 and is reported.
 """
 import hashlib
 import json

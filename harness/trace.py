@@ -1,19 +1,11 @@
 """Door tracing: a digest of every region door's output, per token row, for either runtime.
-
-A Tracer observes a runtime's RegionDispatch (engine or trainer) and writes one JSONL line per
-door call: forward (the runtime's step), layer, region, case, ordinal (the n-th call of that
-region in that layer, e.g. the two norms of a layer), the token (sequence, position) of every
-row, and per-row digests: the full bits and, optionally, the bits with the low mantissa bits
-cleared (keeping 16, 10, 7, 4, 0 of them), which tell how many leading bits still agree.
-Lines are written as calls happen (raw data first); `close()` writes the manifest: what was
-hooked and sampled. A door whose rows are not tokens (weight_quant) gets a whole-tensor digest.
-
-Rows map to tokens through the forward's TokenBatch (a forward pre-hook on the model):
-token-parallel doors and the per-case doors (attention, ssm_conv, ssm_scan: called once over
-a case's segments) cover every row, and doors called on a selection of rows (head doors:
-lm_head, sampler, logprob; one case's per-case doors in a step that mixes prefill and
-decode) the rows the runtime names with `selecting_rows`.
-Tracing an engine that replays CUDA graphs is refused: the doors' Python would not run.
+A Tracer observes a runtime's RegionDispatch and writes one JSONL line per door call as it
+happens: forward, layer, region, case, ordinal (n-th call of that region in the layer), each row's
+token (sequence, position) and per-row digests of the full bits and, optionally, of the bits with
+low mantissa bits cleared (how many leading bits still agree); `close()` writes the manifest.
+Rows map to tokens through the forward's TokenBatch; doors on a selection of rows (head doors)
+name them with `selecting_rows`, and weight_quant gets a whole-tensor digest. Tracing an engine
+that replays CUDA graphs is refused: the doors' Python would not run.
 """
 import hashlib
 import json

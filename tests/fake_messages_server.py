@@ -1,20 +1,11 @@
-"""A fake Anthropic Messages API on loopback that plays a scripted agent, for tests that drive
-the real `anthropic` client without network.
-
-    with FakeMessagesServer([
-        [tool_use("read_file", path="repros/x/test_repro.py")],
-        [tool_use("edit_file", path="kernels/ops/norm/fast.py", old_string="a", new_string="b")],
-        overloaded(),                                    # one 529; the client retries
-        lambda request: [tool_use("run_command", command="python -m pytest repros/x -q")],
-        [text("done")],                                  # no tool_use: stop_reason end_turn
-    ]) as server:
-        backend = make_backend("anthropic", api_key="test", base_url=server.base_url)
-
-Each request (POST /v1/messages) consumes the next step. A step is a list of content blocks,
-a dict (`{"content": [...], "stop_reason": ..., "usage": {...}}` for a full reply, or
-`{"status": 529}` for an HTTP error), or a callable(request_json) returning either. Block ids
-are filled in; stop_reason is "tool_use" if a block is one, else "end_turn". Past the last
-step the server answers 400, so a test fails loudly. `requests` holds every request body.
+"""A fake Anthropic Messages API on loopback playing a scripted agent, so tests drive the real
+`anthropic` client without network: `with FakeMessagesServer(steps) as server:`, then
+`make_backend("anthropic", api_key="test", base_url=server.base_url)`; `server.requests` holds
+every request body. Each POST /v1/messages consumes the next step: a list of content blocks
+(`tool_use(name, **input)`, `text(value)`), a dict (a full reply {"content", "stop_reason",
+"usage"}, or an HTTP error {"status": 529} as `overloaded()` gives), or a callable(request_json)
+returning either. Block ids are filled in; stop_reason is "tool_use" if a block is one, else
+"end_turn". Past the last step the server answers 400, so a test fails loudly.
 """
 import json
 import threading

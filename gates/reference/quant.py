@@ -1,12 +1,11 @@
 """Float64 reference of FP8 E4M3 and NVFP4 quantization, built without torch's float8 dtype.
-
 The grids are enumerated from the bit layouts (E4M3: codes 0x00-0x7e incl. subnormals; E2M1:
-codes 0-7) and values are rounded onto them by search: the nearest grid value, a tie going to
-the even code, |x| beyond the grid saturating to its largest value, the sign always kept (so
--0.0 and tiny negatives give the negative-zero code). The contract's fp32 intermediates (scales
-and quotients) are computed in float64 and rounded to fp32 once: exact for products of fp32
-values, and innocuous double rounding for quotients (53 >= 2 * 24 + 2 bits). The dequantized
-values are exact in float64; `to_output` applies the contract's roundings (fp32, then dtype).
+codes 0-7) and values rounded onto them by search: the nearest grid value, a tie to the even code,
+|x| beyond the grid saturating to its largest value, the sign always kept (-0.0 and tiny negatives
+give the negative-zero code). The contract's fp32 intermediates (scales, quotients) are computed
+in float64 and rounded to fp32 once: exact for products of fp32 values, innocuous double rounding
+for quotients (53 >= 2 * 24 + 2 bits). The dequantized values are exact in float64; `to_output`
+applies the contract's roundings (fp32, then dtype).
 """
 from dataclasses import dataclass
 

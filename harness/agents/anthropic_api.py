@@ -1,12 +1,11 @@
-"""The `anthropic` backend: our own Messages API tool loop (non-streaming, one request a turn)
-with the real `anthropic` client; it runs every tool_use and answers with tool_results until the
-model ends its turn without one or a limit is hit. Base URL: setting or ANTHROPIC_BASE_URL (any
+"""The `anthropic` backend: our own Messages API tool loop (non-streaming, one request a turn) with
+the real `anthropic` client; it runs every tool_use and answers with tool_results until the model
+ends its turn without one or a limit is hit. Base URL: setting or ANTHROPIC_BASE_URL (any
 Anthropic-compatible endpoint); model: task, setting, BITWISE_AGENT_MODEL, DEFAULT_MODEL.
-Overload/5xx/429/timeouts: the client's retries, then our bounded backoff, all inside the
-agent's wall-clock budget (max_wall_s; each call at most request_timeout_s). Transcript: each
-request (new messages only), raw response, tool call and result, as it happens. An unpriced
-model costs as the dearest priced one, so its budget stops early (set price_usd_per_mtok,
-e.g. (0, 0)).
+Overload/5xx/429/timeouts: the client's retries, then our bounded backoff, all inside max_wall_s
+(each call at most request_timeout_s). Transcript: each request (new messages only), raw
+response, tool call and result, as it happens. An unpriced model costs as the dearest priced one,
+so its budget stops early (set price_usd_per_mtok, e.g. (0, 0)).
 """
 import os
 import time

@@ -1,14 +1,11 @@
-"""The `claude-code` backend: the Claude Agent SDK runs Claude Code with the worktree as cwd and
-the worktree's .claude/ settings and skills (setting_sources=["project"]: not the user's own).
-Claude Code's own Bash, Edit and Write are not given: they would run in the harness's
-process tree, unconfined. Commands and writes go through the worktree tools the anthropic
-backend uses (harness/agents/worktree_tools.py: paths inside the worktree, commands confined
-by gates/confine.py with an allow-listed environment), served in-process as MCP server
-"harness" (mcp__harness__<name>) with the role's extra tools; the built-ins kept only read.
-Everything is pre-approved under permission_mode "dontAsk" (no person to ask). The SDK caps
-turns and cost; tokens are counted here from the stream, and the agent's wall-clock budget
-(max_wall_s) cancels the query and cuts a command's timeout. Credentials are checked when the
-backend is made. Needs the SDK (it bundles a `claude` CLI) or a `claude` on PATH.
+"""The `claude-code` backend: the Claude Agent SDK runs Claude Code with the worktree as cwd and its
+.claude/ settings and skills (setting_sources=["project"]: not the user's own).
+Claude Code's own Bash, Edit and Write are withheld (they would run unconfined in the harness's
+process tree): commands and writes go through the anthropic backend's worktree tools
+(harness/agents/worktree_tools.py) with the role's extra tools, served in-process as MCP server
+"harness"; only reading built-ins are kept. All is pre-approved (permission_mode "dontAsk"); the
+SDK caps turns and cost, max_wall_s cancels the query, tokens are counted here. Needs credentials
+(checked when the backend is made) and the SDK (it bundles a `claude` CLI) or a `claude` on PATH.
 """
 import asyncio
 import dataclasses

@@ -1,12 +1,10 @@
 """The tools an agent gets on its clone: read_file, list_dir, write_file, edit_file, run_command.
-
 A path is resolved (symlinks followed, `..` collapsed) and must land inside the worktree (the
 agent's own clone), else the tool answers "error: ..." and touches nothing. run_command runs
-confined (gates/confine.py: nothing it starts outlives it, no network, nothing writable but
-the worktree, its git directory inside it, and a scratch TMPDIR removed after the command;
-a git worktree's shared git directory would stay read-only) with an allow-listed environment
-(harness/secrets.py: no credential). The harness still reads the clone only from outside and
-runs the gates from its own pristine copy rather than trusting these tools.
+confined (gates/confine.py: nothing it starts outlives it, no network, nothing writable but the
+worktree, its git directory inside it and a scratch TMPDIR removed after the command) with an
+allow-listed environment (harness/secrets.py: no credential). The harness still reads the clone
+only from outside and runs the gates from its own pristine copy rather than trusting these tools.
 """
 import os
 import signal

@@ -1,17 +1,11 @@
 """`harness run --agent anthropic|claude-code`: two agents at once, each in its own clone.
-
-The baseline agent and the consistent agent each get their own repository (a clone sharing
-this one's objects read-only, on branch bitwise/<run>/<role>, under .worktrees/), their own
-budget and transcript, and the harness tools (harness/agent_roles.py). The main checkout and
-its git directory are never writable to them, and the harness never runs git inside their
-clones (harness/workspace.py TreeView): it fetches their HEAD and reads it from outside. The
-frozen baseline's record is copied outside the repository when the run starts and re-checked
-before every gate run. When an agent stops: the baseline agent's last commit is frozen on its
-branch (in a worktree the harness makes) and put up for human review
-(agents/baseline/review.md); the consistent agent's last commit is revalidated by every gate
-from the pristine copy, after a tamper scan. run.json marks each agent's stage, so a killed
-run restarted with the same --out resumes: finished agents are not re-run; an interrupted,
-crashed or errored one continues in its clone (with its commits) in a new conversation.
+The baseline and the consistent agent each get a clone (objects shared read-only, branch
+bitwise/<run>/<role>, under .worktrees/), a budget, a transcript and the harness tools
+(harness/agent_roles.py); the harness never runs git in their clones but reads them from outside
+(harness/workspace.py), and checks the frozen record before every gate run against its start copy.
+When an agent stops, the baseline's last commit is frozen for review (agents/baseline/review.md);
+the consistent one's is revalidated by every gate from the pristine copy after a tamper scan.
+run.json marks each agent's stage: resumed (same --out), an unfinished agent goes on in its clone.
 """
 import json
 import shutil

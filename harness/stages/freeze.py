@@ -1,13 +1,10 @@
 """`harness freeze-baseline [--tag NAME] [--device cpu|cuda]`: freeze the fast path as the
 performance baseline of a device target.
-
-Refuses a dirty tree (what is frozen must be a commit). Tags HEAD, then commits only the
-target's record (baseline/frozen.json for the CPU, baseline/frozen-cuda.json for CUDA) =
-{tag, commit, content_hash, files_hash, frozen_at, hash_of, device}: the content hash is
-the fast contract's numerical_policy identity, files_hash covers every file of kernels/ and
-gates/, both computed from the commit's own files (gates/baseline.py, as C00 recomputes them
-at the recorded commit). The record is committed, not just
-tagged, because tags need not travel with a clone while the commit sha does.
+Refuses a dirty tree (what is frozen must be a commit). Tags HEAD, then commits only the target's
+record (baseline/frozen.json for the CPU, baseline/frozen-cuda.json for CUDA) = {tag, commit,
+content_hash, files_hash, files_hash_of, frozen_at, hash_of, device}, both hashes computed from
+the commit's own files as C00 recomputes them (gates/baseline.py). The record is committed, not
+just tagged, because tags need not travel with a clone while the commit sha does.
 """
 import json
 import time

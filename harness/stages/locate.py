@@ -1,19 +1,11 @@
-"""`harness locate`: run the engine and the trainer on the same tokens with door tracing and
-name the causally first divergent op: layer, region, case pair, first token and row, and the
-magnitude (ULPs and agreeing mantissa bits of the first differing element).
-
-Tracing: digests of every door on both sides (locate/engine.jsonl, trainer.jsonl, a manifest
-each), compared by harness/trace_compare.py, first over a narrow workload (seconds); if that
-finds no door, diff's own workload runs untraced and, only where it differs, traced
-(locate/wide/): locate is never less sensitive than `harness diff`. A second pass re-runs the
-finding workload and captures the divergent door's inputs and outputs (locate/capture/),
-from which the magnitude is measured and `harness shrink` builds a repro.
-Where the contract's attention pins an integer past diff's longest context (a context past
-which a kernel changes its walk), a third pass of a few sequences runs one key block past it
-(locate/long/), as C03's probes do: a fault that starts at long contexts is named, not missed.
-Both runtimes are deterministic (gate C01), so the second pass sees the first's bits.
-Exit codes: 0 clean, 2 divergence, 3 inconclusive (log-probs differ but no traced door
-does), 1 bad input.
+"""`harness locate`: run the engine and the trainer on the same tokens with door tracing and name
+the causally first divergent op: layer, region, case pair, first token and row, and the magnitude
+(ULPs and agreeing mantissa bits of the first differing element).
+Passes: a narrow workload, traced; if no door differs there, diff's own workload, traced where it
+differs (locate/wide/: never less sensitive than `harness diff`); where the attention pins a
+constant past diff's contexts, one key block past it (locate/long/). A second pass captures the
+divergent door's inputs and outputs (locate/capture/; gate C01 makes it see the first's bits) for
+the magnitude and `harness shrink`. Exit: 0 clean, 2 divergence, 3 inconclusive, 1 bad input.
 """
 import dataclasses
 import json

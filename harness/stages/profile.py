@@ -1,16 +1,11 @@
-"""`harness profile --model nemotron [--pairs N] [--out DIR]`: the consistent path against
-the frozen baseline, interleaved, with raw samples and a per-region breakdown.
-
-Two long-lived workers (harness/profile_worker.py): A runs the fast contract in a worktree
-of the frozen commit (baseline/frozen.json), B the consistent contract in the current tree,
-uncommitted edits included. Both are warmed up once (not recorded), then sampled A B A B ...
-on the same seeded workload; every sample is appended to DIR/samples.jsonl as it is taken,
-and DIR/profile.json (schema: harness/run_directory.md) is written last. Before measuring,
-the sides must agree on weights, workload and environment, and A's fast path must hash to
-the frozen content hash. A sample times generation on a warm engine in the worker's CPU time
-(one intra-op thread, wall time beside it), as C10 times the CPU, and the ratio is C10's: the
-median of the pairs' ratios with its order-statistic interval as the noise (gates/ratio_verdict.py), so the two agree
-within their noise on a busy machine. `harness run` calls profile(model, RUN/profile).
+"""`harness profile --model nemotron [--pairs N] [--out DIR]`: the consistent path against the
+frozen baseline, interleaved, with raw samples and a per-region breakdown.
+Two long-lived workers (harness/profile_worker.py): A runs the fast contract in a worktree of the
+frozen commit, B the consistent contract in the current tree (uncommitted edits included). They
+must agree on weights, workload and environment, and A's fast path must hash to the frozen content
+hash; warmed once, they are sampled A B A B ... (DIR/samples.jsonl as taken, DIR/profile.json last:
+harness/run_directory.md). A sample's generation is timed in CPU time on one intra-op thread, and
+the ratio is C10's: the pairs' median with its order-statistic interval (gates/ratio_verdict.py).
 """
 import json
 import statistics

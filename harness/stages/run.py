@@ -1,12 +1,10 @@
 """`harness run`: the whole workflow minus the edit, resumable from its run directory.
-
-gates -> diff (consistent and fast, for the report's plot) -> (if a gate failed) locate ->
-shrink -> profile -> report, each stage's raw output written into RUN_DIR before anything
-summarises it (harness/run_directory.md). run.json records every stage's status after it
-ends, so `harness run --out RUN_DIR` on an interrupted run skips what is done (gates one by
-one) and re-runs the stage that was cut off. With `--agent none` (the default, no credentials)
-nobody edits `kernels/`: the report tells the person what to fix; with `--agent anthropic` or
-`claude-code` two agents work in their own clones (harness/stages/agents.py).
+gates -> diff (consistent and fast, for the report's plot) -> (if a gate failed) locate -> shrink
+-> [agents] -> profile -> report, each stage's raw output written into RUN_DIR before anything
+summarises it (harness/run_directory.md). run.json records each stage's status, so `harness run
+--out RUN_DIR` skips what is done (gates one by one) and re-runs the stage that was cut off. With
+`--agent none` (the default, no credentials) nobody edits `kernels/`: the report says what to fix;
+with `--agent anthropic` or `claude-code` two agents work in their own clones (stages/agents.py).
 """
 import json
 import os

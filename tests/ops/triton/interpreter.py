@@ -1,16 +1,11 @@
 """How the Triton kernels' logic tests (tests/ops/triton/test_*.py) run on CPU under the Triton
 interpreter, and the inputs more than one of those files builds.
-
-Two interpreter facts shape these files. (1) Interpreter mode is fixed when triton is first
-imported (tl.sum and friends are @triton.jit functions too), so each file's checks (check_*)
-run in a child pytest with TRITON_INTERPRET=1, started by that file's one test_ function
-through run_checks: the rest of the suite never sees an interpreted Triton or the variable.
-(2) The interpreter's tl.dot is numpy's BLAS matmul, whose bits for a row change with the
-row's slot in the tile (OpenBLAS sgemm: 67 of 256 elements of a 16x32 @ 32x16 product differ
-when the row moves); the GEMM, attention and SSM checks swap in fixed_order_dot (each element
-summed over k in order; fp32 operands by one fused multiply-add per k, as Triton lowers an
-"ieee" fp32 dot) so they test the kernel's logic. Slot independence of the GPU's MMA is
-benchmarks/gpu_kernel_check.py's job.
+(1) Interpreter mode is fixed when triton is first imported, so each file's checks (check_*) run
+in a child pytest with TRITON_INTERPRET=1, started by its one test_ function through run_checks:
+the rest of the suite never sees an interpreted Triton. (2) The interpreter's tl.dot is numpy's
+BLAS matmul, whose bits for a row follow its slot in the tile; the GEMM, attention and SSM checks
+swap in fixed_order_dot (in-order sum over k; fp32 by one FMA per k, as Triton lowers an "ieee"
+dot). Slot independence of the GPU's MMA is benchmarks/gpu_kernel_check.py's job.
 """
 import importlib
 import importlib.util
