@@ -18,13 +18,18 @@ binding runs eagerly; capture is C05's); trainer_fwd and trainer_bwd, one packed
 buffer, so the poison goes where a skipped write would hide, into every uninitialised
 allocation: the runs are under torch.use_deterministic_algorithms, which fills torch.empty and
 new_empty with NaN (integers: their max), and a NaN in any output fails the gate.
+An outside target (gates/target.py), which has no region doors, is judged on its two sides
+instead: a workload generated twice by two workers at once, and its tokens scored twice,
+equal bit for bit (gates/target_runs.py).
 """
 from gates import device
 from gates.boundaries import check_crossed
 from gates.candidate import ask_together, check_judge_clean, confinement
 from gates.inputs import fresh_seed
+from gates.target_runs import check_repeats, repeated_runs
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
+TARGET_NEEDS = ()  # an outside target is judged on its generate and score (below)
 CASES = ("engine_prefill", "engine_decode", "engine_graph", "trainer_fwd", "trainer_bwd")
 
 
@@ -48,6 +53,14 @@ def first_difference(first_calls: list, second_calls: list) -> dict | None:
 def test_repeated_runs_give_identical_bits(gate):
     model_seed, seeds = fresh_seed() % 1000, {case: fresh_seed() for case in CASES}
     subject = gate.subject()
+    if subject["target"] != "ours":
+        workload = {"num_sequences": 16, "new_tokens": 16, "seed": seeds["engine_decode"]}
+        gate.inputs = {"workload": workload, "workers": confinement()}
+        check_repeats(gate, *repeated_runs(subject, workload))
+        gate.check_n_a("every region output repeats bit for bit", f"target {subject['target']} has no region doors")
+        check_judge_clean(gate)
+        gate.verdict()
+        return
     asked = {"subject": subject, "model_seed": model_seed, "seeds": seeds, "device": device.target()}
     first, second = ask_together(("c01_runs", asked, {"side": "first"}),  # two processes, at once
                                  ("c01_runs", asked, {"side": "second"}))

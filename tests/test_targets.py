@@ -89,3 +89,29 @@ def test_gates_on_the_transformers_target_measure_c07_and_say_why_the_others_are
     print(f"C07 on transformers (fp32, CPU): {c07['status']}, "
           f"{ {name: c.get('measured') for name, c in figures.items()} }")  # recorded, not assumed
     assert code == (EXIT_OK if c07["status"] == "pass" else 2)
+
+
+def test_c01_on_the_transformers_target_compares_both_sides_twice(tmp_path, checkpoint):
+    out = tmp_path / "gates"
+    main(["gates", "--target", "transformers", "--checkpoint", checkpoint, "--only", "C1", "--out", str(out)])
+    c01 = json.loads((out / "C01.json").read_text())
+    figures = {c["name"]: c for c in c01["conditions"]}
+    assert figures["engine side: two runs give the same tokens and log-prob bits"]["num_tokens_compared"] == 256
+    assert figures["trainer side: two scorings of the same tokens give the same bits"]["num_tokens_compared"] == 256
+    assert figures["every region output repeats bit for bit"]["status"] == "n/a"
+    print(f"C01 on transformers (CPU): {c01['status']}")  # recorded, not assumed
+
+
+def test_c01s_outside_comparison_sees_one_flipped_bit(fresh_seed):
+    """The outside-target comparison can fail: one log-prob bit flipped, or another token."""
+    from gates.target_runs import first_differing_sequence
+    generator = torch.Generator().manual_seed(fresh_seed)
+    run = [{"prompt": [1, 2], "tokens": torch.randint(1, 99, (6,), generator=generator).tolist(),
+            "bits": torch.randint(-2**31, 2**31 - 1, (6,), generator=generator).tolist()} for _ in range(3)]
+    flipped = [dict(c, bits=list(c["bits"])) for c in run]
+    flipped[2]["bits"][4] ^= 1
+    other = [dict(c, tokens=list(c["tokens"])) for c in run]
+    other[0]["tokens"][0] += 1
+    assert first_differing_sequence(run, run) is None
+    assert first_differing_sequence(run, flipped) == {"sequence": 2, "field": "bits", "position": 4}
+    assert first_differing_sequence(run, other) == {"sequence": 0, "field": "tokens", "position": 0}
