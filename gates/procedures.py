@@ -28,7 +28,7 @@ from gates.subject import (
     subject_model,
     subject_weights,
 )
-from gates.target import Sample, target_class
+from gates.target_procedures import outside_rollout_bits, outside_target_named, outside_trainer_bits, prompt_bits
 from gates.workload import EngineShape, Workload, make_requests, rollout, score_sequences, seeded_weights
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
@@ -68,25 +68,13 @@ def _threads(side: str):
     return intra_op_threads(engine if side == "engine" else trainer)
 
 
-def _outside_target(arguments: dict):
-    """The target the subject names if it is not ours (gates/target.py), else None."""
-    name = arguments.get("subject", {}).get("target", "ours")
-    return None if name == "ours" else target_class(name)(arguments["subject"]["checkpoint"])
-
-
 def rollout_bits(arguments: dict) -> dict:
     """The engine's completions of a seeded workload: {completions: [{prompt, tokens,
     temperature, bits}], mixed_steps (steps that mixed prefill and decode), threads, config,
     boundaries (the contract's key block; the SSM chunk, None without Mamba layers)}. An
     outside target reports no engine steps and no boundaries (None)."""
-    outside = _outside_target(arguments)
-    if outside is not None:
-        with _threads("engine"):
-            samples, threads = outside.generate(Workload(**arguments["workload"])), torch.get_num_threads()
-        return {"completions": [{"prompt": list(s.prompt), "tokens": list(s.tokens), "temperature": s.temperature,
-                                 "bits": int32_bits(s.logprobs)} for s in samples],
-                "mixed_steps": None, "threads": threads, "boundaries": None,
-                "config": f"{outside.name} {arguments['subject']['checkpoint']}"}
+    if outside_target_named(arguments):
+        return outside_rollout_bits(arguments)
     config, contract, weights = _subject(arguments)
     with _threads("engine"):
         completions, engine = rollout(config, contract, weights, Workload(**arguments["workload"]),
@@ -102,12 +90,8 @@ def rollout_bits(arguments: dict) -> dict:
 def trainer_bits(arguments: dict) -> dict:
     """The trainer's log-probs of `sequences` [{prompt, tokens, temperature}], or of a
     `workload`'s requests completed by `completion_tokens`: {bits, threads}."""
-    outside = _outside_target(arguments)
-    if outside is not None:
-        samples = [Sample(tuple(s["prompt"]), tuple(s["tokens"]), None, s["temperature"])
-                   for s in arguments["sequences"]]
-        with _threads("trainer"):
-            return {"bits": [int32_bits(s) for s in outside.score(samples)], "threads": torch.get_num_threads()}
+    if outside_target_named(arguments):
+        return outside_trainer_bits(arguments)
     config, contract, weights = _subject(arguments)
     if "sequences" in arguments:
         sequences = [ScoredSequence(tuple(s["prompt"]), tuple(s["tokens"]), s["temperature"])
@@ -282,7 +266,8 @@ def environment(arguments: dict) -> dict:
     return deployment_fingerprint()
 
 
-PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits, "c00_side": c00_side, "c01_runs": c01_runs,
+PROCEDURES = {"rollout_bits": rollout_bits, "prompt_bits": prompt_bits, "trainer_bits": trainer_bits,
+              "c00_side": c00_side, "c01_runs": c01_runs,
               "sizes": sizes,
               "c02_runs": c02_runs, "c03_phases": c03_phases, "subject_facts": subject_facts,
               "c04_outputs": c04_outputs,

@@ -44,6 +44,11 @@ class Target(Protocol):
     def score(self, samples: list) -> list:
         """[[len(tokens)] fp32 log-probs] of each sample's tokens after its prompt, by the trainer side."""
 
+    def generate_prompts(self, prompts: list, new_tokens: int) -> list:
+        """[Sample] of these prompts submitted together (one batch), decoded greedily: tokens
+        that cannot diverge through a sampler's random stream, so a prompt's bits can be
+        compared alone and among others (C02)."""
+
 
 def missing(target: str, needs) -> str | None:
     """Why the target named `target` cannot serve a gate that needs `needs` (names in OFFERS), or None."""

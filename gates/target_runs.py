@@ -1,9 +1,11 @@
 """What the gates ask of an outside target (gates/target.py) and how they compare it: a
 workload generated twice in two workers at once, its tokens and log-prob bits compared as
-integers, and the same tokens scored twice. Used by C01 where a target offers no region doors.
+integers, and the same tokens scored twice. Used by C01 and C02 where a target offers no region doors.
 """
+import random
+
 from gates import device
-from gates.candidate import ask_together
+from gates.candidate import ask, ask_together
 
 
 def first_differing_sequence(first: list, second: list) -> dict | None:
@@ -36,3 +38,45 @@ def check_repeats(gate, engine: list, trainer: list) -> None:
     same = trainer[0]["bits"] == trainer[1]["bits"]
     gate.check("trainer side: two scorings of the same tokens give the same bits", same,
                num_tokens_compared=sum(len(bits) for bits in trainer[0]["bits"]))
+
+
+BATCHES = (2, 8, 16)
+"""C02 on an outside target: the probe alone, then among this many prompts in all."""
+
+
+PROMPT_TOKENS = 256
+"""Prompts draw token ids below this: valid in any vocabulary the judge has not seen."""
+
+
+def batch_runs(subject: dict, seed: int, new_tokens: int = 8) -> dict:
+    """The probe prompt's greedy completion alone and at a random place among other random
+    prompts (BATCHES), and its trainer scores alone and among those sequences."""
+    rng = random.Random(seed)
+
+    def prompt() -> list:
+        return [rng.randrange(1, PROMPT_TOKENS) for _ in range(rng.randint(4, 40))]
+
+    probe, others = prompt(), [prompt() for _ in range(max(BATCHES) - 1)]
+    common = {"subject": subject, "device": device.target(), "new_tokens": new_tokens}
+    places = {size: rng.randrange(size) for size in BATCHES}
+    batches = {1: [probe], **{size: others[:places[size]] + [probe] + others[places[size]:size - 1]
+                              for size in BATCHES}}
+    engine = {size: ask("prompt_bits", dict(common, prompts=prompts), side="engine")["completions"]
+              for size, prompts in batches.items()}
+    sequences = {size: [{k: c[k] for k in ("prompt", "tokens", "temperature")} for c in completions]
+                 for size, completions in engine.items()}
+    trainer = {size: ask("trainer_bits", dict(common, sequences=seqs), side="trainer")["bits"]
+               for size, seqs in sequences.items()}
+    return {"places": places, "engine": {size: engine[size][places.get(size, 0)] for size in batches},
+            "trainer": {size: trainer[size][places.get(size, 0)] for size in batches}}
+
+
+def check_batches(gate, runs: dict) -> None:
+    """C02's conditions on an outside target: the probe's bits alone == among others."""
+    alone = runs["engine"][1]
+    moved = [size for size in BATCHES if runs["engine"][size] != alone]
+    gate.check(f"engine side: the probe's greedy tokens and log-prob bits equal alone and among {BATCHES} prompts",
+               not moved, differing_batches=moved, num_tokens=len(alone["tokens"]), places=runs["places"])
+    moved = [size for size in BATCHES if runs["trainer"][size] != runs["trainer"][1]]
+    gate.check(f"trainer side: the probe's scored bits equal alone and among {BATCHES} sequences", not moved,
+               differing_batches=moved, num_tokens=len(runs["trainer"][1]))

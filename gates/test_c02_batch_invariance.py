@@ -24,15 +24,19 @@ norm.planted_sum_in_halves_below_16_rows (a bf16 output that hides the order: th
 fp32 rows catch it); decode probes that cross no boundary (BITWISE_C02_DECODE_HISTORIES)
 fail it as vacuous.
 
-What a batch is, per case: gates/batch_runs.py.
+What a batch is, per case: gates/batch_runs.py. An outside target (gates/target.py), which
+has no region doors, is judged on its two sides: a probe prompt's greedy completion and its
+trainer scores alone and at a random place among 2, 8 and 16 (gates/target_runs.py).
 """
 
 from gates import device
 from gates.boundaries import coverage
 from gates.candidate import ask, ask_once, check_judge_clean, confinement
 from gates.inputs import fresh_seed
+from gates.target_runs import batch_runs, check_batches
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
+TARGET_NEEDS = ()  # an outside target is judged on its generate and score (below)
 KIND = {"engine_prefill": "prefill", "engine_decode": "decode", "engine_graph": "decode",
         "trainer_fwd": "trainer", "trainer_bwd": "trainer"}
 
@@ -67,6 +71,14 @@ def compare_case(runs: dict, where: dict, probes: list) -> dict:
 
 def test_rows_do_not_depend_on_the_batch(gate):
     model_seed = fresh_seed() % 1000
+    if gate.target != "ours":
+        seed = fresh_seed()
+        gate.inputs = {"seed": seed, "workers": confinement()}
+        check_batches(gate, batch_runs(gate.subject(), seed))
+        gate.check_n_a("every region's rows equal alone and in batches", f"target {gate.target} has no region doors")
+        check_judge_clean(gate)
+        gate.verdict()
+        return
     sizes = ask_once("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
     asked = {size: {"subject": gate.subject(size), "model_seed": model_seed, "device": device.target(),
                     "seeds": {case: fresh_seed() for case in KIND}} for size in sizes}

@@ -115,3 +115,37 @@ def test_c01s_outside_comparison_sees_one_flipped_bit(fresh_seed):
     assert first_differing_sequence(run, run) is None
     assert first_differing_sequence(run, flipped) == {"sequence": 2, "field": "bits", "position": 4}
     assert first_differing_sequence(run, other) == {"sequence": 0, "field": "tokens", "position": 0}
+
+
+def test_c02_on_the_transformers_target_compares_a_probe_alone_and_in_batches(tmp_path, checkpoint):
+    out = tmp_path / "gates"
+    main(["gates", "--target", "transformers", "--checkpoint", checkpoint, "--only", "C2", "--out", str(out)])
+    c02 = json.loads((out / "C02.json").read_text())
+    engine, trainer, regions = c02["conditions"][:3]
+    assert engine["num_tokens"] == 8 and trainer["num_tokens"] == 8 and regions["status"] == "n/a"
+    assert set(engine["places"]) == {"2", "8", "16"}
+    print(f"C02 on transformers (CPU): {c02['status']}, engine batches that moved the probe "
+          f"{engine['differing_batches']}, trainer {trainer['differing_batches']}")  # recorded, not assumed
+
+
+def test_our_target_keeps_a_probe_s_bits_among_prompts_and_the_fast_contract_does_not(fresh_seed):
+    """generate_prompts through our engine: C02's outside comparison passes the consistent
+    contract and fails the fast one (its negative control, on a stack we know)."""
+    from gates.targets.ours import OurTarget
+    from gates.workload import seeded_weights
+    from kernels.contract import load_contract
+    from kernels.models.config import load_model_config
+    config = load_model_config("qwen3-cut")
+    weights = seeded_weights(config)
+    generator = torch.Generator().manual_seed(fresh_seed)
+    prompts = [tuple(torch.randint(1, 255, (int(n),), generator=generator).tolist())
+               for n in torch.randint(4, 40, (8,), generator=generator)]
+    moved = {}
+    for contract in ("consistent", "fast"):
+        target = OurTarget(config, load_contract(contract), weights)
+        alone = target.generate_prompts(prompts[:1], 8)[0]
+        among = target.generate_prompts(prompts[1:5] + prompts[:1] + prompts[5:], 8)[4]
+        assert alone.prompt == among.prompt and len(alone.tokens) == 8
+        moved[contract] = alone.tokens != among.tokens or not torch.equal(alone.logprobs.view(torch.int32),
+                                                                          among.logprobs.view(torch.int32))
+    assert moved == {"consistent": False, "fast": True}

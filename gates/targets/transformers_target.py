@@ -38,15 +38,20 @@ class TransformersTarget:
                                             seed=workload.seed * 1_000_003 + first)
         return samples
 
-    def _generate_batch(self, prompts: list, new_tokens: int, seed: int) -> list:
+    def generate_prompts(self, prompts: list, new_tokens: int) -> list:
+        return self._generate_batch(prompts, new_tokens, seed=0, greedy=True)
+
+    def _generate_batch(self, prompts: list, new_tokens: int, seed: int, greedy: bool = False) -> list:
         width = max(len(p) for p in prompts)
         ids = torch.tensor([(0,) * (width - len(p)) + tuple(p) for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         torch.manual_seed(seed)
         with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0,
-                                      top_k=0, top_p=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                      pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+            sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0,
+                                                            "top_p": 1.0}
+            out = self.model.generate(input_ids=ids, attention_mask=mask, **sampling, max_new_tokens=new_tokens,
+                                      min_new_tokens=new_tokens, pad_token_id=0, output_logits=True,
+                                      return_dict_in_generate=True)
         tokens = out.sequences[:, width:]
         logits = torch.stack(out.logits, dim=1).float()  # [B, new, V], before any sampling processor
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[..., None])[..., 0]
