@@ -1,4 +1,4 @@
-"""The worker side of an outside target (gates/target.py): the procedures C01, C02 and C07
+"""The worker side of an outside target (gates/target.py): the procedures C01, C02, C03 and C07
 ask when the subject names a target other than ours, answering as gates/procedures.py does
 (token ids, fp32 log-probs as int32 bit patterns), on the engine's or the trainer's threads.
 """

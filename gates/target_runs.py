@@ -1,6 +1,6 @@
 """What the gates ask of an outside target (gates/target.py) and how they compare it: a
 workload generated twice in two workers at once, its tokens and log-prob bits compared as
-integers, and the same tokens scored twice. Used by C01 and C02 where a target offers no region doors.
+integers, and the same tokens scored twice. Used by C01, C02 and C03 where a target offers no region doors.
 """
 import random
 
@@ -80,3 +80,25 @@ def check_batches(gate, runs: dict) -> None:
     moved = [size for size in BATCHES if runs["trainer"][size] != runs["trainer"][1]]
     gate.check(f"trainer side: the probe's scored bits equal alone and among {BATCHES} sequences", not moved,
                differing_batches=moved, num_tokens=len(runs["trainer"][1]))
+
+
+def phase_runs(subject: dict, seed: int, new_tokens: int = 12, cuts: int = 3) -> dict:
+    """A probe's greedy decode, then at `cuts` random points k the prompt plus its first k
+    tokens prefilled anew for one token: {decoded, prefilled: {k: completion}}."""
+    rng = random.Random(seed)
+    probe = [rng.randrange(1, PROMPT_TOKENS) for _ in range(rng.randint(4, 40))]
+    common = {"subject": subject, "device": device.target()}
+    decoded = ask("prompt_bits", dict(common, prompts=[probe], new_tokens=new_tokens), side="engine")["completions"][0]
+    prefilled = {k: ask("prompt_bits", dict(common, prompts=[probe + decoded["tokens"][:k]], new_tokens=1),
+                        side="engine")["completions"][0] for k in sorted(rng.sample(range(1, new_tokens), cuts))}
+    return {"decoded": decoded, "prefilled": prefilled}
+
+
+def check_phases(gate, runs: dict) -> None:
+    """C03's condition on an outside target: token k decoded == token k of a fresh prefill."""
+    decoded = runs["decoded"]
+    moved = [k for k, fresh in runs["prefilled"].items()
+             if (fresh["tokens"][0], fresh["bits"][0]) != (decoded["tokens"][k], decoded["bits"][k])]
+    gate.check("engine side: each decoded token and its log-prob bits equal a fresh prefill of the prompt and "
+               "the tokens before it", not moved, cuts=sorted(runs["prefilled"]), differing_cuts=moved,
+               num_tokens_compared=len(runs["prefilled"]))

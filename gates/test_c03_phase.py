@@ -21,13 +21,18 @@ negative control tests/test_gate_c01_c03.py); the coverage record says which key
 chunks the probes crossed, and fewer than 2 of either fails the gate as vacuous. A long
 probe (thousands of tokens, one sequence) is prefilled whole, prefilled then decoded at its
 end, and scored by trainer_fwd: a walk that changes at a context no constant names is met.
+An outside target (gates/target.py), which has no region doors, is judged on its engine
+side: a probe's greedy decode against fresh prefills of its prompt and first k tokens, at
+random k (gates/target_runs.py).
 """
 
 from gates import device
 from gates.candidate import ask, ask_once, check_judge_clean, confinement
 from gates.inputs import fresh_seed
+from gates.target_runs import check_phases, phase_runs
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
+TARGET_NEEDS = ()  # an outside target is judged on its generate (below)
 
 
 def _order(key: str) -> tuple:
@@ -61,6 +66,14 @@ def compare(expected: dict, got: dict) -> dict:
 
 
 def test_every_phase_gives_the_same_bits(gate):
+    if gate.target != "ours":
+        seed = fresh_seed()
+        gate.inputs = {"seed": seed, "workers": confinement()}
+        check_phases(gate, phase_runs(gate.subject(), seed))
+        gate.check_n_a("every region's bits equal in every phase", f"target {gate.target} has no region doors")
+        check_judge_clean(gate)
+        gate.verdict()
+        return
     sizes = ask_once("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
     gate.inputs = {"workers": confinement(), "sizes": {}}
     for size in sizes:

@@ -149,3 +149,36 @@ def test_our_target_keeps_a_probe_s_bits_among_prompts_and_the_fast_contract_doe
         moved[contract] = alone.tokens != among.tokens or not torch.equal(alone.logprobs.view(torch.int32),
                                                                           among.logprobs.view(torch.int32))
     assert moved == {"consistent": False, "fast": True}
+
+
+def test_c03_on_the_transformers_target_compares_decode_with_fresh_prefills(tmp_path, checkpoint):
+    out = tmp_path / "gates"
+    main(["gates", "--target", "transformers", "--checkpoint", checkpoint, "--only", "C3", "--out", str(out)])
+    c03 = json.loads((out / "C03.json").read_text())
+    engine, regions = c03["conditions"][:2]
+    assert engine["num_tokens_compared"] == 3 and len(engine["cuts"]) == 3 and regions["status"] == "n/a"
+    print(f"C03 on transformers (CPU): {c03['status']}, cuts {engine['cuts']} moved {engine['differing_cuts']}")
+
+
+def test_our_target_decodes_what_a_fresh_prefill_gives_and_the_fast_contract_does_not(fresh_seed):
+    """C03's outside comparison on a stack we know: consistent decode == fresh prefill, fast !=."""
+    from gates.targets.ours import OurTarget
+    from gates.workload import seeded_weights
+    from kernels.contract import load_contract
+    from kernels.models.config import load_model_config
+    config = load_model_config("qwen3-cut")
+    weights = seeded_weights(config)
+    generator = torch.Generator().manual_seed(fresh_seed)
+    prompts = [tuple(torch.randint(1, 255, (int(n),), generator=generator).tolist())
+               for n in torch.randint(20, 60, (4,), generator=generator)]
+    moved = {}
+    for contract in ("consistent", "fast"):
+        target, differing = OurTarget(config, load_contract(contract), weights), 0
+        for prompt in prompts:
+            decoded = target.generate_prompts([prompt], 12)[0]
+            for k in (3, 7, 11):
+                fresh = target.generate_prompts([prompt + decoded.tokens[:k]], 1)[0]
+                differing += (fresh.tokens[0], int(fresh.logprobs.view(torch.int32)[0])) != (
+                    decoded.tokens[k], int(decoded.logprobs.view(torch.int32)[k]))
+        moved[contract] = differing
+    assert moved["consistent"] == 0 and moved["fast"] > 0, moved
