@@ -5,7 +5,7 @@ integers, and the same tokens scored twice. Used by C01, C02 and C03 where a tar
 import random
 
 from gates import device
-from gates.candidate import ask, ask_together
+from gates.candidate import ask, ask_together, check_judge_clean
 
 
 def first_differing_sequence(first: list, second: list) -> dict | None:
@@ -102,3 +102,11 @@ def check_phases(gate, runs: dict) -> None:
     gate.check("engine side: each decoded token and its log-prob bits equal a fresh prefill of the prompt and "
                "the tokens before it", not moved, cuts=sorted(runs["prefilled"]), differing_cuts=moved,
                num_tokens_compared=len(runs["prefilled"]))
+
+
+def finish_outside(gate, region_condition: str) -> None:
+    """The end of a gate on an outside target: the region-level condition it cannot check n/a
+    with the reason, the judge's process checked clean, the verdict."""
+    gate.check_n_a(region_condition, f"target {gate.target} has no region doors")
+    check_judge_clean(gate)
+    gate.verdict()

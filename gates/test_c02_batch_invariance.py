@@ -33,7 +33,7 @@ from gates import device
 from gates.boundaries import coverage
 from gates.candidate import ask, ask_once, check_judge_clean, confinement
 from gates.inputs import fresh_seed
-from gates.target_runs import batch_runs, check_batches
+from gates.target_runs import batch_runs, check_batches, finish_outside
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 TARGET_NEEDS = ()  # an outside target is judged on its generate and score (below)
@@ -75,9 +75,7 @@ def test_rows_do_not_depend_on_the_batch(gate):
         seed = fresh_seed()
         gate.inputs = {"seed": seed, "workers": confinement()}
         check_batches(gate, batch_runs(gate.subject(), seed))
-        gate.check_n_a("every region's rows equal alone and in batches", f"target {gate.target} has no region doors")
-        check_judge_clean(gate)
-        gate.verdict()
+        finish_outside(gate, "every region's rows equal alone and in batches")
         return
     sizes = ask_once("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
     asked = {size: {"subject": gate.subject(size), "model_seed": model_seed, "device": device.target(),
