@@ -5,7 +5,8 @@ integers, and the same tokens scored twice. Used by C01, C02 and C03 where a tar
 import random
 
 from gates import device
-from gates.candidate import ask, ask_together, check_judge_clean
+from gates.candidate import ask, ask_together, check_judge_clean, confinement
+from gates.inputs import fresh_seed
 
 
 def first_differing_sequence(first: list, second: list) -> dict | None:
@@ -20,8 +21,9 @@ def first_differing_sequence(first: list, second: list) -> dict | None:
     return None
 
 
-def repeated_runs(subject: dict, workload: dict) -> tuple:
-    """(engine runs, trainer runs): each side asked twice, both workers at once."""
+def repeated_runs(subject: dict, seed: int) -> tuple:
+    """(engine runs, trainer runs) of a seeded workload: each side asked twice, both workers at once."""
+    workload = {"num_sequences": 16, "new_tokens": 16, "seed": seed}
     common = {"subject": subject, "device": device.target()}
     engine = ask_together(*[("rollout_bits", dict(common, workload=workload), {"side": "engine"})] * 2)
     sequences = [{k: c[k] for k in ("prompt", "tokens", "temperature")} for c in engine[0]["completions"]]
@@ -29,8 +31,9 @@ def repeated_runs(subject: dict, workload: dict) -> tuple:
     return engine, trainer
 
 
-def check_repeats(gate, engine: list, trainer: list) -> None:
+def check_repeats(gate, runs: tuple) -> None:
     """C01's conditions on an outside target's two runs of each side."""
+    engine, trainer = runs
     found = first_differing_sequence(engine[0]["completions"], engine[1]["completions"])
     tokens = sum(len(c["tokens"]) for c in engine[0]["completions"])
     gate.check("engine side: two runs give the same tokens and log-prob bits", found is None,
@@ -104,9 +107,13 @@ def check_phases(gate, runs: dict) -> None:
                num_tokens_compared=len(runs["prefilled"]))
 
 
-def finish_outside(gate, region_condition: str) -> None:
-    """The end of a gate on an outside target: the region-level condition it cannot check n/a
-    with the reason, the judge's process checked clean, the verdict."""
+def judge_outside(gate, runs, check, region_condition: str) -> None:
+    """A gate on an outside target, whole: `runs(subject, seed)` under a fresh seed, `check`
+    its conditions, the region-level condition it cannot check n/a with the reason, the
+    judge's process checked clean, the verdict."""
+    seed = fresh_seed()
+    gate.inputs = {"seed": seed, "workers": confinement()}
+    check(gate, runs(gate.subject(), seed))
     gate.check_n_a(region_condition, f"target {gate.target} has no region doors")
     check_judge_clean(gate)
     gate.verdict()

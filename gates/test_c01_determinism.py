@@ -26,7 +26,7 @@ from gates import device
 from gates.boundaries import check_crossed
 from gates.candidate import ask_together, check_judge_clean, confinement
 from gates.inputs import fresh_seed
-from gates.target_runs import check_repeats, finish_outside, repeated_runs
+from gates.target_runs import check_repeats, judge_outside, repeated_runs
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 TARGET_NEEDS = ()  # an outside target is judged on its generate and score (below)
@@ -53,12 +53,8 @@ def first_difference(first_calls: list, second_calls: list) -> dict | None:
 def test_repeated_runs_give_identical_bits(gate):
     model_seed, seeds = fresh_seed() % 1000, {case: fresh_seed() for case in CASES}
     subject = gate.subject()
-    if subject["target"] != "ours":
-        workload = {"num_sequences": 16, "new_tokens": 16, "seed": seeds["engine_decode"]}
-        gate.inputs = {"workload": workload, "workers": confinement()}
-        check_repeats(gate, *repeated_runs(subject, workload))
-        finish_outside(gate, "every region output repeats bit for bit")
-        return
+    if gate.target != "ours":
+        return judge_outside(gate, repeated_runs, check_repeats, "every region output repeats bit for bit")
     asked = {"subject": subject, "model_seed": model_seed, "seeds": seeds, "device": device.target()}
     first, second = ask_together(("c01_runs", asked, {"side": "first"}),  # two processes, at once
                                  ("c01_runs", asked, {"side": "second"}))

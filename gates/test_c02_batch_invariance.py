@@ -33,7 +33,7 @@ from gates import device
 from gates.boundaries import coverage
 from gates.candidate import ask, ask_once, check_judge_clean, confinement
 from gates.inputs import fresh_seed
-from gates.target_runs import batch_runs, check_batches, finish_outside
+from gates.target_runs import batch_runs, check_batches, judge_outside
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 TARGET_NEEDS = ()  # an outside target is judged on its generate and score (below)
@@ -72,11 +72,7 @@ def compare_case(runs: dict, where: dict, probes: list) -> dict:
 def test_rows_do_not_depend_on_the_batch(gate):
     model_seed = fresh_seed() % 1000
     if gate.target != "ours":
-        seed = fresh_seed()
-        gate.inputs = {"seed": seed, "workers": confinement()}
-        check_batches(gate, batch_runs(gate.subject(), seed))
-        finish_outside(gate, "every region's rows equal alone and in batches")
-        return
+        return judge_outside(gate, batch_runs, check_batches, "every region's rows equal alone and in batches")
     sizes = ask_once("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
     asked = {size: {"subject": gate.subject(size), "model_seed": model_seed, "device": device.target(),
                     "seeds": {case: fresh_seed() for case in KIND}} for size in sizes}

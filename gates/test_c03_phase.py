@@ -29,7 +29,7 @@ random k (gates/target_runs.py).
 from gates import device
 from gates.candidate import ask, ask_once, check_judge_clean, confinement
 from gates.inputs import fresh_seed
-from gates.target_runs import check_phases, finish_outside, phase_runs
+from gates.target_runs import check_phases, judge_outside, phase_runs
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 TARGET_NEEDS = ()  # an outside target is judged on its generate (below)
@@ -67,11 +67,7 @@ def compare(expected: dict, got: dict) -> dict:
 
 def test_every_phase_gives_the_same_bits(gate):
     if gate.target != "ours":
-        seed = fresh_seed()
-        gate.inputs = {"seed": seed, "workers": confinement()}
-        check_phases(gate, phase_runs(gate.subject(), seed))
-        finish_outside(gate, "every region's bits equal in every phase")
-        return
+        return judge_outside(gate, phase_runs, check_phases, "every region's bits equal in every phase")
     sizes = ask_once("sizes", {"model": gate.model, "checkpoint": gate.checkpoint})["sizes"]
     gate.inputs = {"workers": confinement(), "sizes": {}}
     for size in sizes:
