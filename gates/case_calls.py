@@ -67,6 +67,12 @@ def intra_op_threads(count: int | None):
         torch.set_num_threads(saved)
 
 
+def side_threads(side: str):
+    """intra_op_threads for one side's pool: "engine" takes thread_counts' first, any other its second."""
+    engine, trainer = thread_counts()
+    return intra_op_threads(engine if side == "engine" else trainer)
+
+
 def thread_counts() -> tuple:
     """(one side, the other): an engine and a trainer may run different pools, so on the CPU
     one side runs on 1 intra-op thread and the other on at least 2; (None, None) elsewhere."""

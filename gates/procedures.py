@@ -15,7 +15,7 @@ import torch
 from gates import device, discrete_runs, gradient_runs, graph_runs, layout_plan, rl_runs
 from gates.batch_runs import case_runs, probes_for
 from gates.boundaries import boundaries
-from gates.case_calls import intra_op_threads, thread_counts
+from gates.case_calls import side_threads
 from gates.compare import int32_bits
 from gates.faults import register_all
 from gates.phase_runs import every_phase
@@ -63,11 +63,6 @@ def _label(arguments: dict) -> str:
     return subject_label(types.SimpleNamespace(**subject), subject["size"])
 
 
-def _threads(side: str):
-    engine, trainer = thread_counts()
-    return intra_op_threads(engine if side == "engine" else trainer)
-
-
 def rollout_bits(arguments: dict) -> dict:
     """The engine's completions of a seeded workload: {completions: [{prompt, tokens,
     temperature, bits}], mixed_steps (steps that mixed prefill and decode), threads, config,
@@ -76,7 +71,7 @@ def rollout_bits(arguments: dict) -> dict:
     if outside_target_named(arguments):
         return outside_rollout_bits(arguments)
     config, contract, weights = _subject(arguments)
-    with _threads("engine"):
+    with side_threads("engine"):
         completions, engine = rollout(config, contract, weights, Workload(**arguments["workload"]),
                                       EngineShape(**arguments.get("shape", {})))
         threads = torch.get_num_threads()
@@ -100,7 +95,7 @@ def trainer_bits(arguments: dict) -> dict:
         requests = make_requests(Workload(**arguments["workload"]), config.vocab_size)
         sequences = [ScoredSequence(r.prompt, tuple(tokens), r.params.logprob_temperature)
                      for r, tokens in zip(requests, arguments["completion_tokens"])]
-    with _threads("trainer"):
+    with side_threads("trainer"):
         scores = score_sequences(config, contract, weights, sequences)
         threads = torch.get_num_threads()
     return {"bits": [int32_bits(s) for s in scores], "threads": threads}

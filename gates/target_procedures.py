@@ -4,7 +4,7 @@ ask when the subject names a target other than ours, answering as gates/procedur
 """
 import torch
 
-from gates.case_calls import intra_op_threads, thread_counts
+from gates.case_calls import side_threads
 from gates.compare import int32_bits
 from gates.target import Sample, target_class
 from gates.workload import Workload
@@ -19,11 +19,6 @@ def _target(arguments: dict):
     return target_class(subject["target"])(subject["checkpoint"])
 
 
-def _threads(side: str):
-    engine, trainer = thread_counts()
-    return intra_op_threads(engine if side == "engine" else trainer)
-
-
 def _completions(samples) -> list:
     return [{"prompt": list(s.prompt), "tokens": list(s.tokens), "temperature": s.temperature,
              "bits": int32_bits(s.logprobs)} for s in samples]
@@ -32,7 +27,7 @@ def _completions(samples) -> list:
 def outside_rollout_bits(arguments: dict) -> dict:
     """rollout_bits' answer for an outside target: no engine steps and no boundaries (None)."""
     target = _target(arguments)
-    with _threads("engine"):
+    with side_threads("engine"):
         samples, threads = target.generate(Workload(**arguments["workload"])), torch.get_num_threads()
     return {"completions": _completions(samples), "mixed_steps": None, "threads": threads, "boundaries": None,
             "config": f"{target.name} {arguments['subject']['checkpoint']}"}
@@ -42,7 +37,7 @@ def outside_trainer_bits(arguments: dict) -> dict:
     """trainer_bits' answer for an outside target: its score of `sequences`."""
     target = _target(arguments)
     samples = [Sample(tuple(s["prompt"]), tuple(s["tokens"]), None, s["temperature"]) for s in arguments["sequences"]]
-    with _threads("trainer"):
+    with side_threads("trainer"):
         return {"bits": [int32_bits(s) for s in target.score(samples)], "threads": torch.get_num_threads()}
 
 
@@ -50,6 +45,6 @@ def prompt_bits(arguments: dict) -> dict:
     """An outside target's greedy completions of `prompts` submitted together:
     {completions: [{prompt, tokens, temperature, bits}], threads}."""
     target = _target(arguments)
-    with _threads("engine"):
+    with side_threads("engine"):
         samples = target.generate_prompts([tuple(p) for p in arguments["prompts"]], arguments["new_tokens"])
         return {"completions": _completions(samples), "threads": torch.get_num_threads()}

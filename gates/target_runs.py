@@ -9,6 +9,11 @@ from gates.candidate import ask, ask_together, check_judge_clean, confinement
 from gates.inputs import fresh_seed
 
 
+def as_sequences(completions: list) -> list:
+    """What a trainer side scores of completions [{prompt, tokens, temperature, bits}]."""
+    return [{k: c[k] for k in ("prompt", "tokens", "temperature")} for c in completions]
+
+
 def first_differing_sequence(first: list, second: list) -> dict | None:
     """Where two runs' completions [{prompt, tokens, bits}] first differ, or None."""
     if len(first) != len(second):
@@ -26,7 +31,7 @@ def repeated_runs(subject: dict, seed: int) -> tuple:
     workload = {"num_sequences": 16, "new_tokens": 16, "seed": seed}
     common = {"subject": subject, "device": device.target()}
     engine = ask_together(*[("rollout_bits", dict(common, workload=workload), {"side": "engine"})] * 2)
-    sequences = [{k: c[k] for k in ("prompt", "tokens", "temperature")} for c in engine[0]["completions"]]
+    sequences = as_sequences(engine[0]["completions"])
     trainer = ask_together(*[("trainer_bits", dict(common, sequences=sequences), {"side": "trainer"})] * 2)
     return engine, trainer
 
@@ -51,23 +56,22 @@ PROMPT_TOKENS = 256
 """Prompts draw token ids below this: valid in any vocabulary the judge has not seen."""
 
 
+def _prompt(rng) -> list:
+    return [rng.randrange(1, PROMPT_TOKENS) for _ in range(rng.randint(4, 40))]
+
+
 def batch_runs(subject: dict, seed: int, new_tokens: int = 8) -> dict:
     """The probe prompt's greedy completion alone and at a random place among other random
     prompts (BATCHES), and its trainer scores alone and among those sequences."""
     rng = random.Random(seed)
-
-    def prompt() -> list:
-        return [rng.randrange(1, PROMPT_TOKENS) for _ in range(rng.randint(4, 40))]
-
-    probe, others = prompt(), [prompt() for _ in range(max(BATCHES) - 1)]
+    probe, others = _prompt(rng), [_prompt(rng) for _ in range(max(BATCHES) - 1)]
     common = {"subject": subject, "device": device.target(), "new_tokens": new_tokens}
     places = {size: rng.randrange(size) for size in BATCHES}
     batches = {1: [probe], **{size: others[:places[size]] + [probe] + others[places[size]:size - 1]
                               for size in BATCHES}}
     engine = {size: ask("prompt_bits", dict(common, prompts=prompts), side="engine")["completions"]
               for size, prompts in batches.items()}
-    sequences = {size: [{k: c[k] for k in ("prompt", "tokens", "temperature")} for c in completions]
-                 for size, completions in engine.items()}
+    sequences = {size: as_sequences(completions) for size, completions in engine.items()}
     trainer = {size: ask("trainer_bits", dict(common, sequences=seqs), side="trainer")["bits"]
                for size, seqs in sequences.items()}
     return {"places": places, "engine": {size: engine[size][places.get(size, 0)] for size in batches},
@@ -89,7 +93,7 @@ def phase_runs(subject: dict, seed: int, new_tokens: int = 12, cuts: int = 3) ->
     """A probe's greedy decode, then at `cuts` random points k the prompt plus its first k
     tokens prefilled anew for one token: {decoded, prefilled: {k: completion}}."""
     rng = random.Random(seed)
-    probe = [rng.randrange(1, PROMPT_TOKENS) for _ in range(rng.randint(4, 40))]
+    probe = _prompt(rng)
     common = {"subject": subject, "device": device.target()}
     decoded = ask("prompt_bits", dict(common, prompts=[probe], new_tokens=new_tokens), side="engine")["completions"][0]
     prefilled = {k: ask("prompt_bits", dict(common, prompts=[probe + decoded["tokens"][:k]], new_tokens=1),

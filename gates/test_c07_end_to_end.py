@@ -20,6 +20,7 @@ from gates.candidate import ask, check_judge_clean, confinement
 from gates.compare import from_int32_bits
 from gates.inputs import fresh_seed
 from gates.mismatch import mismatch_stats
+from gates.target_runs import as_sequences
 
 CANDIDATE_IN_WORKERS = True  # gates/conftest.py: this module never imports the code under test
 TARGET_NEEDS = ()  # any target's generate and score will do (gates/target.py)
@@ -33,7 +34,7 @@ def test_engine_equals_trainer(gate):
     workload = {"num_sequences": NUM_SEQUENCES, "new_tokens": NEW_TOKENS, "arrival_spread": 16, "seed": seed}
     gate.inputs = {"seed": seed, "workload": workload, "subject": subject, "workers": confinement()}
     engine = ask("rollout_bits", dict(common, workload=workload, shape={"tokens_per_step": 40}), side="engine")
-    sequences = [{k: c[k] for k in ("prompt", "tokens", "temperature")} for c in engine["completions"]]
+    sequences = as_sequences(engine["completions"])
     trainer = ask("trainer_bits", dict(common, sequences=sequences), side="trainer")
     gate.inputs.update(config=engine["config"], intra_op_threads={"engine": engine["threads"],
                                                                   "trainer": trainer["threads"]})

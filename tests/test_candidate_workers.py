@@ -8,6 +8,7 @@ import pytest
 
 from gates import candidate, confine
 from gates.baseline import ROOT
+from gates.target_runs import as_sequences
 from harness.pristine import Isolation, export_apparatus
 from harness.stages.gates import run_gates, select
 from harness.workspace import open_repo
@@ -78,7 +79,7 @@ def _engine_then_trainer() -> tuple:
               "model_seed": 7, "device": "cpu"}
     engine = candidate.ask("rollout_bits", dict(common, workload={"num_sequences": 4, "new_tokens": 8,
                                                                   "arrival_spread": 2, "seed": 11}))
-    sequences = [{k: c[k] for k in ("prompt", "tokens", "temperature")} for c in engine["completions"]]
+    sequences = as_sequences(engine["completions"])
     trainer = candidate.ask("trainer_bits", dict(common, sequences=sequences))
     return [c["bits"] for c in engine["completions"]], trainer["bits"]
 

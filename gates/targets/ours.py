@@ -7,6 +7,12 @@ from kernels.ops.sampler import SamplingParams
 from kernels.trainer.logprobs import ScoredSequence
 
 
+def _sample(completion) -> Sample:
+    request = completion.request
+    return Sample(request.prompt, tuple(completion.tokens), completion.logprob_tensor,
+                  request.params.logprob_temperature)
+
+
 class OurTarget:
     name = "ours"
     offers = TARGET_OFFERS["ours"]
@@ -18,8 +24,7 @@ class OurTarget:
 
     def generate(self, workload) -> list:
         completions, _ = rollout(self.config, self.contract, self.weights, workload, self.shape)
-        return [Sample(c.request.prompt, tuple(c.tokens), c.logprob_tensor, c.request.params.logprob_temperature)
-                for c in completions]
+        return [_sample(c) for c in completions]
 
     def score(self, samples: list) -> list:
         sequences = [ScoredSequence(s.prompt, s.tokens, s.temperature) for s in samples]
@@ -34,5 +39,4 @@ class OurTarget:
         engine = make_engine(self.config, self.contract, self.weights, workload, shape)
         requests = [Request(index, tuple(prompt), new_tokens, SamplingParams(0.0))
                     for index, prompt in enumerate(prompts)]
-        return [Sample(c.request.prompt, tuple(c.tokens), c.logprob_tensor, c.request.params.logprob_temperature)
-                for c in engine.generate(requests)]
+        return [_sample(c) for c in engine.generate(requests)]

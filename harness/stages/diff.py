@@ -8,8 +8,8 @@ import json
 from gates.mismatch import mismatch_stats, per_token_abs_dp
 from gates.workload import EngineShape, Workload
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_OK
-from harness.stages.checkpoint_option import add_model_options, model_of
-from harness.stages.target_option import add_target_option, build_target
+from harness.stages.checkpoint_option import add_model_options
+from harness.stages.target_option import add_target_option, build_target, model_for_target
 
 FIGURES = ("max_abs_dp", "mean_abs_dp", "std_abs_dp", "k3_kl", "frac_tokens_differing", "num_tokens")
 
@@ -64,8 +64,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     workload = Workload(num_sequences=args.num_sequences, new_tokens=args.new_tokens, seed=args.seed)
-    model = model_of(args) if args.target == "ours" else args.model or "-"  # any causal LM elsewhere
-    result = run_diff(model, args.size, args.contract, workload,
+    result = run_diff(model_for_target(args), args.size, args.contract, workload,
                       EngineShape(tokens_per_step=args.tokens_per_step), args.micro_batch,
                       checkpoint=args.checkpoint, target=args.target)
     print_result(result, args.json)

@@ -17,8 +17,8 @@ from pathlib import Path
 import gates
 from gates.device import DEVICES
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
-from harness.stages.checkpoint_option import add_model_options, checkpoint_path, model_of
-from harness.stages.target_option import add_target_option
+from harness.stages.checkpoint_option import add_model_options, checkpoint_path
+from harness.stages.target_option import add_target_option, model_for_target
 
 GATES_DIR = Path(gates.__file__).resolve().parent
 
@@ -189,13 +189,9 @@ def run(args) -> int:
             title, condition = describe(path)
             print(f"{name}  {title}\n      {condition}")
         return EXIT_OK
+    model = model_for_target(args, "nemotron")
     if args.target == "ours":
-        model = model_of(args, "nemotron")
         validate(model, args.contract, args.device, args.size)
-    elif args.checkpoint is None:
-        raise ValueError(f"--target {args.target} runs a checkpoint: give --checkpoint DIR")
-    else:
-        model = args.model or "-"
     out = Path(args.out or f"runs/gates-{time.strftime('%Y%m%dT%H%M%S')}")
     statuses = run_gates(selected, model=model, contract=args.contract, out=out, device=args.device,
                          size=args.size, checkpoint=checkpoint_path(args), target=args.target)

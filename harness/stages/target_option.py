@@ -2,11 +2,22 @@
 builds our engine and trainer from --model/--size or --checkpoint and --contract; another
 target (gates/target.py's TARGETS) is built from --checkpoint alone."""
 from gates.target import TARGETS, target_class
+from harness.stages.checkpoint_option import model_of
 
 
 def add_target_option(parser) -> None:
     parser.add_argument("--target", default="ours", choices=sorted(TARGETS),
                         help="the stack judged: ours (kernels/, default) or transformers (needs --checkpoint)")
+
+
+def model_for_target(args, default: str | None = None) -> str:
+    """The model family for our target (checkpoint_option.model_of); another target runs any
+    causal LM from --checkpoint, which it needs, so --model is only a label there."""
+    if args.target == "ours":
+        return model_of(args, default)
+    if args.checkpoint is None:
+        raise ValueError(f"--target {args.target} runs a checkpoint: give --checkpoint DIR")
+    return args.model or "-"
 
 
 def build_target(name: str, model: str, size: str, contract_name: str, checkpoint=None,
