@@ -10,23 +10,21 @@ import time
 
 def timed_rollout(engine, requests, sync=lambda: None, per_step: bool = False) -> tuple:
     """(completions in request order, wall seconds, CPU seconds, [(phases, wall seconds)] per
-    engine step, empty unless `per_step`). A stepped rollout is the same work as `generate`:
-    requests added at once, arrival steps honoured by the engine, steps until none is left."""
-    requests = list(requests)
+    engine step, empty unless `per_step`): the same `generate`, its steps marked through its
+    after_step hook."""
     steps = []
     sync()
     started, cpu_started = time.perf_counter(), time.process_time()
     if per_step:
-        for request in requests:
-            engine.add_request(request)
-        done = {}
-        while engine.has_work():
-            before, step_started = dict(engine.step_phases), time.perf_counter()
-            for completion in engine.step():
-                done[completion.request.request_id] = completion
+        last = [dict(engine.step_phases), time.perf_counter()]
+
+        def mark_step() -> None:
+            before, step_started = last
             phases = [name for name, count in engine.step_phases.items() if count != before.get(name, 0)]
-            steps.append(("+".join(phases[0]) if phases else "idle", time.perf_counter() - step_started))
-        completions = [done[request.request_id] for request in requests]
+            last[:] = dict(engine.step_phases), time.perf_counter()
+            steps.append(("+".join(phases[0]) if phases else "idle", last[1] - step_started))
+
+        completions = engine.generate(requests, after_step=mark_step)
     else:
         completions = engine.generate(requests)
     sync()

@@ -188,14 +188,17 @@ class Engine:
             full = None if full is None else full[rows]
         return self._record(launched.items, tokens, logprobs, full)
 
-    def generate(self, requests) -> list:
-        """Run requests (honouring their arrival steps) to completion; results in input order."""
+    def generate(self, requests, after_step=None) -> list:
+        """Run requests (honouring their arrival steps) to completion; results in input order.
+        `after_step()`, if given, is called after every step (a clock's hook)."""
         for request in requests:
             self.add_request(request)
         done = {}
         while self.has_work():
             for completion in self.step():
                 done[completion.request.request_id] = completion
+            if after_step is not None:
+                after_step()
         return [done[request.request_id] for request in requests]
 
     def _layout(self, work, device_tokens=None) -> tuple:
