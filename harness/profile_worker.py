@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from functools import cache
 from pathlib import Path
 
 OUTSIDE = "(outside regions)"
@@ -24,6 +25,7 @@ CLOCK = Path(__file__).resolve().parent.parent / "gates" / "rollout_clock.py"
 REGION_RUNS = 3
 
 
+@cache
 def judges_clock():
     """gates/rollout_clock.py beside this harness, loaded by path: `gates` on sys.path is the
     profiled tree's, which may predate the clock."""
