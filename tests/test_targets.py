@@ -128,21 +128,29 @@ def test_c02_on_the_transformers_target_compares_a_probe_alone_and_in_batches(tm
           f"{engine['differing_batches']}, trainer {trainer['differing_batches']}")  # recorded, not assumed
 
 
-def test_our_target_keeps_a_probe_s_bits_among_prompts_and_the_fast_contract_does_not(fresh_seed):
-    """generate_prompts through our engine: C02's outside comparison passes the consistent
-    contract and fails the fast one (its negative control, on a stack we know)."""
+def _our_cut_targets() -> list:
+    """(contract, our target on the seeded qwen3 cut) for the consistent and the fast contract."""
     from gates.targets.ours import OurTarget
     from gates.workload import seeded_weights
     from kernels.contract import load_contract
     from kernels.models.config import load_model_config
     config = load_model_config("qwen3-cut")
     weights = seeded_weights(config)
-    generator = torch.Generator().manual_seed(fresh_seed)
-    prompts = [tuple(torch.randint(1, 255, (int(n),), generator=generator).tolist())
-               for n in torch.randint(4, 40, (8,), generator=generator)]
+    return [(name, OurTarget(config, load_contract(name), weights)) for name in ("consistent", "fast")]
+
+
+def _random_prompts(seed: int, count: int, shortest: int, longest: int) -> list:
+    generator = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randint(1, 255, (int(n),), generator=generator).tolist())
+            for n in torch.randint(shortest, longest, (count,), generator=generator)]
+
+
+def test_our_target_keeps_a_probe_s_bits_among_prompts_and_the_fast_contract_does_not(fresh_seed):
+    """generate_prompts through our engine: C02's outside comparison passes the consistent
+    contract and fails the fast one (its negative control, on a stack we know)."""
+    prompts = _random_prompts(fresh_seed, 8, 4, 40)
     moved = {}
-    for contract in ("consistent", "fast"):
-        target = OurTarget(config, load_contract(contract), weights)
+    for contract, target in _our_cut_targets():
         alone = target.generate_prompts(prompts[:1], 8)[0]
         among = target.generate_prompts(prompts[1:5] + prompts[:1] + prompts[5:], 8)[4]
         assert alone.prompt == among.prompt and len(alone.tokens) == 8
@@ -162,18 +170,10 @@ def test_c03_on_the_transformers_target_compares_decode_with_fresh_prefills(tmp_
 
 def test_our_target_decodes_what_a_fresh_prefill_gives_and_the_fast_contract_does_not(fresh_seed):
     """C03's outside comparison on a stack we know: consistent decode == fresh prefill, fast !=."""
-    from gates.targets.ours import OurTarget
-    from gates.workload import seeded_weights
-    from kernels.contract import load_contract
-    from kernels.models.config import load_model_config
-    config = load_model_config("qwen3-cut")
-    weights = seeded_weights(config)
-    generator = torch.Generator().manual_seed(fresh_seed)
-    prompts = [tuple(torch.randint(1, 255, (int(n),), generator=generator).tolist())
-               for n in torch.randint(20, 60, (4,), generator=generator)]
+    prompts = _random_prompts(fresh_seed, 4, 20, 60)
     moved = {}
-    for contract in ("consistent", "fast"):
-        target, differing = OurTarget(config, load_contract(contract), weights), 0
+    for contract, target in _our_cut_targets():
+        differing = 0
         for prompt in prompts:
             decoded = target.generate_prompts([prompt], 12)[0]
             for k in (3, 7, 11):
