@@ -2,6 +2,8 @@
 ask when the subject names a target other than ours, answering as gates/procedures.py does
 (token ids, fp32 log-probs as int32 bit patterns), on the engine's or the trainer's threads.
 """
+from functools import partial
+
 import torch
 
 from gates.case_calls import side_threads
@@ -33,18 +35,26 @@ def outside_rollout_bits(arguments: dict) -> dict:
             "config": f"{target.name} {arguments['subject']['checkpoint']}"}
 
 
+def _together_or_alone(call, items: list, alone: bool) -> list:
+    """call(items) once, or with `alone` once per item: [one answer per item]."""
+    return [answer for item in items for answer in call([item])] if alone else list(call(items))
+
+
 def outside_trainer_bits(arguments: dict) -> dict:
-    """trainer_bits' answer for an outside target: its score of `sequences`."""
+    """trainer_bits' answer for an outside target: its score of `sequences`, submitted
+    together or, with `alone`, one sequence per call."""
     target = _target(arguments)
     samples = [Sample(tuple(s["prompt"]), tuple(s["tokens"]), None, s["temperature"]) for s in arguments["sequences"]]
     with side_threads("trainer"):
-        return {"bits": [int32_bits(s) for s in target.score(samples)], "threads": torch.get_num_threads()}
+        scores = _together_or_alone(target.score, samples, arguments.get("alone", False))
+        return {"bits": [int32_bits(s) for s in scores], "threads": torch.get_num_threads()}
 
 
 def prompt_bits(arguments: dict) -> dict:
-    """An outside target's greedy completions of `prompts` submitted together:
-    {completions: [{prompt, tokens, temperature, bits}], threads}."""
+    """An outside target's greedy completions of `prompts`, submitted together or, with
+    `alone`, one prompt per call: {completions: [{prompt, tokens, temperature, bits}], threads}."""
     target = _target(arguments)
     with side_threads("engine"):
-        samples = target.generate_prompts([tuple(p) for p in arguments["prompts"]], arguments["new_tokens"])
+        generate = partial(target.generate_prompts, new_tokens=arguments["new_tokens"])
+        samples = _together_or_alone(generate, [tuple(p) for p in arguments["prompts"]], arguments.get("alone", False))
         return {"completions": _completions(samples), "threads": torch.get_num_threads()}

@@ -49,7 +49,7 @@ def check_repeats(gate, runs: tuple) -> None:
 
 
 BATCHES = (2, 8, 16)
-"""C02 on an outside target: the probe alone, then among this many prompts in all."""
+"""C02 on an outside target: every prompt alone, then the first 2, 8 and 16 in a random order."""
 
 
 PROMPT_TOKENS = 256
@@ -60,33 +60,48 @@ def _prompt(rng) -> list:
     return [rng.randrange(1, PROMPT_TOKENS) for _ in range(rng.randint(4, 40))]
 
 
+def _alone_and_batched(asked: tuple, items: list, orders: dict, common: dict) -> dict:
+    """One side's answers for `items` one per call and in each batch's order:
+    asked = (procedure, side, argument holding the items, answer field)."""
+    procedure, side, argument, field = asked
+    runs = {"alone": ask(procedure, dict(common, **{argument: items}, alone=True), side=side)[field]}
+    for size, order in orders.items():
+        runs[size] = ask(procedure, dict(common, **{argument: [items[i] for i in order]}), side=side)[field]
+    return runs
+
+
 def batch_runs(subject: dict, seed: int, new_tokens: int = 8) -> dict:
-    """The probe prompt's greedy completion alone and at a random place among other random
-    prompts (BATCHES), and its trainer scores alone and among those sequences."""
+    """max(BATCHES) random prompts, each a probe: their greedy completions one per call and
+    in batches of the first `size` prompts shuffled; the alone completions' sequences scored
+    one per call and in the same batches. {orders, engine, trainer: {"alone"|size: [...]}};
+    orders[size] lists prompt indices in the batch's order."""
     rng = random.Random(seed)
-    probe, others = _prompt(rng), [_prompt(rng) for _ in range(max(BATCHES) - 1)]
+    prompts = [_prompt(rng) for _ in range(max(BATCHES))]
+    orders = {size: rng.sample(range(size), size) for size in BATCHES}
     common = {"subject": subject, "device": device.target(), "new_tokens": new_tokens}
-    places = {size: rng.randrange(size) for size in BATCHES}
-    batches = {1: [probe], **{size: others[:places[size]] + [probe] + others[places[size]:size - 1]
-                              for size in BATCHES}}
-    engine = {size: ask("prompt_bits", dict(common, prompts=prompts), side="engine")["completions"]
-              for size, prompts in batches.items()}
-    sequences = {size: as_sequences(completions) for size, completions in engine.items()}
-    trainer = {size: ask("trainer_bits", dict(common, sequences=seqs), side="trainer")["bits"]
-               for size, seqs in sequences.items()}
-    return {"places": places, "engine": {size: engine[size][places.get(size, 0)] for size in batches},
-            "trainer": {size: trainer[size][places.get(size, 0)] for size in batches}}
+    engine = _alone_and_batched(("prompt_bits", "engine", "prompts", "completions"), prompts, orders, common)
+    sequences = as_sequences(engine["alone"])
+    trainer = _alone_and_batched(("trainer_bits", "trainer", "sequences", "bits"), sequences, orders, common)
+    return {"orders": orders, "engine": engine, "trainer": trainer}
+
+
+def moved_probes(runs: dict, side: str) -> dict:
+    """{size: [prompt indices whose bits in that batch differ from alone]} on one side."""
+    alone = runs[side]["alone"]
+    return {size: [i for place, i in enumerate(order) if runs[side][size][place] != alone[i]]
+            for size, order in runs["orders"].items()}
 
 
 def check_batches(gate, runs: dict) -> None:
-    """C02's conditions on an outside target: the probe's bits alone == among others."""
-    alone = runs["engine"][1]
-    moved = [size for size in BATCHES if runs["engine"][size] != alone]
-    gate.check(f"engine side: the probe's greedy tokens and log-prob bits equal alone and among {BATCHES} prompts",
-               not moved, differing_batches=moved, num_tokens=len(alone["tokens"]), places=runs["places"])
-    moved = [size for size in BATCHES if runs["trainer"][size] != runs["trainer"][1]]
-    gate.check(f"trainer side: the probe's scored bits equal alone and among {BATCHES} sequences", not moved,
-               differing_batches=moved, num_tokens=len(runs["trainer"][1]))
+    """C02's conditions on an outside target: every probe's bits alone == in every batch."""
+    compared = sum(len(order) for order in runs["orders"].values())
+    engine, trainer = moved_probes(runs, "engine"), moved_probes(runs, "trainer")
+    gate.check(f"engine side: every prompt's greedy tokens and log-prob bits equal alone and among {BATCHES} "
+               "prompts", not any(engine.values()), moved=engine, placements_compared=compared,
+               num_tokens=sum(len(c["tokens"]) for c in runs["engine"]["alone"]), orders=runs["orders"])
+    gate.check(f"trainer side: every sequence's scored bits equal alone and among {BATCHES} sequences",
+               not any(trainer.values()), moved=trainer, placements_compared=compared,
+               num_tokens=sum(len(bits) for bits in runs["trainer"]["alone"]))
 
 
 def phase_runs(subject: dict, seed: int, new_tokens: int = 12, cuts: int = 3) -> dict:

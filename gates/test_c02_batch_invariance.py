@@ -25,8 +25,8 @@ fp32 rows catch it); decode probes that cross no boundary (BITWISE_C02_DECODE_HI
 fail it as vacuous.
 
 What a batch is, per case: gates/batch_runs.py. An outside target (gates/target.py), which
-has no region doors, is judged on its two sides: a probe prompt's greedy completion and its
-trainer scores alone and at a random place among 2, 8 and 16 (gates/target_runs.py).
+has no region doors, is judged on its two sides: 16 random prompts, each a probe, completed
+greedily and scored one per call and in shuffled batches of 2, 8 and 16 (gates/target_runs.py).
 """
 
 from gates import device
