@@ -28,7 +28,14 @@ from gates.subject import (
     subject_model,
     subject_weights,
 )
-from gates.target_procedures import outside_rollout_bits, outside_target_named, outside_trainer_bits, prompt_bits
+from gates.target_procedures import (
+    decode_and_prefill,
+    outside_rollout_bits,
+    outside_target_named,
+    outside_trainer_bits,
+    prompt_runs,
+    score_runs,
+)
 from gates.workload import EngineShape, Workload, make_requests, rollout, score_sequences, seeded_weights
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
@@ -261,7 +268,8 @@ def environment(arguments: dict) -> dict:
     return deployment_fingerprint()
 
 
-PROCEDURES = {"rollout_bits": rollout_bits, "prompt_bits": prompt_bits, "trainer_bits": trainer_bits,
+PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits,
+              "prompt_runs": prompt_runs, "score_runs": score_runs, "decode_and_prefill": decode_and_prefill,
               "c00_side": c00_side, "c01_runs": c01_runs,
               "sizes": sizes,
               "c02_runs": c02_runs, "c03_phases": c03_phases, "subject_facts": subject_facts,

@@ -41,20 +41,46 @@ def _together_or_alone(call, items: list, alone: bool) -> list:
 
 
 def outside_trainer_bits(arguments: dict) -> dict:
-    """trainer_bits' answer for an outside target: its score of `sequences`, submitted
-    together or, with `alone`, one sequence per call."""
+    """trainer_bits' answer for an outside target: its score of `sequences`."""
     target = _target(arguments)
-    samples = [Sample(tuple(s["prompt"]), tuple(s["tokens"]), None, s["temperature"]) for s in arguments["sequences"]]
     with side_threads("trainer"):
-        scores = _together_or_alone(target.score, samples, arguments.get("alone", False))
-        return {"bits": [int32_bits(s) for s in scores], "threads": torch.get_num_threads()}
+        return {"bits": [int32_bits(s) for s in target.score(_samples(arguments["sequences"]))],
+                "threads": torch.get_num_threads()}
 
 
-def prompt_bits(arguments: dict) -> dict:
-    """An outside target's greedy completions of `prompts`, submitted together or, with
-    `alone`, one prompt per call: {completions: [{prompt, tokens, temperature, bits}], threads}."""
+def _samples(sequences: list) -> list:
+    return [Sample(tuple(s["prompt"]), tuple(s["tokens"]), None, s["temperature"]) for s in sequences]
+
+
+def prompt_runs(arguments: dict) -> dict:
+    """An outside target's greedy completions of each run's `prompts`, submitted together or,
+    with the run's `alone`, one prompt per call; one target (one engine build) for every run:
+    {runs: [[{prompt, tokens, temperature, bits}]], threads}."""
     target = _target(arguments)
+    generate = partial(target.generate_prompts, new_tokens=arguments["new_tokens"])
     with side_threads("engine"):
-        generate = partial(target.generate_prompts, new_tokens=arguments["new_tokens"])
-        samples = _together_or_alone(generate, [tuple(p) for p in arguments["prompts"]], arguments.get("alone", False))
-        return {"completions": _completions(samples), "threads": torch.get_num_threads()}
+        return {"runs": [_completions(_together_or_alone(generate, [tuple(p) for p in run["prompts"]], run["alone"]))
+                         for run in arguments["runs"]], "threads": torch.get_num_threads()}
+
+
+def score_runs(arguments: dict) -> dict:
+    """An outside target's scores of each run's `sequences`, together or one per call:
+    {runs: [[bits]], threads}."""
+    target = _target(arguments)
+    with side_threads("trainer"):
+        return {"runs": [[int32_bits(s) for s in _together_or_alone(target.score, _samples(run["sequences"]),
+                                                                     run["alone"])]
+                         for run in arguments["runs"]], "threads": torch.get_num_threads()}
+
+
+def decode_and_prefill(arguments: dict) -> dict:
+    """An outside target's greedy decode of `prompt` for `new_tokens`, then for each k in `cuts`
+    the prompt and the first k decoded tokens prefilled anew for one token, on one target:
+    {decoded, prefilled: {k: completion}, threads}."""
+    target = _target(arguments)
+    prompt = tuple(arguments["prompt"])
+    with side_threads("engine"):
+        decoded = _completions(target.generate_prompts([prompt], arguments["new_tokens"]))[0]
+        prefilled = {k: _completions(target.generate_prompts([prompt + tuple(decoded["tokens"][:k])], 1))[0]
+                     for k in arguments["cuts"]}
+        return {"decoded": decoded, "prefilled": prefilled, "threads": torch.get_num_threads()}

@@ -60,14 +60,10 @@ def _prompt(rng) -> list:
     return [rng.randrange(1, PROMPT_TOKENS) for _ in range(rng.randint(4, 40))]
 
 
-def _alone_and_batched(asked: tuple, items: list, orders: dict, common: dict) -> dict:
-    """One side's answers for `items` one per call and in each batch's order:
-    asked = (procedure, side, argument holding the items, answer field)."""
-    procedure, side, argument, field = asked
-    runs = {"alone": ask(procedure, dict(common, **{argument: items}, alone=True), side=side)[field]}
-    for size, order in orders.items():
-        runs[size] = ask(procedure, dict(common, **{argument: [items[i] for i in order]}), side=side)[field]
-    return runs
+def _runs(argument: str, items: list, orders: dict) -> list:
+    """The items one per call, then in each batch's order (a worker's `runs`)."""
+    return [{argument: items, "alone": True}] + [{argument: [items[i] for i in order], "alone": False}
+                                                  for order in orders.values()]
 
 
 def batch_runs(subject: dict, seed: int, new_tokens: int = 8) -> dict:
@@ -79,10 +75,11 @@ def batch_runs(subject: dict, seed: int, new_tokens: int = 8) -> dict:
     prompts = [_prompt(rng) for _ in range(max(BATCHES))]
     orders = {size: rng.sample(range(size), size) for size in BATCHES}
     common = {"subject": subject, "device": device.target(), "new_tokens": new_tokens}
-    engine = _alone_and_batched(("prompt_bits", "engine", "prompts", "completions"), prompts, orders, common)
-    sequences = as_sequences(engine["alone"])
-    trainer = _alone_and_batched(("trainer_bits", "trainer", "sequences", "bits"), sequences, orders, common)
-    return {"orders": orders, "engine": engine, "trainer": trainer}
+    engine = ask("prompt_runs", dict(common, runs=_runs("prompts", prompts, orders)), side="engine")["runs"]
+    sequences = as_sequences(engine[0])
+    trainer = ask("score_runs", dict(common, runs=_runs("sequences", sequences, orders)), side="trainer")["runs"]
+    labels = ["alone", *orders]
+    return {"orders": orders, "engine": dict(zip(labels, engine)), "trainer": dict(zip(labels, trainer))}
 
 
 def moved_probes(runs: dict, side: str) -> dict:
@@ -109,11 +106,10 @@ def phase_runs(subject: dict, seed: int, new_tokens: int = 12, cuts: int = 3) ->
     tokens prefilled anew for one token: {decoded, prefilled: {k: completion}}."""
     rng = random.Random(seed)
     probe = _prompt(rng)
-    common = {"subject": subject, "device": device.target()}
-    decoded = ask("prompt_bits", dict(common, prompts=[probe], new_tokens=new_tokens), side="engine")["completions"][0]
-    prefilled = {k: ask("prompt_bits", dict(common, prompts=[probe + decoded["tokens"][:k]], new_tokens=1),
-                        side="engine")["completions"][0] for k in sorted(rng.sample(range(1, new_tokens), cuts))}
-    return {"decoded": decoded, "prefilled": prefilled}
+    asked = {"subject": subject, "device": device.target(), "prompt": probe, "new_tokens": new_tokens,
+             "cuts": sorted(rng.sample(range(1, new_tokens), cuts))}
+    answer = ask("decode_and_prefill", asked, side="engine")
+    return {"decoded": answer["decoded"], "prefilled": {int(k): c for k, c in answer["prefilled"].items()}}
 
 
 def check_phases(gate, runs: dict) -> None:
