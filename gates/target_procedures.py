@@ -74,13 +74,16 @@ def score_runs(arguments: dict) -> dict:
 
 
 def decode_and_prefill(arguments: dict) -> dict:
-    """An outside target's greedy decode of `prompt` for `new_tokens`, then for each k in `cuts`
-    the prompt and the first k decoded tokens prefilled anew for one token, on one target:
-    {decoded, prefilled: {k: completion}, threads}."""
+    """An outside target's greedy decode of each probe's `prompt` (alone) for `new_tokens`, then
+    for each k in its `cuts` the prompt and the first k decoded tokens prefilled anew for one
+    token, on one target: {probes: [{decoded, prefilled: {k: completion}}], threads}."""
     target = _target(arguments)
-    prompt = tuple(arguments["prompt"])
+    answers = []
     with side_threads("engine"):
-        decoded = _completions(target.generate_prompts([prompt], arguments["new_tokens"]))[0]
-        prefilled = {k: _completions(target.generate_prompts([prompt + tuple(decoded["tokens"][:k])], 1))[0]
-                     for k in arguments["cuts"]}
-        return {"decoded": decoded, "prefilled": prefilled, "threads": torch.get_num_threads()}
+        for probe in arguments["probes"]:
+            prompt = tuple(probe["prompt"])
+            decoded = _completions(target.generate_prompts([prompt], arguments["new_tokens"]))[0]
+            answers.append({"decoded": decoded, "prefilled": {
+                k: _completions(target.generate_prompts([prompt + tuple(decoded["tokens"][:k])], 1))[0]
+                for k in probe["cuts"]}})
+        return {"probes": answers, "threads": torch.get_num_threads()}

@@ -101,25 +101,29 @@ def check_batches(gate, runs: dict) -> None:
                num_tokens=sum(len(bits) for bits in runs["trainer"]["alone"]))
 
 
+PHASE_PROBES = 4
+"""C03 on an outside target: this many probes, each decoded alone and re-prefilled at 3 cuts."""
+
+
 def phase_runs(subject: dict, seed: int, new_tokens: int = 12, cuts: int = 3) -> dict:
-    """A probe's greedy decode, then at `cuts` random points k the prompt plus its first k
-    tokens prefilled anew for one token: {decoded, prefilled: {k: completion}}."""
+    """PHASE_PROBES probes' greedy decodes, then at `cuts` random points k of each the prompt
+    plus its first k tokens prefilled anew for one token: {probes: [{decoded, prefilled: {k: completion}}]}."""
     rng = random.Random(seed)
-    probe = _prompt(rng)
-    asked = {"subject": subject, "device": device.target(), "prompt": probe, "new_tokens": new_tokens,
-             "cuts": sorted(rng.sample(range(1, new_tokens), cuts))}
-    answer = ask("decode_and_prefill", asked, side="engine")
-    return {"decoded": answer["decoded"], "prefilled": {int(k): c for k, c in answer["prefilled"].items()}}
+    probes = [{"prompt": _prompt(rng), "cuts": sorted(rng.sample(range(1, new_tokens), cuts))}
+              for _ in range(PHASE_PROBES)]
+    asked = {"subject": subject, "device": device.target(), "probes": probes, "new_tokens": new_tokens}
+    answer = ask("decode_and_prefill", asked, side="engine")["probes"]
+    return {"probes": [{"decoded": a["decoded"], "prefilled": {int(k): c for k, c in a["prefilled"].items()}}
+                       for a in answer]}
 
 
 def check_phases(gate, runs: dict) -> None:
     """C03's condition on an outside target: token k decoded == token k of a fresh prefill."""
-    decoded = runs["decoded"]
-    moved = [k for k, fresh in runs["prefilled"].items()
-             if (fresh["tokens"][0], fresh["bits"][0]) != (decoded["tokens"][k], decoded["bits"][k])]
+    moved = [[index, k] for index, probe in enumerate(runs["probes"]) for k, fresh in probe["prefilled"].items()
+             if (fresh["tokens"][0], fresh["bits"][0]) != (probe["decoded"]["tokens"][k], probe["decoded"]["bits"][k])]
     gate.check("engine side: each decoded token and its log-prob bits equal a fresh prefill of the prompt and "
-               "the tokens before it", not moved, cuts=sorted(runs["prefilled"]), differing_cuts=moved,
-               num_tokens_compared=len(runs["prefilled"]))
+               "the tokens before it", not moved, cuts=[sorted(probe["prefilled"]) for probe in runs["probes"]],
+               differing_cuts=moved, num_tokens_compared=sum(len(probe["prefilled"]) for probe in runs["probes"]))
 
 
 def judge_outside(gate, runs, check, region_condition: str) -> None:

@@ -184,8 +184,32 @@ def test_c03_on_the_transformers_target_compares_decode_with_fresh_prefills(tmp_
     main(["gates", "--target", "transformers", "--checkpoint", checkpoint, "--only", "C3", "--out", str(out)])
     c03 = json.loads((out / "C03.json").read_text())
     engine, regions = c03["conditions"][:2]
-    assert engine["num_tokens_compared"] == 3 and len(engine["cuts"]) == 3 and regions["status"] == "n/a"
+    assert engine["num_tokens_compared"] == 4 * 3 and [len(cuts) for cuts in engine["cuts"]] == [3] * 4
+    assert regions["status"] == "n/a"
     print(f"C03 on transformers (CPU): {c03['status']}, cuts {engine['cuts']} moved {engine['differing_cuts']}")
+
+
+def test_c03s_outside_comparison_names_the_cut_that_moved(fresh_seed):
+    """One fresh prefill's log-prob bit flipped: that probe and cut, only; a check that can fail."""
+    from gates.target_runs import check_phases
+    generator = torch.Generator().manual_seed(fresh_seed)
+
+    def probe():
+        decoded = {"tokens": torch.randint(1, 99, (12,), generator=generator).tolist(),
+                   "bits": torch.randint(-2**31, 2**31 - 1, (12,), generator=generator).tolist()}
+        return {"decoded": decoded, "prefilled": {k: {"tokens": [decoded["tokens"][k]], "bits": [decoded["bits"][k]]}
+                                                  for k in (2, 5, 9)}}
+
+    class Gate:
+        def check(self, name, passed, **figures):
+            self.found = (passed, figures)
+
+    runs, gate = {"probes": [probe(), probe()]}, Gate()
+    check_phases(gate, runs)
+    assert gate.found[0] and gate.found[1]["num_tokens_compared"] == 6
+    runs["probes"][1]["prefilled"][5]["bits"][0] ^= 1
+    check_phases(gate, runs)
+    assert not gate.found[0] and gate.found[1]["differing_cuts"] == [[1, 5]]
 
 
 def test_our_target_decodes_what_a_fresh_prefill_gives_and_the_fast_contract_does_not(fresh_seed):
