@@ -40,10 +40,13 @@ def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None =
         loopback: bool = False, side: str = "") -> dict:
     """procedure(arguments) computed in a new worker on the judged tree (or on `tree`'s
     kernels, e.g. an exported base commit): its JSON answer. `writable`: folders the
-    procedure writes its files into, besides its own; `loopback`: its namespace's lo up,
-    for a procedure whose own processes talk over TCP (gates/confine.py); `side`: which Triton
+    procedure writes its files into, besides its own; `loopback`: its namespace's lo up and
+    its own /dev/shm, for a procedure whose own processes talk over TCP or share memory
+    (gates/confine.py; always for an outside target's subject); `side`: which Triton
     cache it writes on a GPU (the two sides of a comparison name different ones)."""
     global reported_environment
+    # an outside stack's engine may take locks in shared memory (vLLM's does): its own /dev/shm
+    loopback = loopback or arguments.get("subject", {}).get("target", "ours") != "ours"
     with tempfile.TemporaryDirectory(prefix="bitwise-ask-") as folder:
         answer_path = Path(folder) / "answer.json"
         report = "report" if reported_environment is None else "known"  # the stack, once a process

@@ -37,7 +37,7 @@ def pytest_addoption(parser):
                     help="a transformers checkpoint directory the gates run on instead of the seeded cut "
                          "(gates/subject.py)")
     group.addoption("--target", default="ours",
-                    help="the stack judged (gates/target.py): ours, or transformers on --checkpoint")
+                    help="the stack judged (gates/target.py): ours, or transformers / vllm on --checkpoint")
 
 
 def pytest_configure(config):

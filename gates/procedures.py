@@ -28,6 +28,7 @@ from gates.subject import (
     subject_model,
     subject_weights,
 )
+from gates.target import stack_versions
 from gates.target_procedures import (
     decode_and_prefill,
     outside_rollout_bits,
@@ -265,7 +266,8 @@ def environment(arguments: dict) -> dict:
     """The deployment fingerprint of the worker's stack (what a gate's JSON records; every
     worker reports it beside its answer)."""
     device.select(arguments.get("device", "cpu"))
-    return deployment_fingerprint()
+    target = arguments.get("subject", {}).get("target", "ours")
+    return {**deployment_fingerprint(), **({"target": target, **stack_versions(target)} if target != "ours" else {})}
 
 
 PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits,

