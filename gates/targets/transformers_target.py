@@ -1,11 +1,13 @@
 """transformers as a target: `generate` with its KV cache (prompts left-padded in batches,
 sampling at temperature 1 from a seeded generator) is the engine side, a full forward of each
 sequence alone the trainer side; both log-probs are fp32 log_softmax of the raw logits at the
-sampled token. It offers no contract and no region doors.
+sampled token. It offers no contract and no region doors; locate compares its modules' rows
+on both sides (first_divergent_module).
 """
 import torch
 
 from gates.target import TARGET_OFFERS, Sample
+from gates.targets.module_rows import ModuleRows, first_divergent_module
 from gates.workload import make_requests
 
 
@@ -56,6 +58,24 @@ class TransformersTarget:
         logits = torch.stack(out.logits, dim=1).float()  # [B, new, V], before any sampling processor
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[..., None])[..., 0]
         return [Sample(tuple(p), tuple(t.tolist()), lp.clone()) for p, t, lp in zip(prompts, tokens, logprobs)]
+
+    def first_divergent_module(self, prompt: tuple, new_tokens: int) -> dict:
+        """locate on this target: `prompt` decoded greedily by generate (KV cache) and the prompt
+        with those tokens run through one forward, every module's rows compared by position
+        (gates/targets/module_rows.py): {tokens, rows_compared, divergence or None}."""
+        engine = ModuleRows(self.model)
+        try:
+            sample = self._generate_batch([prompt], new_tokens, seed=0, greedy=True)[0]
+        finally:
+            engine.close()
+        trainer = ModuleRows(self.model)
+        try:
+            with torch.no_grad():
+                self.model(input_ids=torch.tensor([sample.prompt + sample.tokens]))
+        finally:
+            trainer.close()
+        found, compared = first_divergent_module(engine, trainer, len(prompt) + new_tokens - 1)
+        return {"tokens": list(sample.tokens), "rows_compared": compared, "divergence": found}
 
     def score(self, samples: list) -> list:
         scored = []

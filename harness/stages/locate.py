@@ -6,6 +6,7 @@ differs (locate/wide/: never less sensitive than `harness diff`); where the atte
 constant past diff's contexts, one key block past it (locate/long/). A second pass captures the
 divergent door's inputs and outputs (locate/capture/; gate C01 makes it see the first's bits) for
 the magnitude and `harness shrink`. Exit: 0 clean, 2 divergence, 3 inconclusive, 1 bad input.
+Another --target: harness/stages/target_locate.py.
 """
 import dataclasses
 import json
@@ -20,6 +21,8 @@ from gates.mismatch import mismatch_stats
 from gates.workload import EngineShape, Workload, make_engine, make_requests, seeded_weights
 from harness.door_capture import DoorCapture, save_capture
 from harness.exit_codes import EXIT_DIFFERENT, EXIT_INCONCLUSIVE, EXIT_OK
+from harness.stages.target_locate import format_outside, locate_outside
+from harness.stages.target_option import add_target_option, model_for_target
 from harness.trace import Tracer, tensors_of
 from harness.trace_compare import first_divergence
 from harness.workspace import current_commit, open_repo
@@ -180,7 +183,7 @@ def format_result(result: dict) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="model family, e.g. nemotron")
+    parser.add_argument("--model", help="model family, e.g. nemotron (required for --target ours)")
     parser.add_argument("--contract", default="consistent", help="fast, consistent, or a YAML path")
     parser.add_argument("--size", default="cut", help="which shipped config (cut, cut-quant, ...)")
     parser.add_argument("--config", help="a model config YAML instead of --size (e.g. a repro's cut)")
@@ -188,9 +191,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda: where both runtimes run")
     parser.add_argument("--out", default="runs/locate", help="directory for traces and locate.json")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_target_option(parser)
+    parser.add_argument("--checkpoint", help="with another --target: the save_pretrained directory it runs")
 
 
 def run(args) -> int:
+    if args.target != "ours":
+        model_for_target(args)  # the checkpoint it needs, the device it runs on
+        result = locate_outside(args.target, args.checkpoint, Path(args.out), seed=args.seed)
+        print(json.dumps(result, sort_keys=True) if args.json else format_outside(result))
+        return EXIT_INCONCLUSIVE if result["status"] == "n/a" else EXIT_BY_STATUS[result["status"]]
+    if args.model is None:
+        raise ValueError("--model: give the model family (e.g. --model nemotron)")
     result = locate(args.model, args.contract, Path(args.out), size=args.size, config_path=args.config,
                     seed=args.seed, device_name=args.device)
     print(json.dumps(result, sort_keys=True) if args.json else format_result(result))
