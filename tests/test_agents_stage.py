@@ -7,7 +7,7 @@ import types
 from pathlib import Path
 
 from harness.stages import agents as agents_stage
-from harness.stages.run import RunState
+from harness.stages.run_state import RunState
 from harness.workspace import agent_clone, open_repo
 
 

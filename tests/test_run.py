@@ -100,7 +100,7 @@ def test_ctrl_c_ends_with_one_line_and_a_resumable_stage(tmp_path, monkeypatch, 
 
 
 def test_resume_refuses_a_moved_head_unless_asked(tmp_path):
-    from harness.stages.run import RunState
+    from harness.stages.run_state import RunState
     asked = {"model": "qwen3", "contract": "consistent", "device": "cpu", "agent": "none", "gates": ["C00"]}
     (tmp_path / "run.json").write_text(json.dumps({**asked, "commit": "0" * 40, "stages": {}}))
     with pytest.raises(ValueError, match="this run judged commit 000000000000, HEAD is now"):
