@@ -214,7 +214,8 @@ def draw_plots(files: RunFiles) -> list:
     return plots
 
 
-def _templates() -> jinja2.Environment:
+def templates_environment() -> jinja2.Environment:
+    """The reports' jinja2 environment: HTML templates autoescaped, undefined names an error."""
     environment = jinja2.Environment(loader=jinja2.PackageLoader("harness", "templates"),
                                      autoescape=lambda name: bool(name) and name.endswith(".html.j2"),
                                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
@@ -241,7 +242,7 @@ def render(run_dir: Path) -> dict:
     context["summary"] = summary(context["header"], context["gates"], context["diff"], context["locate"],
                                  context["repros"])
     context["problems"] = files.problems
-    templates, written = _templates(), {}
+    templates, written = templates_environment(), {}
     for report in REPORTS:
         path = run_dir / report
         path.write_text(redact(templates.get_template(f"{report}.j2").render(**context)))  # an agent's text too

@@ -5,6 +5,7 @@ summarises it (harness/run_directory.md). run.json records each stage's status, 
 --out RUN_DIR` skips what is done (gates one by one) and re-runs the stage that was cut off. With
 `--agent none` (the default, no credentials) nobody edits `kernels/`: the report says what to fix;
 with `--agent anthropic` or `claude-code` two agents work in their own clones (stages/agents.py).
+`--target T --checkpoint DIR` runs it on another stack (stages/target_run.py).
 """
 import json
 import time
@@ -22,6 +23,8 @@ from harness.stages import shrink as shrink_stage
 from harness.stages.checkpoint_option import add_model_options, checkpoint_path, model_of
 from harness.stages.diff import run_diff
 from harness.stages.run_state import RunState
+from harness.stages.target_option import add_target_option, model_for_target
+from harness.stages.target_run import run_outside
 
 AGENTS = ("none", "anthropic", "claude-code")
 DIFF_WORKLOAD = Workload(num_sequences=16, new_tokens=16)
@@ -122,6 +125,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-wall-s", type=float, default=4 * 3600.0,
                         help="wall-clock budget per agent, model calls and retries included")
     parser.add_argument("--out", help="run directory; an existing one is resumed (default runs/<model>-<time>)")
+    add_target_option(parser)
     parser.add_argument("--allow-new-commit", action="store_true",
                         help="resume a run whose HEAD moved since it started (the commits are recorded)")
 
@@ -131,6 +135,12 @@ def run(args) -> int:
         raise ValueError(f"--skip: only 'profile' can be skipped, not {sorted(args.skip - {'profile'})}")
     if args.agent not in AGENTS:
         raise ValueError(f"unknown agent backend {args.agent!r}; available here: {AGENTS}")
+    if args.target != "ours":
+        if args.agent != "none":
+            raise ValueError(f"--agent {args.agent}: the agents edit our kernels; --target {args.target} takes none")
+        args.model = model_for_target(args)
+        args.checkpoint = checkpoint_path(args)
+        return run_outside(args, gates_stage.select(args.gates))
     args.model = model_of(args, "nemotron")
     gates_stage.validate(args.model, args.contract, args.device)
     backend = None if args.agent == "none" else make_backend(args.agent)  # credentials: before any stage
