@@ -73,3 +73,10 @@ def test_bad_options_for_a_target_are_clear_errors(checkpoint, capsys):
     assert main(["run", "--target", "transformers", "--checkpoint", checkpoint, "--agent", "anthropic"]) == (
         EXIT_BAD_INPUT)
     assert "the agents edit our kernels" in capsys.readouterr().err
+
+
+def test_harness_report_re_renders_a_target_run_s_own_report(run_dir, capsys):
+    (run_dir / "report.md").unlink()
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    assert "judged by bitwise-align" in (run_dir / "report.md").read_text()
+    assert str(run_dir / "report.html") in capsys.readouterr().out

@@ -8,17 +8,17 @@ stage that failed, never as an error. report.html is self-contained (inline CSS 
 import json
 import sys
 from pathlib import Path
-from urllib.parse import quote
 
-import jinja2
 from markupsafe import Markup
 
 from harness.exit_codes import EXIT_OK
 from harness.secrets import redact
+from harness.stages import target_report
 from harness.stages.gates import describe, discover
 from harness.stages.plots import PLOTS
 from harness.stages.report_agents import agent_sections
 from harness.stages.report_summary import summary
+from harness.stages.report_templates import templates_environment
 from harness.stages.report_values import flatten, format_value, ratio_with_noise
 
 REPORTS = ("report.md", "report.html")
@@ -214,17 +214,6 @@ def draw_plots(files: RunFiles) -> list:
     return plots
 
 
-def templates_environment() -> jinja2.Environment:
-    """The reports' jinja2 environment: HTML templates autoescaped, undefined names an error."""
-    environment = jinja2.Environment(loader=jinja2.PackageLoader("harness", "templates"),
-                                     autoescape=lambda name: bool(name) and name.endswith(".html.j2"),
-                                     trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                                     undefined=jinja2.StrictUndefined)
-    environment.filters["url"] = lambda path: quote(path)
-    environment.filters["md"] = lambda text: str(text).replace("|", "\\|").replace("\n", " ")
-    return environment
-
-
 def render(run_dir: Path) -> dict:
     """Write RUN/plots/*.svg, RUN/report.md and RUN/report.html; returns their paths."""
     run_dir = Path(run_dir)
@@ -256,7 +245,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    written = render(Path(args.run_dir))
+    run_dir = Path(args.run_dir)
+    state = run_dir / "run.json"
+    if state.exists() and json.loads(state.read_text()).get("target", "ours") != "ours":
+        for path in target_report.render(run_dir).values():  # a run on another stack: its own report
+            print(path)
+        return EXIT_OK
+    written = render(run_dir)
     for path in [written["report.md"], written["report.html"], *written["plots"]]:
         print(path)
     if not written["plots"]:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from harness.secrets import redact
-from harness.stages.report import templates_environment
+from harness.stages.report_templates import templates_environment
 
 PROPERTIES = {"C01": ("deterministic run to run", "guides/gemm-split-k.md"),
               "C02": ("batch invariant: a prompt's bits alone == in any batch", "guides/gemm-split-k.md"),
