@@ -22,6 +22,7 @@ VERBS = {  # verb -> (module, one-line help)
     "freeze-baseline": ("harness.stages.freeze", "tag HEAD as a device target's frozen baseline, commit its record"),
     "profile": ("harness.stages.profile", "consistent vs the frozen baseline, interleaved, per region"),
     "report": ("harness.stages.report", "render report.md and report.html from a run directory"),
+    "rl": ("harness.stages.rl", "GRPO per contract: reward and engine-vs-trainer mismatch per step, plotted"),
     "locate": ("harness.stages.locate", "trace engine and trainer, name the first divergent op"),
     "shrink": ("harness.stages.shrink", "write a standalone repro (and a cut config) from a locate result"),
 }

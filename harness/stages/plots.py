@@ -24,14 +24,14 @@ def _load(path: Path):
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _linear_threshold(values) -> float:
+def linear_threshold(values) -> float:
     """Symlog's linear band: below the smallest non-zero value, so every non-zero stays on
     the log part and 0 is still drawn."""
     smallest = min((v for v in values if v > 0), default=1e-12)
     return 10.0 ** (math.floor(math.log10(smallest)) - 1)
 
 
-def _save(figure, path: Path) -> Path:
+def save_svg(figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(path, format="svg", metadata={"Date": None})
@@ -39,7 +39,7 @@ def _save(figure, path: Path) -> Path:
     return path
 
 
-def _zeros_label(name: str, values) -> str:
+def zeros_label(name: str, values) -> str:
     zeros = sum(1 for v in values if v == 0)
     return f"{name}: {zeros} of {len(values)} exactly 0, max {max(values, default=0):.3g}"
 
@@ -59,8 +59,8 @@ def plot_token_abs_dp(run_dir: Path):
             # drawn thick and unclipped: an all-zero series lies on the bottom spine
             axis.plot(fractions, ordered, drawstyle="steps-mid", color=COLORS[name],
                       linewidth=3 if name == "consistent" else 1.6, clip_on=False,
-                      zorder=3 if name == "consistent" else 2, label=_zeros_label(name, values))
-        axis.set_yscale("symlog", linthresh=_linear_threshold([v for s in series.values() for v in s]))
+                      zorder=3 if name == "consistent" else 2, label=zeros_label(name, values))
+        axis.set_yscale("symlog", linthresh=linear_threshold([v for s in series.values() for v in s]))
         axis.set_ylim(bottom=0)
         axis.set_xlim(0, 1)
         axis.set_xlabel("fraction of tokens (sorted by |dp|, largest first)")
@@ -68,7 +68,7 @@ def plot_token_abs_dp(run_dir: Path):
         axis.set_title("per-token |dp|, engine vs trainer (diff/*.json)")
         axis.legend(loc="upper right")
         axis.grid(alpha=0.3)
-        return _save(figure, run_dir / "plots" / "token_abs_dp.svg")
+        return save_svg(figure, run_dir / "plots" / "token_abs_dp.svg")
 
 
 def plot_rl_steps(run_dir: Path):
@@ -84,9 +84,9 @@ def plot_rl_steps(run_dir: Path):
         for index, condition in enumerate(conditions):
             values = condition["per_step_max_abs_dp"]
             axis.plot(range(len(values)), values, marker=markers[index % len(markers)], markersize=4,
-                      linewidth=1.2, clip_on=False, label=_zeros_label(condition["name"], values))
+                      linewidth=1.2, clip_on=False, label=zeros_label(condition["name"], values))
         everything = [v for c in conditions for v in c["per_step_max_abs_dp"]]
-        axis.set_yscale("symlog", linthresh=_linear_threshold(everything))
+        axis.set_yscale("symlog", linthresh=linear_threshold(everything))
         axis.set_ylim(bottom=0)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_xlabel("GRPO step")
@@ -94,7 +94,7 @@ def plot_rl_steps(run_dir: Path):
         axis.set_title(f"engine vs trainer over RL steps, contract {gate.get('contract', '?')} (gates/C09.json)")
         axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8)  # below: never over the data
         axis.grid(alpha=0.3)
-        return _save(figure, run_dir / "plots" / "rl_steps.svg")
+        return save_svg(figure, run_dir / "plots" / "rl_steps.svg")
 
 
 def plot_throughput(run_dir: Path):
@@ -122,7 +122,7 @@ def plot_throughput(run_dir: Path):
         axis.set_title(f"rollout throughput, {ratio_text} (profile/profile.json)")
         axis.legend(loc="lower right")
         axis.grid(alpha=0.3)
-        return _save(figure, run_dir / "plots" / "throughput.svg")
+        return save_svg(figure, run_dir / "plots" / "throughput.svg")
 
 
 PLOTS = {"token_abs_dp": plot_token_abs_dp, "rl_steps": plot_rl_steps, "throughput": plot_throughput}

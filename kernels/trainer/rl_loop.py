@@ -6,6 +6,7 @@ resumed run replays exactly what the uninterrupted one would have done. The rewa
 toy verifiable one (share of even token ids): the point is the numerics, not the task.
 """
 import random
+import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -62,6 +63,10 @@ class StepRecord:
     """The log-probs the update's own forward computed (case trainer_bwd)."""
     loss: float
     """GRPO loss of the update."""
+    old_logprobs: list = None
+    """The log-probs the update took as pi_old: the engine's, or the trainer's recomputed ones."""
+    seconds: dict = None
+    """Wall time of each phase: rollout, score (0 when skipped), update, sync."""
 
 
 def prompt_tokens(seed: int, index: int, vocab_size: int, min_len: int, max_len: int) -> tuple:
@@ -105,19 +110,30 @@ class GRPORun:
                     arrival_step=self.engine.step_count + arrivals.randrange(s.max_arrival_offset)))
         return requests
 
-    def step(self) -> StepRecord:
-        """Rollout, score, update, sync; the trainer's scores are taken before the update."""
-        requests = self._requests()
-        completions = self.engine.generate(requests)
+    def step(self, *, old: str = "engine", score: bool = True) -> StepRecord:
+        """Rollout, score, update, sync; the trainer's scores are taken before the update (not
+        at all without `score`). `old`: pi_old of the update, the engine's log-probs (the
+        rollout's, as behaviour policy) or the trainer's recomputed ones (which need `score`)."""
+        if old not in ("engine", "trainer") or (old == "trainer" and not score):
+            raise ValueError(f"old={old!r} with score={score}: pi_old is 'engine', or 'trainer' with score")
+        clock = time.perf_counter
+        started = clock()
+        completions = self.engine.generate(self._requests())
+        rolled = clock()
         sequences = scored_sequences(completions)
         engine_logprobs = [c.logprob_tensor for c in completions]
-        trainer_logprobs = self.trainer.score(sequences)
+        trainer_logprobs = self.trainer.score(sequences) if score else None
+        scored = clock()
         rewards = [even_token_reward(c.tokens) for c in completions]
         advantages = group_advantages(rewards, self.settings.group_size)
-        result = self.trainer.train_step(sequences, advantages, engine_logprobs)
+        old_logprobs = trainer_logprobs if old == "trainer" else engine_logprobs
+        result = self.trainer.train_step(sequences, advantages, old_logprobs)
+        updated = clock()
         self.engine.load_weights(self.trainer.weights())
+        seconds = {"rollout": rolled - started, "score": scored - rolled, "update": updated - scored,
+                   "sync": clock() - updated}
         record = StepRecord(self.step_index, rewards, engine_logprobs, trainer_logprobs,
-                            result["logprobs"], result["loss"])
+                            result["logprobs"], result["loss"], old_logprobs, seconds)
         self.step_index += 1
         self.data_position += self.settings.prompts_per_step
         return record
