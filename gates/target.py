@@ -88,6 +88,20 @@ def device_refusal(target: str, device: str) -> str | None:
     return None if device == bound else f"--target {target} runs on --device {bound} only: {why}"
 
 
+def import_stack(module: str, target: str, install: str):
+    """The module an outside target runs on; a ValueError saying how to install it otherwise."""
+    try:
+        return import_module(module)
+    except ImportError as error:
+        raise ValueError(f"the {target} target needs {module}: {install}") from error
+
+
+def require_checkpoint(checkpoint, target: str) -> None:
+    if checkpoint is None:
+        raise ValueError(f"the {target} target runs a checkpoint: give --checkpoint DIR "
+                         "(a transformers save_pretrained directory)")
+
+
 def target_class(name: str):
     """The class registered under `name`; ValueError naming the choices otherwise."""
     if name not in TARGETS:

@@ -6,17 +6,13 @@ on both sides (first_divergent_module).
 """
 import torch
 
-from gates.target import TARGET_OFFERS, Sample
+from gates.target import TARGET_OFFERS, Sample, import_stack, require_checkpoint
 from gates.targets.module_rows import ModuleRows, first_divergent_module
 from gates.workload import make_requests
 
 
 def _transformers():
-    try:
-        import transformers
-    except ImportError as error:
-        raise ValueError("the transformers target needs transformers: pip install -e '.[transformers]'") from error
-    return transformers
+    return import_stack("transformers", "transformers", "pip install -e '.[transformers]'")
 
 
 class TransformersTarget:
@@ -24,9 +20,7 @@ class TransformersTarget:
     offers = TARGET_OFFERS["transformers"]
 
     def __init__(self, checkpoint, *, batch_size: int = 8, dtype=torch.float32):
-        if checkpoint is None:
-            raise ValueError("the transformers target runs a checkpoint: give --checkpoint DIR "
-                             "(a transformers save_pretrained directory)")
+        require_checkpoint(checkpoint, self.name)
         self.model = _transformers().AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype).eval()
         self.vocab_size = self.model.config.vocab_size
         self.batch_size = batch_size

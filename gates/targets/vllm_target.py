@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from gates.target import TARGET_OFFERS, Sample
+from gates.target import TARGET_OFFERS, Sample, import_stack, require_checkpoint
 from gates.workload import make_requests
 
 ENVIRONMENT = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -28,11 +28,7 @@ def _vllm(batch_invariant: bool):
     os.environ.update(ENVIRONMENT, VLLM_BATCH_INVARIANT="1" if batch_invariant else "0")
     # set, not defaulted: a judge that ran inductor passes its own cache folder down, read-only here
     os.environ.update(VLLM_CACHE_ROOT=str(scratch / "vllm-cache"), TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"))
-    try:
-        import vllm
-    except ImportError as error:
-        raise ValueError("the vllm target needs vLLM's CPU build: bash .ci/install_vllm .venv") from error
-    return vllm
+    return import_stack("vllm", "vllm", "its CPU build installs with bash .ci/install_vllm .venv")
 
 
 class VllmTarget:
@@ -41,9 +37,7 @@ class VllmTarget:
     batch_invariant = False
 
     def __init__(self, checkpoint):
-        if checkpoint is None:
-            raise ValueError(f"the {self.name} target runs a checkpoint: give --checkpoint DIR "
-                             "(a transformers save_pretrained directory)")
+        require_checkpoint(checkpoint, self.name)
         self.checkpoint = str(checkpoint)
         config = json.loads((Path(checkpoint) / "config.json").read_text())
         self.vocab_size = config.get("text_config", config)["vocab_size"]
