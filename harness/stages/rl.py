@@ -97,7 +97,8 @@ def run_contract(folder: Path, config, contract, settings, args) -> list:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default="qwen3", help="model family (its cut): qwen3 or nemotron")
+    parser.add_argument("--model", default="qwen3", help="model family: qwen3 or nemotron")
+    parser.add_argument("--size", default="cut", help="shipped size: cut; on a GPU full (qwen3), wide-cut (nemotron)")
     parser.add_argument("--contract", default="both", help="fast, consistent, or both")
     parser.add_argument("--steps", type=int, default=30, help="GRPO steps per contract")
     parser.add_argument("--prompts", type=int, default=4, help="prompts per step")
@@ -117,10 +118,11 @@ def run(args) -> int:
     contracts = {"both": ["consistent", "fast"]}.get(args.contract, [args.contract])
     if args.steps < 1 or not 0 <= args.verify_fraction <= 1:
         raise ValueError("--steps must be >= 1 and --verify-fraction within [0, 1]")
-    config = load_model_config(config_name(args.model, "cut"))
+    config = load_model_config(config_name(args.model, args.size))
     settings, out = settings_of(args), Path(args.out)
-    asked = {"model": args.model, "contracts": contracts, "reuse_rollout_logprobs": args.reuse_rollout_logprobs,
-             "verify_fraction": args.verify_fraction, "device": args.device, "settings": dataclasses.asdict(settings)}
+    asked = {"model": args.model, "size": args.size, "contracts": contracts, "device": args.device,
+             "reuse_rollout_logprobs": args.reuse_rollout_logprobs, "verify_fraction": args.verify_fraction,
+             "settings": dataclasses.asdict(settings)}
     recorded = out / "rl.json"
     if recorded.exists() and json.loads(recorded.read_text()) != asked:
         raise ValueError(f"{recorded}: this run was started with {json.loads(recorded.read_text())}; resume it with "
