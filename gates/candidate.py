@@ -46,17 +46,23 @@ def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None =
     cache it writes on a GPU (the two sides of a comparison name different ones)."""
     global reported_environment
     # an outside stack's engine may take locks in shared memory (vLLM's does): its own /dev/shm
-    loopback = loopback or arguments.get("subject", {}).get("target", "ours") != "ours"
+    outside = arguments.get("subject", {}).get("target", "ours")
+    outside = None if outside == "ours" else outside
+    loopback = loopback or outside is not None
     with tempfile.TemporaryDirectory(prefix="bitwise-ask-") as folder:
         answer_path = Path(folder) / "answer.json"
         report = "report" if reported_environment is None else "known"  # the stack, once a process
         command = [sys.executable, "-B", "-c", PROGRAM, procedure, str(answer_path), report]
         caches = _caches(side)
+        stack_cache = _stack_cache(outside) if outside else None
         if confine.unavailable() is None:
-            command = confine.argv_confined(shlex.join(command), [folder, *map(str, writable), *caches],
+            command = confine.argv_confined(shlex.join(command), [folder, *map(str, writable), *caches,
+                                                                  *([str(stack_cache)] if stack_cache else [])],
                                             loopback=loopback)
         environment = dict(os.environ, TMPDIR=folder, **({"PYTHONPATH": str(tree)} if tree is not None else {}),
-                           **({"TRITON_CACHE_DIR": caches[0]} if caches else {}))
+                           **({"TRITON_CACHE_DIR": caches[0]} if caches else {}),
+                           **({"TORCHINDUCTOR_CACHE_DIR": str(stack_cache / "inductor"),
+                               "VLLM_CACHE_ROOT": str(stack_cache / "vllm")} if stack_cache else {}))
         done = subprocess.run(command, input=json.dumps(arguments), capture_output=True, text=True, cwd=JUDGE_ROOT,
                               env=environment, timeout=timeout)
         if done.returncode != 0 or not answer_path.exists():
@@ -110,6 +116,14 @@ def _caches(side: str = "") -> list:
     cache = cache.with_name(f"{cache.name}-{side}") if side else cache
     cache.mkdir(parents=True, exist_ok=True)
     return [str(cache)]
+
+
+def _stack_cache(target: str) -> Path:
+    """An outside stack's compile caches (its torch.compile'd sampler: ~10 s a worker on a 2-core
+    CPU when cold), kept across workers: what it caches is that stack's code, not ours."""
+    cache = Path(tempfile.gettempdir()) / f"bitwise-stack-cache-{os.getuid()}" / target
+    cache.mkdir(parents=True, exist_ok=True)
+    return cache
 
 
 def confinement() -> str:

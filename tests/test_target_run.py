@@ -20,8 +20,7 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def run_dir(checkpoint, tmp_path_factory):
     out = tmp_path_factory.mktemp("target-run") / "run"
-    code = main(["run", "--target", "transformers", "--checkpoint", checkpoint, "--gates", "C1,C2,C4,C7",
-                 "--out", str(out)])
+    code = main(["run", "--target", "transformers", "--checkpoint", checkpoint, "--gates", "C4,C7", "--out", str(out)])
     gates = {p.stem: json.loads(p.read_text())["status"] for p in (out / "gates").glob("C*.json")}
     assert code == (EXIT_DIFFERENT if "fail" in gates.values() else EXIT_OK)
     return out
@@ -41,12 +40,10 @@ def test_the_run_judges_the_stack_and_skips_what_needs_our_kernels(run_dir):
 
 def test_the_report_says_what_the_stack_has_lacks_and_what_to_read(run_dir):
     report = (run_dir / "report.md").read_text()
-    gates = {p.stem: json.loads(p.read_text()) for p in (run_dir / "gates").glob("C*.json")}
+    c07 = json.loads((run_dir / "gates" / "C07.json").read_text())["status"]
     print(report)  # recorded, not assumed
-    for name in ("C01", "C02", "C07"):
-        row = next(line for line in report.splitlines() if line.startswith(f"| {name} |"))
-        assert f"| {gates[name]['status']} |" in row
-        assert ("guides/" in row) == (gates[name]["status"] == "fail")
+    row = next(line for line in report.splitlines() if line.startswith("| C07 |"))
+    assert f"| {c07} |" in row and ("guides/norm-logprob-reductions.md" in row) == (c07 == "fail")
     assert "- C04: " in report and "does not offer" in report  # not judged, with the reason
     assert "**Has:**" in report and "**Lacks:**" in report and "max \\|dp\\|" in report
 
@@ -61,8 +58,7 @@ def test_the_report_renders_in_headless_chromium(run_dir, tmp_path):
 
 
 def test_a_resumed_run_skips_what_finished(run_dir, checkpoint, capsys):
-    main(["run", "--target", "transformers", "--checkpoint", checkpoint, "--gates", "C1,C2,C4,C7",
-          "--out", str(run_dir)])
+    main(["run", "--target", "transformers", "--checkpoint", checkpoint, "--gates", "C4,C7", "--out", str(run_dir)])
     printed = capsys.readouterr().out
     assert "[gates] done already (resumed)" in printed and "[locate]" in printed
 

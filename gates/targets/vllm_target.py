@@ -23,11 +23,12 @@ process), a 1 GiB CPU KV cache, its log quiet."""
 
 def _vllm(batch_invariant: bool):
     """The vllm module, imported under ENVIRONMENT and the batch-invariant switch; its caches
-    (and torch inductor's, which its CPU build uses) under this process's temporary folder."""
+    (and torch inductor's, which compiles its sampler) where the judge's worker points them
+    (gates/candidate.py), else under this process's temporary folder."""
     scratch = Path(tempfile.gettempdir())
     os.environ.update(ENVIRONMENT, VLLM_BATCH_INVARIANT="1" if batch_invariant else "0")
-    # set, not defaulted: a judge that ran inductor passes its own cache folder down, read-only here
-    os.environ.update(VLLM_CACHE_ROOT=str(scratch / "vllm-cache"), TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"))
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(scratch / "vllm-cache"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(scratch / "inductor"))
     return import_stack("vllm", "vllm", "its CPU build installs with bash .ci/install_vllm .venv")
 
 
