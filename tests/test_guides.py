@@ -86,7 +86,8 @@ def _problems(args) -> list:
         except ValueError as error:
             problems.append(str(error))
     contract = getattr(args, "contract", None)
-    if contract and contract not in ("fast", "consistent") and not _exists(contract):
+    both = getattr(args, "verb", None) == "rl" and contract == "both"  # harness rl runs the two
+    if contract and contract not in ("fast", "consistent") and not both and not _exists(contract):
         problems.append(f"contract {contract!r} is neither shipped nor a file")
     if getattr(args, "config", None) and not _exists(args.config):
         problems.append(f"config {args.config!r} does not exist")
