@@ -6,6 +6,8 @@ at a position is its output there, copied to the CPU as it came.
 """
 import torch
 
+from gates.compare import bit_view, first_bit_difference
+
 
 def _first_tensor(output):
     if isinstance(output, torch.Tensor):
@@ -51,13 +53,6 @@ class ModuleRows:
             handle.remove()
 
 
-def bits(row: torch.Tensor) -> torch.Tensor:
-    """The row's bit pattern as integers (a float row's view; an integer row as it is)."""
-    if not row.is_floating_point():
-        return row
-    return row.contiguous().view({8: torch.int64, 4: torch.int32, 2: torch.int16}[row.element_size()])
-
-
 def first_divergent_module(engine: ModuleRows, trainer: ModuleRows, positions: int) -> tuple:
     """(first divergence or None, module rows compared): the earliest position < `positions` at
     which a module's engine and trainer rows differ in bits, the first such module in the
@@ -69,14 +64,16 @@ def first_divergent_module(engine: ModuleRows, trainer: ModuleRows, positions: i
             if left is None or right is None:
                 continue
             compared += 1
-            if left.shape != right.shape or not torch.equal(bits(left), bits(right)):
+            if left.shape != right.shape or not torch.equal(bit_view(left), bit_view(right)):
                 return _difference(name, position, left, right), compared
     return None, compared
 
 
 def _difference(name: str, position: int, left: torch.Tensor, right: torch.Tensor) -> dict:
-    """Where two rows first differ: the element (0 when their shapes differ) and both values."""
-    differing = (bits(left).flatten() != bits(right).flatten()).nonzero() if left.shape == right.shape else []
-    element = int(differing[0]) if len(differing) else 0
+    """Where two rows first differ (gates/compare.py): the element (0 when their shapes differ),
+    both values and the ulps between them."""
+    found = first_bit_difference(left.flatten(), right.flatten()) if left.shape == right.shape else None
+    element = found.index[0] if found else 0
     return {"module": name, "position": position, "element": element, "engine_value": float(left.flatten()[element]),
-            "trainer_value": float(right.flatten()[element]), "dtype": str(left.dtype).replace("torch.", "")}
+            "trainer_value": float(right.flatten()[element]), "ulps": found.ulps if found else None,
+            "dtype": str(left.dtype).replace("torch.", "")}
