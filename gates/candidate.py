@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gates import confine, device
+from gates.target import outside_target
 
 JUDGE_ROOT = Path(__file__).resolve().parent.parent  # the judge's copy: its gates/ resolve first
 PROGRAM = """
@@ -46,8 +47,7 @@ def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None =
     cache it writes on a GPU (the two sides of a comparison name different ones)."""
     global reported_environment
     # an outside stack's engine may take locks in shared memory (vLLM's does): its own /dev/shm
-    outside = arguments.get("subject", {}).get("target", "ours")
-    outside = None if outside == "ours" else outside
+    outside = outside_target(arguments)
     loopback = loopback or outside is not None
     with tempfile.TemporaryDirectory(prefix="bitwise-ask-") as folder:
         answer_path = Path(folder) / "answer.json"

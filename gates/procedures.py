@@ -28,11 +28,10 @@ from gates.subject import (
     subject_model,
     subject_weights,
 )
-from gates.target import stack_versions
+from gates.target import outside_target, stack_versions
 from gates.target_procedures import (
     decode_and_prefill,
     outside_rollout_bits,
-    outside_target_named,
     outside_trainer_bits,
     prompt_runs,
     score_runs,
@@ -76,7 +75,7 @@ def rollout_bits(arguments: dict) -> dict:
     temperature, bits}], mixed_steps (steps that mixed prefill and decode), threads, config,
     boundaries (the contract's key block; the SSM chunk, None without Mamba layers)}. An
     outside target reports no engine steps and no boundaries (None)."""
-    if outside_target_named(arguments):
+    if outside_target(arguments):
         return outside_rollout_bits(arguments)
     config, contract, weights = _subject(arguments)
     with side_threads("engine"):
@@ -93,7 +92,7 @@ def rollout_bits(arguments: dict) -> dict:
 def trainer_bits(arguments: dict) -> dict:
     """The trainer's log-probs of `sequences` [{prompt, tokens, temperature}], or of a
     `workload`'s requests completed by `completion_tokens`: {bits, threads}."""
-    if outside_target_named(arguments):
+    if outside_target(arguments):
         return outside_trainer_bits(arguments)
     config, contract, weights = _subject(arguments)
     if "sequences" in arguments:
@@ -266,8 +265,8 @@ def environment(arguments: dict) -> dict:
     """The deployment fingerprint of the worker's stack (what a gate's JSON records; every
     worker reports it beside its answer)."""
     device.select(arguments.get("device", "cpu"))
-    target = arguments.get("subject", {}).get("target", "ours")
-    return {**deployment_fingerprint(), **({"target": target, **stack_versions(target)} if target != "ours" else {})}
+    target = outside_target(arguments)
+    return {**deployment_fingerprint(), **({"target": target, **stack_versions(target)} if target else {})}
 
 
 PROCEDURES = {"rollout_bits": rollout_bits, "trainer_bits": trainer_bits,

@@ -71,6 +71,12 @@ def missing(target: str, needs) -> str | None:
     return f"target {target} does not offer " + "; nor ".join(OFFERS[name] for name in absent)
 
 
+def outside_target(arguments: dict) -> str | None:
+    """The outside target a worker's `subject` names, or None for ours."""
+    name = arguments.get("subject", {}).get("target", "ours")
+    return None if name == "ours" else name
+
+
 def stack_versions(target: str) -> dict:
     """{distribution: version} of the target's installed packages, read from their metadata."""
     found = {}

@@ -12,10 +12,6 @@ from gates.target import Sample, target_class
 from gates.workload import Workload
 
 
-def outside_target_named(arguments: dict) -> bool:
-    return arguments.get("subject", {}).get("target", "ours") != "ours"
-
-
 def _target(arguments: dict):
     subject = arguments["subject"]
     return target_class(subject["target"])(subject["checkpoint"])
