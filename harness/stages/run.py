@@ -68,13 +68,8 @@ def _diff(state, args):
     return "done", _device_note(args)
 
 
-def _gates_with(state, status: str) -> list:
-    return sorted(p.stem for p in (state.out / "gates").glob("C*.json")
-                  if json.loads(p.read_text())["status"] == status)
-
-
 def _failed_gates(state) -> list:
-    return _gates_with(state, "fail")
+    return state.gates_with("fail")
 
 
 def _locate(state, args):
@@ -174,4 +169,4 @@ def run(args) -> int:
         return EXIT_OK if clean else EXIT_DIFFERENT
     if _failed_gates(state):
         return EXIT_DIFFERENT
-    return EXIT_INCONCLUSIVE if _gates_with(state, "inconclusive") else EXIT_OK
+    return EXIT_INCONCLUSIVE if state.gates_with("inconclusive") else EXIT_OK

@@ -69,3 +69,8 @@ class RunState:
         partial = self.path.with_suffix(".json.partial")
         partial.write_text(json.dumps(self.data, indent=2))  # stages stay in the order they ran
         os.replace(partial, self.path)
+
+    def gates_with(self, status: str) -> list:
+        """The gates whose RUN/gates/C<NN>.json has this status, sorted."""
+        return sorted(p.stem for p in (self.out / "gates").glob("C*.json")
+                      if json.loads(p.read_text())["status"] == status)

@@ -23,8 +23,7 @@ OURS_ONLY = ("shrink", "agents", "profile")
 def _gates(state, args, selected):
     gates_stage.run_gates(selected, model=args.model, contract="consistent", out=state.out / "gates",
                           device=args.device, checkpoint=args.checkpoint, target=args.target)
-    statuses = {path.stem: json.loads(path.read_text())["status"] for path in (state.out / "gates").glob("C*.json")}
-    failed = sorted(name for name, status in statuses.items() if status == "fail")
+    failed = state.gates_with("fail")
     return "done", f"failed: {', '.join(failed)}" if failed else "none failed"
 
 
@@ -58,5 +57,5 @@ def run_outside(args, selected: dict) -> int:
     for name, stage in state.data["stages"].items():
         print(f"  {name:<10}{stage['status']:<9}{stage['detail'].splitlines()[0]}")
     print(f"report: {written['report.html']}  (and report.md)")
-    statuses = [json.loads(p.read_text())["status"] for p in (out / "gates").glob("C*.json")]
-    return EXIT_DIFFERENT if "fail" in statuses else EXIT_INCONCLUSIVE if "inconclusive" in statuses else EXIT_OK
+    return EXIT_DIFFERENT if state.gates_with("fail") else EXIT_INCONCLUSIVE if state.gates_with("inconclusive") \
+        else EXIT_OK
