@@ -68,9 +68,11 @@ def test_what_a_target_does_not_offer_is_named():
         "nor one door per region, where locate and C02's row replay trace both sides")
 
 
-def test_bad_target_input_is_a_clear_error(capsys):
+def test_bad_target_input_is_a_clear_error(capsys, tmp_path):
     assert main(["diff", "--target", "transformers", "--model", "qwen3"]) == EXIT_BAD_INPUT
     assert "--checkpoint DIR" in capsys.readouterr().err
+    assert main(["diff", "--target", "vllm", "--checkpoint", str(tmp_path)]) == EXIT_BAD_INPUT  # needs no vLLM
+    assert "no config.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["diff", "--target", "vllm-nope", "--model", "qwen3"])
     with pytest.raises(ValueError, match="one of ours, transformers"):

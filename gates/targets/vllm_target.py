@@ -40,6 +40,8 @@ class VllmTarget:
     def __init__(self, checkpoint):
         require_checkpoint(checkpoint, self.name)
         self.checkpoint = str(checkpoint)
+        if not (Path(checkpoint) / "config.json").is_file():
+            raise ValueError(f"--checkpoint {checkpoint}: no config.json (a transformers save_pretrained directory)")
         config = json.loads((Path(checkpoint) / "config.json").read_text())
         self.vocab_size = config.get("text_config", config)["vocab_size"]
         self._llm = self._trainer = None
