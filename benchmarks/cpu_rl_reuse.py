@@ -3,7 +3,7 @@ trainer's forward against the engine's log-probs reused (the forward on step 0 a
 share of steps), consistent contract, the same seed, in interleaved pairs of short runs in one
 process; every step's phase times saved raw with the commit and the environment.
 
-    python3 benchmarks/cpu_rl_reuse.py --out benchmarks/results/cpu/rl [--pairs 3] [--steps 10]
+    python3 -m benchmarks.cpu_rl_reuse --out benchmarks/results/cpu/rl [--pairs 3] [--steps 10]
 """
 import argparse
 import json

@@ -1,0 +1,27 @@
+"""Settle the CPU vector-math dispatch before any op runs in parallel.
+
+ATen sends contiguous float unary ops (exp, cos, log, sqrt, tanh, ...) to oneMKL's VML, one
+call per intra-op thread on its chunk. oneMKL picks each function's kernel lazily, on its first
+call; a first call that runs on two threads at once can compute one thread's chunk with a
+low-accuracy kernel (pytorch/pytorch#188792: errors of thousands of ulp, on the first call of a
+process only). That made the rope table's float64 cos, and so every log-prob, differ between
+two trainer processes in about one run in ten. One call per function and dtype on a few
+elements, below ATen's grain so it runs on the calling thread alone, settles the dispatch.
+"""
+import torch
+
+# the unary ops ATen routes to VML (aten/src/ATen/cpu/vml.h) and the dtypes VML computes in
+VML_OPS = ("abs", "acos", "asin", "atan", "cos", "erf", "erfc", "exp", "expm1", "log", "log10", "log1p",
+           "log2", "sin", "sqrt", "tan", "tanh", "trunc")
+VML_DTYPES = (torch.float32, torch.float64)
+ELEMENTS = 8  # far below ATen's grain (2048): the calling thread computes it alone
+
+
+def settle_vector_math() -> None:
+    """Call every VML-backed op once per dtype on one thread; a no-op without MKL."""
+    if not torch.backends.mkl.is_available():
+        return
+    for dtype in VML_DTYPES:
+        x = torch.linspace(0.125, 0.875, ELEMENTS, dtype=dtype)
+        for op in VML_OPS:
+            getattr(torch, op)(x)
