@@ -153,3 +153,23 @@ def test_what_describes_the_tree_is_asked_once_a_process(monkeypatch):
     assert candidate.ask_once("sizes", {"model": "nemotron", "checkpoint": None}) == {"n": 2}
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     assert candidate.ask_once("sizes", {"model": "qwen3", "checkpoint": None}) == {"n": 3}
+
+
+SAY_THE_WAIT_POLICY = """
+import os as _os, sys as _sys
+_sys.exit("OMP_WAIT_POLICY=" + _os.environ.get("OMP_WAIT_POLICY", "unset"))
+"""
+
+
+@pytest.mark.parametrize("caller, worker", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_workers_wait_passively_unless_the_caller_says(tmp_path, monkeypatch, caller, worker):
+    """Two workers at once, each spinning on its OpenMP pool, slow each other tenfold on two
+    cores; a policy the caller set is kept."""
+    judge_workers_on(tree_with(tmp_path / "tree", SAY_THE_WAIT_POLICY), tmp_path, monkeypatch)
+    if caller is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", caller)
+    with pytest.raises(candidate.WorkerFailed, match=f"OMP_WAIT_POLICY={worker}"):
+        candidate.ask("trainer_bits", {"subject": {"model": "qwen3", "contract": "consistent", "checkpoint": None,
+                                                   "size": "cut"}, "model_seed": 0})
