@@ -6,8 +6,8 @@ them; one that only reads JSON back writes verdicts no candidate code ran beside
 (harness/pristine.py), confined (gates/confine.py) to its scratch folder, so the engine and
 trainer sides share nothing but what the judge passes. On CUDA each `side` keeps its own writable
 Triton cache; `confinement()` says what held. Workers wait passively at OpenMP barriers
-(OMP_WAIT_POLICY=PASSIVE unless set): two workers at once, each spinning on its pool, took
-C09 from 15 s to 2 minutes on a 2-core machine.
+(OMP_WAIT_POLICY=PASSIVE unless set): workers at once, each spinning on its pool, starve each
+other on a small CPU.
 """
 import json
 import os

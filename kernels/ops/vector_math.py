@@ -1,12 +1,9 @@
-"""Settle the CPU vector-math dispatch before any op runs in parallel.
-
-ATen sends contiguous float unary ops (exp, cos, log, sqrt, tanh, ...) to oneMKL's VML, one
-call per intra-op thread on its chunk. oneMKL picks each function's kernel lazily, on its first
-call; a first call that runs on two threads at once can compute one thread's chunk with a
-low-accuracy kernel (pytorch/pytorch#188792: errors of thousands of ulp, on the first call of a
-process only). That made the rope table's float64 cos, and so every log-prob, differ between
-two trainer processes in about one run in ten. One call per function and dtype on a few
-elements, below ATen's grain so it runs on the calling thread alone, settles the dispatch.
+"""Settle the CPU vector-math dispatch before any op runs in parallel. ATen sends contiguous
+float unary ops (exp, cos, log, sqrt, ...) to oneMKL's VML, each intra-op thread on its chunk;
+oneMKL picks a function's kernel on its first call, and a first call on two threads at once can
+compute one chunk with a low-accuracy kernel (pytorch/pytorch#188792): a process's first table
+would differ from another's. One call per op and dtype on a few elements (below ATen's grain,
+so on one thread) settles it.
 """
 import torch
 
