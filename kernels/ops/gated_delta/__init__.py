@@ -1,0 +1,14 @@
+"""Gated DeltaNet's delta rule per value head (Qwen3.5, Qwen3-Next): with q, k L2-normalised and q
+scaled by K^-1/2, S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - k_t^T exp(g_t) S_{t-1}))^T and
+y_t = S_t^T q_t, S [K, V] in fp32. The chunked form solves a chunk's Q updates with one unit
+lower-triangular system (the UT transform). Consistency as ssm_scan's: chunks at absolute positions,
+S kept at the last boundary, the unfinished chunk's rows kept and re-played zero-padded to Q rows;
+a padded row has g = beta = 0, so it moves neither the decay nor S. Fast: chunks from the call's
+first row with everything folded, or the one-step recurrence. Reference: gates/reference/gated_delta.py.
+No model binds it yet: the qwen3_5 family will (not in kernels/ops/registry.py until then).
+"""
+from kernels.ops.gated_delta import consistent, fast
+
+VARIANTS = {"fast_chunked": fast.fast_chunked, "fast_recurrent": fast.fast_recurrent,
+            "consistent": consistent.consistent}
+CALL_KEYWORDS = {"chunk_size"}

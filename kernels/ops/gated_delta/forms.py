@@ -1,0 +1,80 @@
+"""The gated delta rule in torch ops (the math: kernels/ops/gated_delta/__init__.py): rows made
+fp32 and normalised, one chunk's outputs and end state, the one-step recurrence, and the state a
+sequence carries between calls. The consistent and fast variants both run these."""
+from dataclasses import dataclass
+
+import torch
+
+from kernels.ops.padding import pad_to_multiple
+
+L2_EPS = 1e-6  # as flash-linear-attention's l2norm
+
+
+@dataclass(frozen=True)
+class DeltaState:
+    """What a sequence carries between calls: S [H, K, V] fp32 after `folded` rows, and the rows
+    after them not folded yet (prepared q, k, v, g, beta; None when there are none)."""
+    ssm: torch.Tensor
+    folded: int = 0
+    pending: tuple | None = None
+
+    @staticmethod
+    def empty(num_heads: int, key_dim: int, value_dim: int, device=None) -> "DeltaState":
+        return DeltaState(torch.zeros(num_heads, key_dim, value_dim, dtype=torch.float32, device=device))
+
+
+def prepared(q, k, v, g, beta):
+    """Rows as the rule reads them, fp32: q and k L2-normalised per head, q scaled by K^-1/2,
+    q and k repeated to v's heads (grouped value heads), g and beta as given."""
+    heads_per_key = v.shape[1] // k.shape[1]
+    q, k = (t.float().repeat_interleave(heads_per_key, dim=1) for t in (q, k))
+    q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + L2_EPS) * q.shape[-1] ** -0.5
+    k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + L2_EPS)
+    return q, k, v.float(), g.float(), beta.float()
+
+
+def rows_after(state: DeltaState, new: tuple) -> tuple:
+    """The rows a call scans: the state's pending ones, then the new."""
+    if state.pending is None:
+        return new
+    return tuple(torch.cat([old, fresh]) for old, fresh in zip(state.pending, new))
+
+
+def chunk(q, k, v, g, beta, state0):
+    """One chunk of prepared rows [Q, H, *] from state0 [H, K, V]: (y [Q, H, V], end state)."""
+    qh, kh, vh = (t.transpose(0, 1) for t in (q, k, v))  # [H, Q, K], [H, Q, K], [H, Q, V]
+    gh, bh = g.transpose(0, 1), beta.transpose(0, 1)  # [H, Q]
+    size = gh.shape[-1]
+    cum = torch.cumsum(gh, dim=-1)
+    later = torch.ones(size, size, dtype=torch.bool, device=q.device).triu(1)
+    decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(later, float("-inf")).exp()  # [H, Qt, Qs]
+    k_beta = kh * bh[..., None]
+    system = (k_beta @ kh.transpose(-1, -2)) * decay  # its strict lower part is the UT system
+    u = torch.linalg.solve_triangular(system, vh * bh[..., None], upper=False, unitriangular=True)
+    w = torch.linalg.solve_triangular(system, k_beta * cum.exp()[..., None], upper=False, unitriangular=True)
+    v_new = u - w @ state0  # [H, Q, V]
+    y = (qh * cum.exp()[..., None]) @ state0 + ((qh @ kh.transpose(-1, -2)) * decay) @ v_new
+    to_end = (cum[..., -1:] - cum).exp()  # [H, Q]
+    end = state0 * cum[..., -1].exp()[:, None, None] + (kh * to_end[..., None]).transpose(-1, -2) @ v_new
+    return y.transpose(0, 1), end
+
+
+def run_chunks(rows, state0, chunk_size: int):
+    """Scan prepared `rows` in chunks of chunk_size from state0: (y of every row, the state at
+    the last chunk boundary, the state after all rows). Padding rows have g = beta = 0."""
+    num_rows = rows[0].shape[0]
+    outputs, boundary, end = [], state0, state0
+    for lo in range(0, num_rows, chunk_size):
+        y, end = chunk(*(pad_to_multiple(r[lo:lo + chunk_size], 0, chunk_size) for r in rows), boundary)
+        outputs.append(y[:min(chunk_size, num_rows - lo)])
+        if lo + chunk_size <= num_rows:
+            boundary = end
+    return torch.cat(outputs), boundary, end
+
+
+def step(q, k, v, g, beta, state):
+    """One prepared row [H, *] by the recurrence: (y [H, V], the state after it)."""
+    decayed = state * g.exp()[:, None, None]
+    delta = (v - (decayed * k[:, :, None]).sum(-2)) * beta[:, None]  # [H, V]
+    after = decayed + k[:, :, None] * delta[:, None, :]
+    return (after * q[:, :, None]).sum(-2), after

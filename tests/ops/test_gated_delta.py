@@ -1,0 +1,106 @@
+"""Gated DeltaNet's delta rule (kernels/ops/gated_delta/): under the consistent variant one
+sequence's outputs and state are the same bits scanned whole (the trainer, two threads), in a
+prefill split before, at and after chunk boundaries, and a prefill then one row at a time (the
+engine, one thread); the fast variants differ there (negative control, with its size); both
+agree with the float64 recurrence within a stated tolerance."""
+import pytest
+import torch
+
+from gates.compare import first_bit_difference
+from gates.inputs import fresh_seed
+from gates.reference.gated_delta import delta_rule
+from kernels.ops.gated_delta.consistent import consistent
+from kernels.ops.gated_delta.fast import fast_chunked, fast_recurrent
+from kernels.ops.gated_delta.forms import DeltaState
+
+KEY_HEADS, HEADS, KEY_DIM, VALUE_DIM, CHUNK = 2, 4, 16, 8, 16
+LENGTH = 70  # four chunk boundaries crossed, ends mid-chunk
+REFERENCE_TOLERANCE = 1e-4  # relative to max |y|: fp32 chunked and recurrent vs the float64 recurrence
+
+
+def _inputs(seed):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(LENGTH, KEY_HEADS, KEY_DIM, generator=gen),
+            torch.randn(LENGTH, KEY_HEADS, KEY_DIM, generator=gen),
+            torch.randn(LENGTH, HEADS, VALUE_DIM, generator=gen),
+            -torch.rand(LENGTH, HEADS, generator=gen) * 0.5,  # log decay <= 0
+            torch.rand(LENGTH, HEADS, generator=gen))
+
+
+def _in_calls(variant, rows, cuts, threads):
+    """variant over `rows` cut at `cuts`, each piece one call after the state the last left."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        state, outputs = DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM), []
+        for lo, hi in zip([0, *cuts], [*cuts, LENGTH]):
+            y, state = variant(*(t[lo:hi] for t in rows), state, chunk_size=CHUNK)
+            outputs.append(y)
+        return torch.cat(outputs), state
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _splits():
+    """Prefills cut before, at and after a chunk boundary, and prefill then one row at a time."""
+    return {"split before a boundary": [CHUNK - 1, 40], "split at boundaries": [CHUNK, 2 * CHUNK],
+            "split after a boundary": [CHUNK + 1, 3 * CHUNK + 5], "decode row by row": list(range(20, LENGTH))}
+
+
+def test_consistent_whole_equals_every_split_and_decode():
+    seed = fresh_seed()
+    rows = _inputs(seed)
+    whole, whole_state = _in_calls(consistent, rows, [], threads=2)
+    for name, cuts in _splits().items():
+        y, state = _in_calls(consistent, rows, cuts, threads=1)
+        assert first_bit_difference(y, whole) is None, (name, seed, first_bit_difference(y, whole))
+        assert first_bit_difference(state.ssm, whole_state.ssm) is None, (name, seed)
+        assert state.folded == whole_state.folded == LENGTH // CHUNK * CHUNK
+        assert all(first_bit_difference(a, b) is None for a, b in zip(state.pending, whole_state.pending)), name
+
+
+def test_fast_variants_differ_between_prefill_and_decode():
+    seed = fresh_seed()
+    rows = _inputs(seed)
+    prefill, _ = _in_calls(fast_chunked, rows, [], threads=2)
+    decode, _ = _in_calls(fast_recurrent, rows, [], threads=1)
+    differing = (prefill.view(torch.int32) != decode.view(torch.int32)).any(-1).any(-1).sum().item()
+    print(f"fast chunked prefill vs recurrent decode: {differing} of {LENGTH} rows differ (seed {seed})")
+    assert differing > LENGTH // 2, (differing, seed)
+    split, _ = _in_calls(fast_chunked, rows, [CHUNK + 1], threads=2)
+    assert first_bit_difference(split, prefill) is not None, "chunks from each call's first row moved nothing"
+
+
+@pytest.mark.parametrize("variant", [consistent, fast_chunked, fast_recurrent], ids=lambda f: f.__name__)
+def test_agrees_with_the_float64_recurrence(variant):
+    seed = fresh_seed()
+    rows = _inputs(seed)
+    y, _ = _in_calls(variant, rows, [], threads=2)
+    expected = delta_rule(*rows)
+    error = ((y.double() - expected).abs().max() / expected.abs().max()).item()
+    print(f"{variant.__name__}: max |y - float64| / max |y| = {error:.2e} (tolerance {REFERENCE_TOLERANCE})")
+    assert error <= REFERENCE_TOLERANCE, (error, seed)
+
+
+def test_agrees_with_transformers_chunked_rule():
+    """Qwen3-Next's torch form in transformers (the parity target), batch of one, our layout."""
+    modeling = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
+    seed = fresh_seed()
+    rows = _inputs(seed)
+    ours, state = _in_calls(fast_chunked, rows, [], threads=2)
+    q, k, v, g, beta = (t[None] for t in rows)
+    theirs, end = modeling.torch_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=CHUNK, output_final_state=True,
+                                                        use_qk_l2norm_in_kernel=True)
+    error = ((ours - theirs[0]).abs().max() / theirs.abs().max()).item()
+    state_error = ((state.ssm - end[0]).abs().max() / end.abs().max()).item()
+    same = first_bit_difference(ours, theirs[0]) is None and first_bit_difference(state.ssm, end[0]) is None
+    print(f"fast_chunked vs transformers: output {error:.2e}, state {state_error:.2e} "
+          f"(tolerance {REFERENCE_TOLERANCE}); bit for bit: {same}")
+    assert error <= REFERENCE_TOLERANCE and state_error <= REFERENCE_TOLERANCE, (error, state_error, seed)
+
+
+def test_a_fast_variant_refuses_rows_a_consistent_call_kept():
+    rows = _inputs(fresh_seed())
+    _, kept = consistent(*(t[:CHUNK + 3] for t in rows), DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM), chunk_size=CHUNK)
+    with pytest.raises(ValueError, match="cannot fold 3 rows"):
+        fast_recurrent(*(t[CHUNK + 3:CHUNK + 4] for t in rows), kept, chunk_size=CHUNK)
