@@ -1,13 +1,9 @@
 """Shared fixtures. Every check draws fresh random inputs: `fresh_seed` is new per test run
-(BITWISE_SEED=<n> replays one) and is attached to the report of any test that fails. OpenMP
-pools wait passively here, as the judge's workers do (gates/candidate.py): tests start processes
-beside each other on a 2-core machine, and pools spinning at barriers starve one another."""
+(BITWISE_SEED=<n> replays one) and is attached to the report of any test that fails."""
 import os
 import random
 
 import pytest
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads its OpenMP runtime
 
 
 @pytest.fixture
