@@ -6,6 +6,7 @@ agree with the float64 recurrence within a stated tolerance."""
 import pytest
 import torch
 
+from gates.case_calls import intra_op_threads
 from gates.compare import first_bit_difference
 from gates.inputs import fresh_seed
 from gates.reference.gated_delta import delta_rule
@@ -29,16 +30,12 @@ def _inputs(seed):
 
 def _in_calls(variant, rows, cuts, threads):
     """variant over `rows` cut at `cuts`, each piece one call after the state the last left."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with intra_op_threads(threads):
         state, outputs = DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM), []
         for lo, hi in zip([0, *cuts], [*cuts, LENGTH]):
             y, state = variant(*(t[lo:hi] for t in rows), state, chunk_size=CHUNK)
             outputs.append(y)
         return torch.cat(outputs), state
-    finally:
-        torch.set_num_threads(saved)
 
 
 def _splits():

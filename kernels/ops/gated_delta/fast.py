@@ -2,7 +2,8 @@
 with everything folded (a partial chunk too), and decode by the one-step recurrence."""
 import torch
 
-from kernels.ops.gated_delta.forms import DeltaState, prepared, run_chunks, step
+from kernels.ops.chunk_scan import run_chunks
+from kernels.ops.gated_delta.forms import DeltaState, chunk, prepared, step
 
 
 def _folded(state: DeltaState) -> torch.Tensor:
@@ -15,7 +16,7 @@ def _folded(state: DeltaState) -> torch.Tensor:
 def fast_chunked(q, k, v, g, beta, state: DeltaState, *, chunk_size: int):
     """Engine prefill: chunks start at this call's first row; S after every row."""
     rows = prepared(q, k, v, g, beta)
-    y, _, end = run_chunks(rows, _folded(state), chunk_size)
+    y, _, end = run_chunks(chunk, rows, _folded(state), chunk_size)
     return y, DeltaState(end, state.folded + q.shape[0])
 
 

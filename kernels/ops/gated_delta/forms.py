@@ -1,11 +1,10 @@
 """The gated delta rule in torch ops (the math: kernels/ops/gated_delta/__init__.py): rows made
-fp32 and normalised, one chunk's outputs and end state, the one-step recurrence, and the state a
-sequence carries between calls. The consistent and fast variants both run these."""
+fp32 and normalised, one chunk's outputs and end state (run in chunks by kernels/ops/chunk_scan.py;
+padding rows have g = beta = 0), the one-step recurrence, and the state a sequence carries between
+calls. The consistent and fast variants both run these."""
 from dataclasses import dataclass
 
 import torch
-
-from kernels.ops.padding import pad_to_multiple
 
 L2_EPS = 1e-6  # as flash-linear-attention's l2norm
 
@@ -33,13 +32,6 @@ def prepared(q, k, v, g, beta):
     return q, k, v.float(), g.float(), beta.float()
 
 
-def rows_after(state: DeltaState, new: tuple) -> tuple:
-    """The rows a call scans: the state's pending ones, then the new."""
-    if state.pending is None:
-        return new
-    return tuple(torch.cat([old, fresh]) for old, fresh in zip(state.pending, new))
-
-
 def chunk(q, k, v, g, beta, state0):
     """One chunk of prepared rows [Q, H, *] from state0 [H, K, V]: (y [Q, H, V], end state)."""
     qh, kh, vh = (t.transpose(0, 1) for t in (q, k, v))  # [H, Q, K], [H, Q, K], [H, Q, V]
@@ -57,19 +49,6 @@ def chunk(q, k, v, g, beta, state0):
     to_end = (cum[..., -1:] - cum).exp()  # [H, Q]
     end = state0 * cum[..., -1].exp()[:, None, None] + (kh * to_end[..., None]).transpose(-1, -2) @ v_new
     return y.transpose(0, 1), end
-
-
-def run_chunks(rows, state0, chunk_size: int):
-    """Scan prepared `rows` in chunks of chunk_size from state0: (y of every row, the state at
-    the last chunk boundary, the state after all rows). Padding rows have g = beta = 0."""
-    num_rows = rows[0].shape[0]
-    outputs, boundary, end = [], state0, state0
-    for lo in range(0, num_rows, chunk_size):
-        y, end = chunk(*(pad_to_multiple(r[lo:lo + chunk_size], 0, chunk_size) for r in rows), boundary)
-        outputs.append(y[:min(chunk_size, num_rows - lo)])
-        if lo + chunk_size <= num_rows:
-            boundary = end
-    return torch.cat(outputs), boundary, end
 
 
 def step(q, k, v, g, beta, state):

@@ -5,7 +5,7 @@ recompute (kernels/ops/ssm_scan/triton.py) run it, so none imports another.
 """
 import torch
 
-from kernels.ops.padding import pad_to_multiple
+from kernels.ops import chunk_scan
 
 
 def chunk(x, B, C, dt, state0, A, D):
@@ -36,23 +36,14 @@ def end_state(cs, xh, dth, Bh, state0):
 
 
 def run_chunks(rows, state0, A, D, chunk_size):
-    """Scan `rows` chunk by chunk from state0: (y of every row, the state at the last chunk
-    boundary, the state after all rows). Padding rows have dt = 0, so they move neither
-    cumsum nor the end state: a partial chunk's end state is exact for its real rows."""
-    num_rows = rows[0].shape[0]
-    outputs, boundary, end = [], state0, state0
-    for lo in range(0, num_rows, chunk_size):
-        piece = [pad_to_multiple(r[lo:lo + chunk_size], 0, chunk_size) for r in rows]
-        y, end = chunk(*piece, boundary, A.float(), D.float())
-        outputs.append(y[:min(chunk_size, num_rows - lo)])
-        if lo + chunk_size <= num_rows:
-            boundary = end
-    return torch.cat(outputs), boundary, end
+    """Scan `rows` chunk by chunk from state0 (kernels/ops/chunk_scan.py): (y of every row, the
+    state at the last chunk boundary, the state after all rows). Padding rows have dt = 0, so
+    they move neither cumsum nor the end state: a partial chunk's end state is exact for its
+    real rows."""
+    A32, D32 = A.float(), D.float()
+    return chunk_scan.run_chunks(lambda *piece_and_state: chunk(*piece_and_state, A32, D32), rows, state0, chunk_size)
 
 
 def _rows(state, x, B, C, dt):
     """The unfolded rows (buffered, then new) in fp32."""
-    new = [x.float(), B.float(), C.float(), dt]
-    if state.pending is None:
-        return new
-    return [torch.cat([old, fresh]) for old, fresh in zip(state.pending, new)]
+    return chunk_scan.after_pending(state.pending, [x.float(), B.float(), C.float(), dt])
