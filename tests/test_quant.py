@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from gates.compare import assert_bitwise_equal, bit_view
 from gates.reference import quant as ref
@@ -267,3 +268,33 @@ def test_ste_forward_quantizes_and_gradient_passes_through(round_trip, fresh_see
     upstream = torch.randn(128, 256, generator=generator).to(torch.bfloat16)
     (grad,) = torch.autograd.grad(y, w, upstream)
     assert_bitwise_equal(grad, upstream, "STE gradient")
+
+
+class _DivisionDevices(TorchFunctionMode):
+    """Records the operand devices of every tensor division; meta tensors answer bool() with True."""
+
+    DIVISIONS = (torch.Tensor.__truediv__, torch.Tensor.__rtruediv__, torch.Tensor.div, torch.div, torch.true_divide)
+
+    def __init__(self):
+        super().__init__()
+        self.operands = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.__bool__ and args[0].device.type == "meta":
+            return True
+        if func in self.DIVISIONS:
+            self.operands.append(tuple(a.device.type if isinstance(a, torch.Tensor) else type(a).__name__
+                                       for a in args[:2]))
+        return func(*args, **(kwargs or {}))
+
+
+def test_divisors_live_on_the_dividends_device():
+    """CUDA divides by a CPU scalar as a multiply by its fp32 reciprocal (not the true quotient the
+    contract names): on a non-CPU input every divisor of both quantizers must be on that device."""
+    x = torch.empty(3, 256, device="meta")
+    with _DivisionDevices() as mode:
+        for granularity in GRANULARITIES:
+            quant.fp8_quantize(x, granularity)
+        quant.nvfp4_quantize(x)
+    assert len(mode.operands) >= len(GRANULARITIES) + 3, mode.operands
+    assert set(mode.operands) == {("meta", "meta")}, mode.operands

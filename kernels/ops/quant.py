@@ -32,9 +32,10 @@ _E2M1_TIES = ((0.25, False), (0.75, True), (1.25, False), (1.75, True),
 FP8_GROUPS = {"tensor": None, "token": (1, None), "block_1x128": (1, 128), "block_128x128": (128, 128)}
 
 
-def _fp32(value: float) -> torch.Tensor:
-    """A 0-d fp32 tensor, so that x / it is a tensor division."""
-    return torch.tensor(value, dtype=torch.float32)
+def _fp32(value: float, like: torch.Tensor) -> torch.Tensor:
+    """A 0-d fp32 tensor on like's device (a fill, so graph capture allows it): CUDA divides by a
+    CPU scalar as a multiply by its fp32 reciprocal, which is not the true quotient."""
+    return torch.full((), value, dtype=torch.float32, device=like.device)
 
 
 def saturating_e4m3(x32: torch.Tensor) -> torch.Tensor:
@@ -76,7 +77,7 @@ def fp8_quantize(x: torch.Tensor, granularity: str):
     x32 = x.float()
     group = _group_shape(x, granularity)
     amax = _finite_magnitude(x32).amax() if group is None else _group_amax(x32, *group)
-    scale = amax / _fp32(E4M3_MAX)
+    scale = amax / _fp32(E4M3_MAX, amax)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     full = scale if group is None else _expand(scale, *group, x.shape)
     return saturating_e4m3(x32 / full), scale
@@ -132,10 +133,10 @@ def nvfp4_quantize(x: torch.Tensor) -> NVFP4Tensor:
     x32 = x.float()
     if not bool(torch.isfinite(x32).all()):
         raise ValueError("NVFP4 quantizes finite values only (E2M1 has no inf or NaN)")
-    global_scale = _fp32(E4M3_MAX * E2M1_MAX) / x32.abs().amax()
-    global_scale = torch.where(torch.isfinite(global_scale), global_scale, _fp32(1.0))
+    global_scale = _fp32(E4M3_MAX * E2M1_MAX, x32) / x32.abs().amax()
+    global_scale = torch.where(torch.isfinite(global_scale), global_scale, _fp32(1.0, x32))
     blocks = x32.reshape(*x.shape[:-1], x.shape[-1] // NVFP4_BLOCK, NVFP4_BLOCK)
-    wanted = blocks.abs().amax(dim=-1) / _fp32(E2M1_MAX) * global_scale
+    wanted = blocks.abs().amax(dim=-1) / _fp32(E2M1_MAX, x32) * global_scale
     block_scales = saturating_e4m3(wanted.clamp(min=E4M3_MIN_SUBNORMAL))
     codes = e2m1_encode(blocks / _nvfp4_decode_scale(block_scales, global_scale))
     return NVFP4Tensor(codes.reshape(x.shape), block_scales, global_scale, tuple(x.shape))
