@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from gates import faults_cuda
 from gates.faults_cuda import kernel_module
+from kernels.ops import quant
 from kernels.ops.registry import implementation, register_variant
 from kernels.trainer.rl_loop import GRPORun
 
@@ -210,6 +211,21 @@ def weight_round_trip_detached(w, *, fmt):
     return implementation("weight_quant.round_trip")(w if fmt == "none" else w.detach(), fmt=fmt)
 
 
+def weight_round_trip_reciprocal_scale(w, *, fmt):
+    """FP8 weights whose 128x128 block scale is amax * fp32(1/448), a multiply by the reciprocal
+    (what CUDA does for a CPU-scalar divisor), not the true quotient: one ulp off for about half
+    the blocks, an element's rounding flipped only now and then. C08's bitwise weights must fail it."""
+    if fmt != "fp8":
+        return implementation("weight_quant.round_trip")(w, fmt=fmt)
+
+    def round_trip(v):
+        v32 = v.float()
+        scale = quant._group_amax(v32, 128, 128) * torch.tensor(1 / quant.E4M3_MAX, dtype=torch.float32)
+        full = quant._expand(torch.where(scale > 0, scale, torch.ones_like(scale)), 128, 128, v.shape)
+        return (quant.saturating_e4m3(v32 / full).float() * full).to(v.dtype)
+    return quant.ste(w, round_trip)
+
+
 PLANTED = {
     ("linear", "planted_slow_repeat"): linear_slow_repeat,
     ("linear", "planted_atomic_split_k"): linear_atomic_split_k,
@@ -227,6 +243,7 @@ PLANTED = {
     ("attention", "planted_split_past_hidden_context"): attention_split_past_hidden_context,
     ("logprob", "planted_fast_in_a_worker"): logprob_fast_in_a_worker,
     ("weight_quant", "planted_detached"): weight_round_trip_detached,
+    ("weight_quant", "planted_reciprocal_scale"): weight_round_trip_reciprocal_scale,
 }
 
 

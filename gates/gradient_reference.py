@@ -34,6 +34,7 @@ class ReferenceDispatch:
         self.tested = tested
         self.near_kinks = 0
         self.quantized = {"weights": 0, "activations": 0, "kv": 0}  # straight-through points taken
+        self.weights = {}  # str(layer) -> the fp32 quantized weights in call order (C08 compares their bits)
 
     def selecting_rows(self, rows):
         return contextlib.nullcontext()  # row selections only matter to tracers
@@ -116,7 +117,9 @@ class ReferenceDispatch:
         exact = (ref_quant.fp8_quantize(w, "block_128x128") if fmt == "fp8"
                  else ref_quant.nvfp4_quantize(w)).dequantized
         self.quantized["weights"] += 1
-        return w + (ref_quant.to_output(exact, torch.float32).double() - w).detach()
+        rounded = ref_quant.to_output(exact, torch.float32)
+        self.weights.setdefault(str(layer), []).append(rounded.detach().clone())
+        return w + (rounded.double() - w).detach()
 
     def act_quant(self, layer, x, *, fmt):
         if fmt == "none":

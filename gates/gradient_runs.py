@@ -5,7 +5,8 @@ decisions (MoE expert ids, FP8 activations, the K and V an FP8 KV store received
 runs on the base commit's kernels (exported by the gate: a candidate cannot rewire what is
 differentiated): that definition on a float64 copy of the tested weights, every region its float64
 formula (gates/gradient_reference.py), the decisions replayed. Both answer tensors by name (loss,
-sum of |terms|, gradients); tested adds weights, decisions and recomputed/grad/<parameter>.
+sum of |terms|, gradients, quantized/<layer>/<call>: each quantized weight as the forward used it);
+tested adds weights, decisions and recomputed/grad/<parameter>.
 """
 import dataclasses
 
@@ -49,12 +50,16 @@ def tested(subject, size: str, model_seed: int, contract, spec: list, coefficien
     calls, kept = {}, {}
 
     def keep_decisions(call):  # the reference runs on the CPU
+        quantized_weight = call.region == "weight_quant" and call.kwargs.get("fmt") != "none"
         fp8_kv = call.region == "attention" and getattr(call.args[4], "kv_format", "auto") == "fp8"
-        if not (call.region in ("topk", "act_quant") and call.kwargs.get("fmt") != "none" or fp8_kv):
+        decision = call.region in ("topk", "act_quant") and call.kwargs.get("fmt") != "none"
+        if not (quantized_weight or decision or fp8_kv):
             return
         index = calls[(call.region, call.layer)] = calls.get((call.region, call.layer), -1) + 1
         name = f"decision/{call.region}/{call.layer}/{index}"
-        if call.region == "attention":
+        if quantized_weight:
+            kept[quantized_name(call.layer, index)] = call.output.detach().cpu()
+        elif call.region == "attention":
             kept[name + "/k"], kept[name + "/v"] = (t.detach().cpu() for t in call.args[1:3])
         else:
             kept[name] = (call.output[0] if call.region == "topk" else call.output).detach().cpu()
@@ -65,6 +70,10 @@ def tested(subject, size: str, model_seed: int, contract, spec: list, coefficien
     again = _loss_and_grads(model, RegionDispatch(contract), spec, coefficients, **HEAD_CHUNKING)
     recomputed = {f"recomputed/{name}": t for name, t in again.items() if name.startswith("grad/")}
     return {**found, **weights, **kept, **recomputed}, [name for name, _ in model.named_parameters()]
+
+
+def quantized_name(layer, index) -> str:
+    return f"quantized/{layer}/{index}"
 
 
 def replayed_decisions(tensors: dict) -> dict:
@@ -86,5 +95,7 @@ def reference(subject, size: str, spec: list, tensors: dict) -> tuple:
     model.load_state_dict({name[len("weight/"):]: t for name, t in tensors.items() if name.startswith("weight/")})
     dispatch = ReferenceDispatch(replayed_decisions(tensors))
     found = _loss_and_grads(model.double(), dispatch, spec, tensors["coefficients"])
+    found.update({quantized_name(layer, index): w for layer, weights in dispatch.weights.items()
+                  for index, w in enumerate(weights)})
     return found, {"parameters": [name for name, _ in model.named_parameters()], "near_kinks": dispatch.near_kinks,
                    "quantized": dispatch.quantized}

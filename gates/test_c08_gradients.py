@@ -24,10 +24,12 @@ float64 quantization of the master weight (FP8 128x128 blocks or NVFP4, as every
 stores it), its FP8 activations and FP8 KV take the tested side's quantized values (the
 scale and rounding decisions, which C02-C04 judge bit for bit), and every one passes its
 gradient through unchanged; the reference must have taken every kind of quantization the
-config names (else the size proved nothing). Negative controls: the consistent contract with mlp_act bound to
+config names (else the size proved nothing), and every quantized weight of the tested forward must
+equal the reference's bit for bit (int views). Negative controls: the consistent contract with mlp_act bound to
 activation.planted_wrong_gradient fails it on qwen3, and with weight_quant bound to
 weight_quant.planted_detached (the same forward, no gradient to the master weight) on the
-quantized cut; with o_proj's trainer_bwd bound to linear.planted_atomic_split_k (an order
+quantized cut, and weight_quant.planted_reciprocal_scale (FP8 block scales off by one ulp) fails the
+bitwise weights; with o_proj's trainer_bwd bound to linear.planted_atomic_split_k (an order
 drawn per call) the recomputed forward is another and the recompute condition fails.
 The tested side runs in a worker on the judged tree; the reference in a worker on the base
 commit's kernels (BITWISE_BASE, default HEAD; exported here), so the model definition it
@@ -42,7 +44,7 @@ import torch
 from gates import device
 from gates.baseline import ROOT
 from gates.candidate import ask_once, ask_tensors, check_judge_clean, confinement
-from gates.compare import first_bit_difference
+from gates.compare import bit_view, first_bit_difference
 from gates.git_objects import export_commit
 from gates.gradient_reference import KINK_BAND
 from gates.inputs import fresh_seed, generator
@@ -79,6 +81,19 @@ def _both_sides(asked, facts, gen, reference_tree):
     return spec, (tested, tensors), reference
 
 
+def check_quantized_weights(gate, size: str, mine: dict, theirs: dict) -> None:
+    """Every weight the tested forward quantized is, bit for bit, the reference's float64
+    quantization rounded to fp32: a scale one ulp off flips an element's rounding only now and then,
+    too rarely for the gradients to show it on every draw, but it moves these bits every time."""
+    names = sorted(name for name in {**mine, **theirs} if name.startswith("quantized/"))
+    differing = {name: (-1 if name not in mine or name not in theirs or mine[name].shape != theirs[name].shape
+                        else int((bit_view(mine[name]) != bit_view(theirs[name])).sum())) for name in names}
+    bad = {name: count for name, count in differing.items() if count}
+    gate.check(f"[{size}] every quantized weight equals the float64 reference's quantization, bit for bit",
+               bool(names) and not bad, quantized_weights=len(names), differing_elements=dict(list(bad.items())[:8]),
+               num_differing_weights=len(bad), note="-1: a weight one side did not quantize, or another shape")
+
+
 def check_size(gate, size: str, reference_tree) -> None:
     seed = fresh_seed()
     asked = {"subject": gate.subject(size), "model_seed": seed % 1000, "device": device.target()}
@@ -96,6 +111,8 @@ def check_size(gate, size: str, reference_tree) -> None:
         taken = reference["quantized"]
         gate.check(f"[{size}] the reference took every quantized path the config names", all(
             taken[kind] > 0 for kind, named in wanted.items() if named), straight_through_points=taken)
+    if wanted["weights"]:
+        check_quantized_weights(gate, size, mine, theirs)
     if "ssm_scan" in facts["regions"]:
         gate.check(f"[{size}] every Mamba dt lies {KINK_BAND:g} (relative) or more from time_step_min, where its "
                    "gradient jumps", near_kinks[-1] == 0, near_kink_dt_per_draw=near_kinks, max_draws=MAX_DRAWS)
