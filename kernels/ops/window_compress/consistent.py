@@ -1,0 +1,31 @@
+"""window_compress.consistent: windows at absolute positions, each block one fp32 softmax over its
+slots and one sum in slot order (explicit, so no reduction kernel picks an order by shape), the
+unfinished window kept in the state and completed by a later call."""
+import torch
+
+from kernels.ops.window_compress.forms import after, biased, window_slots, with_pending
+
+
+def slot_ordered_block(kv_slots, gate_slots) -> torch.Tensor:
+    """[n, slots, D] -> [n, D] fp32: sum_j softmax_j(z) kv_j, every sum in slot order."""
+    z = gate_slots.float()
+    top = z.amax(dim=1)  # a max is exact in any order
+    weights = [torch.exp(z[:, j] - top) for j in range(z.shape[1])]
+    total = weights[0]
+    for w in weights[1:]:
+        total = total + w
+    kv32 = kv_slots.float()
+    block = (weights[0] / total) * kv32[:, 0]
+    for j in range(1, len(weights)):
+        block = block + (weights[j] / total) * kv32[:, j]
+    return block
+
+
+def consistent(kv, gate, position_bias, state, *, rate, overlap):
+    """kv, gate [T, W] of new rows -> (blocks [n, D] fp32 of the windows they complete, next state)."""
+    first_offset = 0 if state.pending_kv is None else state.pending_kv.shape[0]
+    kv_all, gate_all = with_pending(state, kv, biased(gate, position_bias, first_offset))
+    kv_slots, gate_slots = window_slots(kv_all, gate_all, state, rate=rate, overlap=overlap)
+    blocks = slot_ordered_block(kv_slots, gate_slots) if kv_slots.shape[0] else kv_all.new_zeros(
+        0, kv_slots.shape[-1], dtype=torch.float32)
+    return blocks, after(kv_all, gate_all, state, rate=rate, overlap=overlap)
