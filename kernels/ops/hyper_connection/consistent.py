@@ -1,0 +1,68 @@
+"""hyper_connection.consistent: the flattened streams' norm by reduction.row_sum, the projection by
+linear.consistent's row tiles, and every sum over the N streams an explicit loop in stream order,
+so a token's bits do not follow the batch; the mixing in fp32, one rounding."""
+import torch
+
+from kernels.ops.linear.consistent import consistent as linear_consistent
+from kernels.ops.reduction import row_sum
+
+ROW_TILE = 8
+
+
+def _ordered_sum(terms):
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
+
+
+def _sigmoid(x):
+    """1 / (1 + exp(-x)) from torch.exp, whose vector and scalar CPU loops agree (torch.sigmoid's
+    do not: a token's bits would follow its place in the vector loop, so the batch)."""
+    return 1.0 / (1.0 + torch.exp(-x))
+
+
+def _softmax_last(z):
+    """Softmax over the last (stream) dim, the denominator summed in stream order."""
+    e = torch.exp(z - z.amax(dim=-1, keepdim=True))
+    return e / _ordered_sum([e[..., j:j + 1] for j in range(e.shape[-1])])
+
+
+def _sinkhorn(comb, *, eps, iterations):
+    """Columns, then (rows, columns) iterations - 1 times; each sum in stream order."""
+    def columns(c):
+        return c / (_ordered_sum([c[:, j:j + 1, :] for j in range(c.shape[1])]) + eps)
+
+    def rows(c):
+        return c / (_ordered_sum([c[:, :, j:j + 1] for j in range(c.shape[2])]) + eps)
+
+    comb = columns(comb)
+    for _ in range(iterations - 1):
+        comb = columns(rows(comb))
+    return comb
+
+
+def mix_in(streams, fn, base, scale, *, hc_eps, norm_eps, sinkhorn_iters):
+    """streams [T, N, D] -> (the block's input [T, D] in streams' dtype, post [T, N], comb [T, N, N] fp32)."""
+    num_tokens, n = streams.shape[:2]
+    flat = streams.reshape(num_tokens, -1).float()
+    normed = flat * torch.rsqrt(row_sum(flat * flat) / flat.shape[-1] + norm_eps)
+    mixes = linear_consistent(normed, fn.float(), row_multiple=ROW_TILE)
+    pre_w, post_w, comb_w = mixes.split([n, n, n * n], dim=-1)
+    pre_b, post_b, comb_b = base.float().split([n, n, n * n])
+    a_pre, a_post, a_comb = scale.float().unbind(0)
+    pre = _sigmoid(pre_w * a_pre + pre_b) + hc_eps
+    post = 2 * _sigmoid(post_w * a_post + post_b)
+    comb = _softmax_last((comb_w * a_comb + comb_b).reshape(num_tokens, n, n)) + hc_eps
+    comb = _sinkhorn(comb, eps=hc_eps, iterations=sinkhorn_iters)
+    s32 = streams.float()
+    collapsed = _ordered_sum([pre[:, j, None] * s32[:, j] for j in range(n)])
+    return collapsed.to(streams.dtype), post, comb
+
+
+def mix_out(streams, block_out, post, comb):
+    """stream'_k = post_k out + sum_j comb_jk stream_j in fp32 (stream order), rounded once."""
+    s32, out32 = streams.float(), block_out.float()
+    mixed = [post[:, k, None] * out32 + _ordered_sum([comb[:, j, k, None] * s32[:, j] for j in range(s32.shape[1])])
+             for k in range(s32.shape[1])]
+    return torch.stack(mixed, dim=1).to(streams.dtype)
