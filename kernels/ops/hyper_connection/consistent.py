@@ -1,8 +1,10 @@
 """hyper_connection.consistent: the flattened streams' norm by reduction.row_sum, the projection by
 linear.consistent's row tiles, and every sum over the N streams an explicit loop in stream order,
-so a token's bits do not follow the batch; the mixing in fp32, one rounding."""
+and the sigmoid from torch.exp (torch.sigmoid's vector and scalar loops round differently), so a
+token's bits do not follow the batch; the mixing in fp32, one rounding."""
 import torch
 
+from kernels.ops.activation.consistent import position_independent_sigmoid
 from kernels.ops.linear.consistent import consistent as linear_consistent
 from kernels.ops.reduction import row_sum
 
@@ -14,12 +16,6 @@ def _ordered_sum(terms):
     for term in terms[1:]:
         total = total + term
     return total
-
-
-def _sigmoid(x):
-    """1 / (1 + exp(-x)) from torch.exp, whose vector and scalar CPU loops agree (torch.sigmoid's
-    do not: a token's bits would follow its place in the vector loop, so the batch)."""
-    return 1.0 / (1.0 + torch.exp(-x))
 
 
 def _softmax_last(z):
@@ -51,8 +47,8 @@ def mix_in(streams, fn, base, scale, *, hc_eps, norm_eps, sinkhorn_iters):
     pre_w, post_w, comb_w = mixes.split([n, n, n * n], dim=-1)
     pre_b, post_b, comb_b = base.float().split([n, n, n * n])
     a_pre, a_post, a_comb = scale.float().unbind(0)
-    pre = _sigmoid(pre_w * a_pre + pre_b) + hc_eps
-    post = 2 * _sigmoid(post_w * a_post + post_b)
+    pre = position_independent_sigmoid(pre_w * a_pre + pre_b) + hc_eps
+    post = 2 * position_independent_sigmoid(post_w * a_post + post_b)
     comb = _softmax_last((comb_w * a_comb + comb_b).reshape(num_tokens, n, n)) + hc_eps
     comb = _sinkhorn(comb, eps=hc_eps, iterations=sinkhorn_iters)
     s32 = streams.float()
