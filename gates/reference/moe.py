@@ -10,9 +10,10 @@ flip between its fp32 and this float64 arithmetic.
 import torch
 
 
-def router(x, w):
-    """[M, H] x [E, H] -> sigmoid scores [M, E]."""
-    return torch.sigmoid(x.double() @ w.double().T)
+def router(x, w, scoring="sigmoid"):
+    """[M, H] x [E, H] -> scores [M, E]: sigmoid, or sqrt(softplus) (DeepSeek-V4)."""
+    logits = x.double() @ w.double().T
+    return torch.sigmoid(logits) if scoring == "sigmoid" else torch.sqrt(torch.nn.functional.softplus(logits))
 
 
 def select(scores, bias, top_k):

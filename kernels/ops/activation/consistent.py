@@ -1,6 +1,7 @@
 """activation.consistent: SiLU(gate) * up in fp32 with a sigmoid built from exp and division
 (whose vector and scalar loops agree on CPU), rounded once; on CUDA one Triton kernel (triton.py).
-The position-independent sigmoid also serves gated_norm, router and ssm_conv.
+The position-independent sigmoid also serves gated_norm, router and ssm_conv; the softplus, ssm_scan's
+dt and router's sqrt-softplus scores.
 """
 import torch
 
@@ -8,6 +9,12 @@ import torch
 def position_independent_sigmoid(x):
     """sigmoid(x) = 1 / (1 + exp(-x)) from ops whose vector and scalar loops agree."""
     return (1.0 + torch.exp(-x)).reciprocal()
+
+
+def position_independent_softplus(x):
+    """softplus with torch's threshold (x > 20 -> x), from exp and log, whose vector and
+    scalar loops agree on CPU (F.softplus's do not)."""
+    return torch.where(x > 20.0, x, torch.log(1.0 + torch.exp(x)))
 
 
 def consistent(gate, up):

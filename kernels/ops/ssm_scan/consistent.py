@@ -4,16 +4,11 @@ Triton kernels (triton.py, decode_triton.py), a decode-only group in one go.
 """
 import torch
 
+from kernels.ops.activation.consistent import position_independent_softplus
 from kernels.ops.ssm_scan.forms import _rows, run_chunks
 from kernels.ops.ssm_scan.forms import chunk_outputs as _chunk_outputs
 from kernels.ops.ssm_scan.forms import end_state as _end_state
 from kernels.ops.state_segments import batched_decode, each_segment
-
-
-def position_independent_softplus(x):
-    """softplus with torch's threshold (x > 20 -> x), from exp and log, whose vector and
-    scalar loops agree on CPU (F.softplus's do not)."""
-    return torch.where(x > 20.0, x, torch.log(1.0 + torch.exp(x)))
 
 
 def torch_scan(rows, state0, A, D, *, chunk_size, first_row):

@@ -14,3 +14,9 @@ def topk_consistent(scores, bias, *, top_k, scaling):
     ids = torch.sort(key, dim=-1, descending=True, stable=True).indices[:, :top_k]
     weights = _normalised(scores, ids, scaling, lambda c: _fixed_order_sum(c).unsqueeze(-1))
     return ids, weights
+
+
+def hash_consistent(scores, ids, *, scaling):
+    """DeepSeek-V4's hash routing: the experts are given (a frozen token -> experts table), the
+    weights as topk_consistent's: unbiased scores over their slot-ordered sum, times `scaling`."""
+    return _normalised(scores, ids, scaling, lambda c: _fixed_order_sum(c).unsqueeze(-1))
