@@ -20,12 +20,15 @@ REFERENCE_TOLERANCE = 1e-5  # relative to max |block|: the consistent fp32 softm
 FAST_TOLERANCE = 1e-2  # the fast prefill rounds its softmax weights to bf16
 
 
-def _inputs(seed, rate, overlap):
+def _inputs(kind):
+    """(seed, kv, gate, position_bias, the variants' keywords) of a fresh draw for one compressor."""
+    rate, overlap = KINDS[kind]
+    seed = fresh_seed()
     gen = torch.Generator().manual_seed(seed)
     width = 2 * DIM if overlap else DIM
-    return (torch.randn(LENGTH, width, generator=gen).to(torch.bfloat16),
+    return (seed, torch.randn(LENGTH, width, generator=gen).to(torch.bfloat16),
             torch.randn(LENGTH, width, generator=gen).to(torch.bfloat16) * 2,
-            torch.randn(rate, width, generator=gen) * 0.5)
+            torch.randn(rate, width, generator=gen) * 0.5, {"rate": rate, "overlap": overlap})
 
 
 def _in_calls(variant, kv, gate, bias, cuts, **keywords):
@@ -39,10 +42,8 @@ def _in_calls(variant, kv, gate, bias, cuts, **keywords):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_consistent_blocks_are_the_same_bits_however_the_prompt_is_split(kind):
-    rate, overlap = KINDS[kind]
-    seed = fresh_seed()
-    kv, gate, bias = _inputs(seed, rate, overlap)
-    keywords = {"rate": rate, "overlap": overlap}
+    seed, kv, gate, bias, keywords = _inputs(kind)
+    rate = keywords["rate"]
     with intra_op_threads(2):
         whole, state = consistent(kv, gate, bias, WindowState(), **keywords)
     assert whole.shape[0] == LENGTH // rate and state.emitted == LENGTH // rate
@@ -62,10 +63,7 @@ def test_consistent_blocks_are_the_same_bits_however_the_prompt_is_split(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_fast_prefill_and_decode_differ(kind):
-    rate, overlap = KINDS[kind]
-    seed = fresh_seed()
-    kv, gate, bias = _inputs(seed, rate, overlap)
-    keywords = {"rate": rate, "overlap": overlap}
+    seed, kv, gate, bias, keywords = _inputs(kind)
     prefill, _ = fast_prefill(kv, gate, bias, WindowState(), **keywords)
     decode, _ = _in_calls(fast_decode, kv, gate, bias, [8], **keywords)
     expected = reference_blocks(kv, gate, bias, **keywords)
