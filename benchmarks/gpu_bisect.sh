@@ -4,6 +4,8 @@
 # command at that commit in a worktree (exit 0: good; 2, a gate failed: bad; anything else,
 # a timeout or bad input at that commit: skipped), BAD itself tested first. Every step's log,
 # the bisect log and the verdict are packed into OUT/bisect-<time>.tgz, the summary beside it.
+# BITWISE_BISECT_REPEAT=N runs each step N times, bad if any run fails: a gate that fails on some
+# fresh seeds only (C08 on CUDA before b20b94c) otherwise sends the bisect to a random commit.
 #
 #   bash benchmarks/gpu_bisect.sh OUT_DIR GOOD BAD HARNESS_ARGS...
 #   e.g. BITWISE_BISECT_STEP_S=120 bash benchmarks/gpu_bisect.sh $OUT 55e4d41 c7ee816 \
@@ -30,10 +32,13 @@ cat >"$step" <<STEP
 #!/usr/bin/env bash
 # one bisect step, run by git bisect in the worktree: the harness at this commit
 commit=\$(git rev-parse --short HEAD)
-timeout ${BITWISE_BISECT_STEP_S:-150} python3 -c 'import sys; from harness.cli import main; sys.exit(main(sys.argv[1:]))' \
-    $(printf '%q ' "$@") --out "$work/\$commit" >"$work/\$commit.log" 2>&1
-code=\$?
-echo "\$commit exit \$code" | tee -a "$work/summary.txt"
+for run in \$(seq ${BITWISE_BISECT_REPEAT:-1}); do
+    timeout ${BITWISE_BISECT_STEP_S:-150} python3 -c 'import sys; from harness.cli import main; sys.exit(main(sys.argv[1:]))' \
+        $(printf '%q ' "$@") --out "$work/\$commit-\$run" >"$work/\$commit-\$run.log" 2>&1
+    code=\$?
+    echo "\$commit run \$run exit \$code" | tee -a "$work/summary.txt"
+    [ \$code -eq 0 ] || break  # one failing run makes the commit bad (a flaky gate fails only some runs)
+done
 case \$code in 0) exit 0 ;; 2) exit 1 ;; *) exit 125 ;; esac
 STEP
 chmod +x "$step"
