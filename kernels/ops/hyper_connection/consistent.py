@@ -1,36 +1,29 @@
 """hyper_connection.consistent: the flattened streams' norm by reduction.row_sum, the projection by
-linear.consistent's row tiles, and every sum over the N streams an explicit loop in stream order,
+linear.consistent's row tiles, and every sum over the N streams reduction.ordered_sum's,
 and the sigmoid from torch.exp (torch.sigmoid's vector and scalar loops round differently), so a
 token's bits do not follow the batch; the mixing in fp32, one rounding."""
 import torch
 
 from kernels.ops.activation.consistent import position_independent_sigmoid
 from kernels.ops.linear.consistent import consistent as linear_consistent
-from kernels.ops.reduction import row_sum
+from kernels.ops.reduction import ordered_sum, row_sum
 
 ROW_TILE = 8
-
-
-def _ordered_sum(terms):
-    total = terms[0]
-    for term in terms[1:]:
-        total = total + term
-    return total
 
 
 def _softmax_last(z):
     """Softmax over the last (stream) dim, the denominator summed in stream order."""
     e = torch.exp(z - z.amax(dim=-1, keepdim=True))
-    return e / _ordered_sum([e[..., j:j + 1] for j in range(e.shape[-1])])
+    return e / ordered_sum(e).unsqueeze(-1)
 
 
 def _sinkhorn(comb, *, eps, iterations):
     """Columns, then (rows, columns) iterations - 1 times; each sum in stream order."""
     def columns(c):
-        return c / (_ordered_sum([c[:, j:j + 1, :] for j in range(c.shape[1])]) + eps)
+        return c / (ordered_sum(c.transpose(1, 2)).unsqueeze(1) + eps)
 
     def rows(c):
-        return c / (_ordered_sum([c[:, :, j:j + 1] for j in range(c.shape[2])]) + eps)
+        return c / (ordered_sum(c).unsqueeze(2) + eps)
 
     comb = columns(comb)
     for _ in range(iterations - 1):
@@ -52,13 +45,13 @@ def mix_in(streams, fn, base, scale, *, hc_eps, norm_eps, sinkhorn_iters):
     comb = _softmax_last((comb_w * a_comb + comb_b).reshape(num_tokens, n, n)) + hc_eps
     comb = _sinkhorn(comb, eps=hc_eps, iterations=sinkhorn_iters)
     s32 = streams.float()
-    collapsed = _ordered_sum([pre[:, j, None] * s32[:, j] for j in range(n)])
+    collapsed = ordered_sum((pre[:, :, None] * s32).transpose(1, 2))
     return collapsed.to(streams.dtype), post, comb
 
 
 def mix_out(streams, block_out, post, comb):
     """stream'_k = post_k out + sum_j comb_jk stream_j in fp32 (stream order), rounded once."""
     s32, out32 = streams.float(), block_out.float()
-    mixed = [post[:, k, None] * out32 + _ordered_sum([comb[:, j, k, None] * s32[:, j] for j in range(s32.shape[1])])
+    mixed = [post[:, k, None] * out32 + ordered_sum((comb[:, :, k, None] * s32).transpose(1, 2))
              for k in range(s32.shape[1])]
     return torch.stack(mixed, dim=1).to(streams.dtype)

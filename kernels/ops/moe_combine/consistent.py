@@ -1,13 +1,6 @@
 """moe_combine.consistent: each slot's weight applied once, the slots summed in fp32 in slot
-order, + shared, one rounding. The fixed-order sum also normalises topk.consistent's weights."""
-
-
-def _fixed_order_sum(columns):
-    """Sum over the last dim, left to right (slot 0 first): k adds, an order fixed by k."""
-    total = columns[..., 0]
-    for slot in range(1, columns.shape[-1]):
-        total = total + columns[..., slot]
-    return total
+order (reduction.ordered_sum), + shared, one rounding."""
+from kernels.ops.reduction import ordered_sum
 
 
 def combine_consistent(slot_outputs, ids, weights, shared_out):
@@ -15,5 +8,5 @@ def combine_consistent(slot_outputs, ids, weights, shared_out):
     once to its slot's (unweighted, experts_consistent) output, then + shared; one rounding
     to the slot outputs' dtype. `ids` is not used: slot order, not expert order."""
     weighted = slot_outputs.float() * weights.float().unsqueeze(-1)  # [M, k, H]
-    acc = _fixed_order_sum(weighted.transpose(1, 2)) + shared_out.float()  # [M, H]
+    acc = ordered_sum(weighted.transpose(1, 2)) + shared_out.float()  # [M, H]
     return acc.to(slot_outputs.dtype)

@@ -1,8 +1,9 @@
 """window_compress.consistent: windows at absolute positions, each block one fp32 softmax over its
-slots and one sum in slot order (explicit, so no reduction kernel picks an order by shape), the
+slots and one sum in slot order (reduction.ordered_sum: no reduction kernel picks an order by shape), the
 unfinished window kept in the state and completed by a later call."""
 import torch
 
+from kernels.ops.reduction import ordered_sum
 from kernels.ops.window_compress.forms import after, biased, window_slots, with_pending
 
 
@@ -10,15 +11,9 @@ def slot_ordered_block(kv_slots, gate_slots) -> torch.Tensor:
     """[n, slots, D] -> [n, D] fp32: sum_j softmax_j(z) kv_j, every sum in slot order."""
     z = gate_slots.float()
     top = z.amax(dim=1)  # a max is exact in any order
-    weights = [torch.exp(z[:, j] - top) for j in range(z.shape[1])]
-    total = weights[0]
-    for w in weights[1:]:
-        total = total + w
-    kv32 = kv_slots.float()
-    block = (weights[0] / total) * kv32[:, 0]
-    for j in range(1, len(weights)):
-        block = block + (weights[j] / total) * kv32[:, j]
-    return block
+    weights = torch.exp(z - top[:, None])  # [n, slots, D]
+    total = ordered_sum(weights.transpose(1, 2))  # [n, D]
+    return ordered_sum(((weights / total[:, None]) * kv_slots.float()).transpose(1, 2))
 
 
 def consistent(kv, gate, position_bias, state, *, rate, overlap):
