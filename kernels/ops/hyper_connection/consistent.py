@@ -1,12 +1,13 @@
-"""hyper_connection.consistent: the flattened streams' norm by reduction.row_sum, the projection by
-linear.consistent's row tiles, and every sum over the N streams reduction.ordered_sum's,
-and the sigmoid from torch.exp (torch.sigmoid's vector and scalar loops round differently), so a
+"""hyper_connection.consistent: the flattened streams' norm as norm.consistent's (no weight), the
+projection by linear.consistent's row tiles, every sum over the N streams reduction.ordered_sum's,
+the sigmoid from torch.exp (torch.sigmoid's vector and scalar loops round differently), so a
 token's bits do not follow the batch; the mixing in fp32, one rounding."""
 import torch
 
 from kernels.ops.activation.consistent import position_independent_sigmoid
 from kernels.ops.linear.consistent import consistent as linear_consistent
-from kernels.ops.reduction import ordered_sum, row_sum
+from kernels.ops.norm.consistent import rms_normalized
+from kernels.ops.reduction import ordered_sum
 
 ROW_TILE = 8
 
@@ -35,8 +36,7 @@ def mix_in(streams, fn, base, scale, *, hc_eps, norm_eps, sinkhorn_iters):
     """streams [T, N, D] -> (the block's input [T, D] in streams' dtype, post [T, N], comb [T, N, N] fp32)."""
     num_tokens, n = streams.shape[:2]
     flat = streams.reshape(num_tokens, -1).float()
-    normed = flat * torch.rsqrt(row_sum(flat * flat) / flat.shape[-1] + norm_eps)
-    mixes = linear_consistent(normed, fn.float(), row_multiple=ROW_TILE)
+    mixes = linear_consistent(rms_normalized(flat, norm_eps), fn.float(), row_multiple=ROW_TILE)
     pre_w, post_w, comb_w = mixes.split([n, n, n * n], dim=-1)
     pre_b, post_b, comb_b = base.float().split([n, n, n * n])
     a_pre, a_post, a_comb = scale.float().unbind(0)

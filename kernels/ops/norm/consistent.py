@@ -6,9 +6,14 @@ import torch
 from kernels.ops.reduction import row_sum
 
 
-def _normalize_fp32(h32, w, eps):
+def rms_normalized(h32, eps):
+    """h32 / RMS(h32), no weight: the sum of squares in an order fixed by the row's length."""
     variance = row_sum(h32 * h32) / h32.shape[-1]
-    return h32 * torch.rsqrt(variance + eps) * w.float()
+    return h32 * torch.rsqrt(variance + eps)
+
+
+def _normalize_fp32(h32, w, eps):
+    return rms_normalized(h32, eps) * w.float()
 
 
 def consistent(x, w, *, eps, residual=None):
