@@ -8,10 +8,9 @@ def topk_fast(scores, bias, *, top_k, scaling):
     """torch.topk of the biased scores (tie order unspecified; on CPU it is not the lowest
     id), weights normalised with torch's row sum."""
     ids = torch.topk(scores + bias.float(), top_k, dim=-1).indices
-    weights = _normalised(scores, ids, scaling, lambda c: c.sum(dim=-1, keepdim=True))
-    return ids, weights
+    return ids, hash_fast(scores, ids, scaling=scaling)
 
 
 def hash_fast(scores, ids, *, scaling):
-    """Hash routing's weights with torch's row sum."""
+    """The chosen (or a hash table's) experts' weights with torch's row sum."""
     return _normalised(scores, ids, scaling, lambda c: c.sum(dim=-1, keepdim=True))
