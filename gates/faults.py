@@ -221,8 +221,9 @@ def weight_round_trip_reciprocal_scale(w, *, fmt):
     def round_trip(v):
         v32 = v.float()
         scale = quant._group_amax(v32, 128, 128) * torch.tensor(1 / quant.E4M3_MAX, dtype=torch.float32)
-        full = quant._expand(torch.where(scale > 0, scale, torch.ones_like(scale)), 128, 128, v.shape)
-        return (quant.saturating_e4m3(v32 / full).float() * full).to(v.dtype)
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        q = quant.saturating_e4m3(v32 / quant._expand(scale, 128, 128, v.shape))
+        return quant.fp8_dequantize(q, scale, "block_128x128", v.dtype)
     return quant.ste(w, round_trip)
 
 
