@@ -4,7 +4,7 @@ unfinished window kept in the state and completed by a later call."""
 import torch
 
 from kernels.ops.reduction import ordered_sum
-from kernels.ops.window_compress.forms import after, biased, window_slots, with_pending
+from kernels.ops.window_compress.forms import after, window_slots, with_pending
 
 
 def slot_ordered_block(kv_slots, gate_slots) -> torch.Tensor:
@@ -18,8 +18,7 @@ def slot_ordered_block(kv_slots, gate_slots) -> torch.Tensor:
 
 def consistent(kv, gate, position_bias, state, *, rate, overlap):
     """kv, gate [T, W] of new rows -> (blocks [n, D] fp32 of the windows they complete, next state)."""
-    first_offset = 0 if state.pending_kv is None else state.pending_kv.shape[0]
-    kv_all, gate_all = with_pending(state, kv, biased(gate, position_bias, first_offset))
+    kv_all, gate_all = with_pending(state, kv, gate, position_bias)
     kv_slots, gate_slots = window_slots(kv_all, gate_all, state, rate=rate, overlap=overlap)
     blocks = slot_ordered_block(kv_slots, gate_slots) if kv_slots.shape[0] else kv_all.new_zeros(
         0, kv_slots.shape[-1], dtype=torch.float32)

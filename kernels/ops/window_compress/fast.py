@@ -4,12 +4,11 @@ running online softmax per window (max, denominator and weighted sum rescaled as
 emitting the block when the window closes; no rows kept, so its bits are not the prefill's."""
 import torch
 
-from kernels.ops.window_compress.forms import after, biased, window_slots, with_pending
+from kernels.ops.window_compress.forms import after, window_slots, with_pending
 
 
 def fast_prefill(kv, gate, position_bias, state, *, rate, overlap):
-    first_offset = 0 if state.pending_kv is None else state.pending_kv.shape[0]
-    kv_all, gate_all = with_pending(state, kv, biased(gate, position_bias, first_offset))
+    kv_all, gate_all = with_pending(state, kv, gate, position_bias)
     kv_slots, gate_slots = window_slots(kv_all, gate_all, state, rate=rate, overlap=overlap)
     weights = gate_slots.softmax(dim=1, dtype=torch.float32).to(kv_slots.dtype)
     return (kv_slots * weights).sum(dim=1).float(), after(kv_all, gate_all, state, rate=rate, overlap=overlap)
@@ -19,8 +18,7 @@ def fast_decode(kv, gate, position_bias, state, *, rate, overlap):
     """Token by token: the window's slots folded into (max, denominator, sum) as they arrive."""
     blocks, current = [], state
     for t in range(kv.shape[0]):
-        first_offset = 0 if current.pending_kv is None else current.pending_kv.shape[0]
-        kv_all, gate_all = with_pending(current, kv[t:t + 1], biased(gate[t:t + 1], position_bias, first_offset))
+        kv_all, gate_all = with_pending(current, kv[t:t + 1], gate[t:t + 1], position_bias)
         if kv_all.shape[0] == rate:
             kv_slots, gate_slots = window_slots(kv_all, gate_all, current, rate=rate, overlap=overlap)
             blocks.append(_online(kv_slots[0].float(), gate_slots[0]))

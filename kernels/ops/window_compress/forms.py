@@ -19,18 +19,15 @@ class WindowState:
     """Windows compressed so far: the next window starts at position emitted * m."""
 
 
-def with_pending(state: WindowState, kv, gate) -> tuple:
-    """(kv, gate) of the state's unfinished window followed by the new rows."""
+def with_pending(state: WindowState, kv, gate, position_bias) -> tuple:
+    """(kv, gate + position_bias) of the state's unfinished window, then the new rows: each new gate
+    biased in fp32 by its row's offset in its window (the pending rows' were when they came)."""
+    pending = 0 if state.pending_kv is None else state.pending_kv.shape[0]
+    offsets = (torch.arange(gate.shape[0], device=gate.device) + pending) % position_bias.shape[0]
+    gate = gate.float() + position_bias.float()[offsets]
     if state.pending_kv is None:
         return kv, gate
     return torch.cat([state.pending_kv, kv]), torch.cat([state.pending_gate, gate])
-
-
-def biased(gate, position_bias, first_offset: int) -> torch.Tensor:
-    """gate + position_bias[row's offset in its window], fp32; the first row at first_offset."""
-    rate = position_bias.shape[0]
-    offsets = (torch.arange(gate.shape[0], device=gate.device) + first_offset) % rate
-    return gate.float() + position_bias.float()[offsets]
 
 
 def window_slots(kv, gate, state: WindowState, *, rate: int, overlap: bool) -> tuple:
