@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance  # noqa: E402
+from gates.compare import bit_view  # noqa: E402
 from kernels.ops import quant  # noqa: E402
 
 GRANULARITIES = ("tensor", "token", "block_1x128", "block_128x128")
@@ -60,13 +61,8 @@ def separating_groups(x: torch.Tensor, granularity: str | None) -> int:
     return int(reciprocal_differs(amax.reshape(-1), quant.E4M3_MAX).sum())
 
 
-def bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().cpu().contiguous()
-    return t.view(torch.uint8) if t.element_size() == 1 else t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
-
-
 def compare(name, cpu_parts, cuda_parts, planted_count) -> dict:
-    differing = sum(int((bits(a) != bits(b)).sum()) for a, b in zip(cpu_parts, cuda_parts))
+    differing = sum(int((bit_view(a.cpu()) != bit_view(b.cpu())).sum()) for a, b in zip(cpu_parts, cuda_parts))
     return {"case": name, "differing_elements": differing, "planted_separating_maxima": planted_count}
 
 
@@ -94,7 +90,8 @@ def cpu_scalar_control(gen) -> dict:
     amax = separating_values(quant.E4M3_MAX, 4096, gen)
     on_cuda = amax.cuda() / torch.tensor(quant.E4M3_MAX, dtype=torch.float32)
     true = (amax.double() / quant.E4M3_MAX).float()
-    return {"values": len(amax), "cuda_cpu_scalar_quotient_differs": int((bits(on_cuda) != bits(true)).sum())}
+    differs = int((bit_view(on_cuda.cpu()) != bit_view(true)).sum())
+    return {"values": len(amax), "cuda_cpu_scalar_quotient_differs": differs}
 
 
 def main(argv=None) -> int:
