@@ -106,7 +106,7 @@ def main() -> None:
     if len(devices) != 1:
         raise SystemExit(f"sweeps from different devices: {sorted(devices)}")
     samples, environment = merged([sweep["samples"] for sweep in sweeps]), sweeps[-1]["environment"]
-    commits = ", ".join(str(sweep["environment"].get("commit")) for sweep in sweeps)
+    commits = ", ".join(dict.fromkeys(str(sweep["environment"].get("commit")) for sweep in sweeps))
     document = {"device": environment["gpu"], "triton": environment["triton"], "torch": environment["torch"],
                 "source": f"benchmarks/gemm_tune.py over gpu_gemm.py sweeps (commits {commits}, "
                           "later replacing earlier)",
