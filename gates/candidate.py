@@ -5,9 +5,9 @@ them; one that only reads JSON back writes verdicts no candidate code ran beside
 (`candidate_modules()` empty). Each ask is its own process on the judge's sys.path
 (harness/pristine.py), confined (gates/confine.py) to its scratch folder, so the engine and
 trainer sides share nothing but what the judge passes. On CUDA each `side` keeps its own writable
-Triton cache; `confinement()` says what held. Workers wait passively at OpenMP barriers
-(OMP_WAIT_POLICY=PASSIVE unless set): workers at once, each spinning on its pool, starve each
-other on a small CPU.
+Triton cache; `confinement()` says what held. Workers asked together wait passively at OpenMP
+barriers (OMP_WAIT_POLICY=PASSIVE unless set): spinning on their pools they starve each other on
+a small CPU, while a worker alone that waits passively pays a futex wake at every small op.
 """
 import json
 import os
@@ -31,7 +31,7 @@ answer = {"answer": PROCEDURES[sys.argv[1]](arguments),
 with open(sys.argv[2], "w") as out:
     json.dump(answer, out)
 """
-WORKER_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}  # defaults; the caller's environment wins
+TOGETHER_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}  # workers side by side; the caller's environment wins
 reported_environment: dict | None = None  # the stack the last worker ran on (what a gate's JSON records)
 _ANSWERED: dict = {}  # ask_once's answers, by procedure, arguments and judged tree
 
@@ -41,13 +41,14 @@ class WorkerFailed(RuntimeError):
 
 
 def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None = None, tree=None,
-        loopback: bool = False, side: str = "") -> dict:
+        loopback: bool = False, side: str = "", together: bool = False) -> dict:
     """procedure(arguments) computed in a new worker on the judged tree (or on `tree`'s
     kernels, e.g. an exported base commit): its JSON answer. `writable`: folders the
     procedure writes its files into, besides its own; `loopback`: its namespace's lo up and
     its own /dev/shm, for a procedure whose own processes talk over TCP or share memory
     (gates/confine.py; always for an outside target's subject); `side`: which Triton
-    cache it writes on a GPU (the two sides of a comparison name different ones)."""
+    cache it writes on a GPU (the two sides of a comparison name different ones); `together`:
+    other workers compute beside it (TOGETHER_ENVIRONMENT's defaults)."""
     global reported_environment
     # an outside stack's engine may take locks in shared memory (vLLM's does): its own /dev/shm
     outside = outside_target(arguments)
@@ -62,7 +63,7 @@ def ask(procedure: str, arguments: dict, *, writable=(), timeout: float | None =
             command = confine.argv_confined(shlex.join(command), [folder, *map(str, writable), *caches,
                                                                   *([str(stack_cache)] if stack_cache else [])],
                                             loopback=loopback)
-        environment = dict(WORKER_ENVIRONMENT | dict(os.environ), TMPDIR=folder,
+        environment = dict((TOGETHER_ENVIRONMENT if together else {}) | dict(os.environ), TMPDIR=folder,
                            **({"PYTHONPATH": str(tree)} if tree is not None else {}),
                            **({"TRITON_CACHE_DIR": caches[0]} if caches else {}),
                            **({"TORCHINDUCTOR_CACHE_DIR": str(stack_cache / "inductor"),
@@ -106,7 +107,7 @@ def ask_together(*asks) -> list:
     """Answers of independent asks, each (procedure, arguments[, ask's keyword options]), their
     workers running at once (each its own process, as `ask`), in the order given."""
     with ThreadPoolExecutor(max_workers=len(asks)) as pool:
-        futures = [pool.submit(ask, procedure, arguments, **(rest[0] if rest else {}))
+        futures = [pool.submit(ask, procedure, arguments, together=True, **(rest[0] if rest else {}))
                    for procedure, arguments, *rest in asks]
         return [future.result() for future in futures]
 
