@@ -26,7 +26,7 @@ import kernels.ops.expert_gemm.cuda as moe_cuda  # noqa: E402
 import kernels.ops.expert_gemm.fast_cuda as moe_fast_cuda  # noqa: E402
 from gates.compare import first_bit_difference  # noqa: E402
 from kernels.ops.expert_gemm.consistent import experts_loop  # noqa: E402
-from kernels.ops.expert_gemm.fast import experts_fast_loop  # noqa: E402
+from kernels.ops.expert_gemm.fast import _relu2, experts_fast_loop  # noqa: E402
 from kernels.ops.expert_gemm.forms import _routing_groups  # noqa: E402
 from kernels.ops.linear.consistent import consistent as linear_consistent  # noqa: E402
 from kernels.ops.relu2_mlp.consistent import _relu2_once  # noqa: E402
@@ -103,7 +103,7 @@ def main() -> int:
         failures += (same is not None) + (head_same is not None)
         fns = {"consistent_grouped": lambda: moe_cuda.experts(x, ids, up, down, _relu2_once),
                "consistent_loop": lambda: _loop_consistent(x, ids, up, down),
-               "fast_grouped": lambda: moe_fast_cuda.experts_fast(x, ids, weights, up, down),
+               "fast_grouped": lambda: moe_fast_cuda.experts_fast(x, ids, weights, up, down, activation=_relu2),
                "fast_loop": lambda: experts_fast_loop(x, ids, weights, up, down)}
         samples = {name: triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="all") for name, fn in fns.items()}
         med = {name: sorted(s)[len(s) // 2] * 1000 for name, s in samples.items()}

@@ -34,6 +34,13 @@ def expert(x, up, down):
     return (h * h) @ down.double().T
 
 
+def swiglu_expert(x, gate_up, down, limit):
+    """DeepSeek-V4's expert: down(SiLU(min(g, L)) * clamp(u, -L, L)), [g | u] = gate_up(x), float64."""
+    gate, up = (x.double() @ gate_up.double().T).chunk(2, dim=-1)
+    gate = gate.clamp(max=limit)
+    return (gate * torch.sigmoid(gate) * up.clamp(min=-limit, max=limit)) @ down.double().T
+
+
 def moe(x, router_w, bias, up, down, shared_up, shared_down, *, top_k, scaling, ids=None):
     """The whole MoE layer on x [M, H] in float64 -> [M, H]."""
     scores = router(x, router_w)

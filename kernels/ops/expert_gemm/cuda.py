@@ -52,11 +52,11 @@ class GroupedLinear(torch.autograd.Function):
         return grad_x, grad_w, None, None
 
 
-def experts(x, ids, up, down, relu2_once):
+def experts(x, ids, up, down, activation):
     """Unweighted per-slot outputs [M, k, H] of the routed experts (expert_gemm.consistent's,
-    which passes its relu2_once: the activation's single rounding stays defined in one place)."""
+    which passes its activation: the single rounding stays defined in one place)."""
     top_k = ids.shape[1]
     order, starts, counts = _sorted_pairs(ids, up.shape[0])
     h = _grouped(x[order // top_k], up, starts, counts)
-    y = _grouped(relu2_once(h), down, starts, counts)
+    y = _grouped(activation(h), down, starts, counts)
     return y[torch.argsort(order)].view(ids.shape + (down.shape[1],))

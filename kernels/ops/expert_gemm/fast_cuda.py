@@ -12,12 +12,12 @@ def grouped_mm_available(x) -> bool:
             and torch.cuda.get_device_capability(x.device) >= (9, 0))
 
 
-def experts_fast(x, ids, weights, up, down):
+def experts_fast(x, ids, weights, up, down, *, activation):
     """Weighted per-slot outputs [M, k, H] (experts_fast_loop's arithmetic) by grouped GEMMs."""
     top_k = ids.shape[1]
     order, starts, counts = _sorted_pairs(ids, up.shape[0])
     ends = starts + counts
-    h = torch.relu(torch._grouped_mm(x[order // top_k], up.transpose(1, 2), offs=ends))
-    h = ((h * h).float() * weights.flatten()[order, None]).to(x.dtype)
+    h = activation(torch._grouped_mm(x[order // top_k], up.transpose(1, 2), offs=ends))
+    h = (h.float() * weights.flatten()[order, None]).to(x.dtype)
     y = torch._grouped_mm(h, down.transpose(1, 2), offs=ends)
     return y[torch.argsort(order)].view(ids.shape + (down.shape[1],))

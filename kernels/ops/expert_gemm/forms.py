@@ -1,7 +1,23 @@
 """The routed experts' grouping of (token, slot) pairs by expert, in routing order: per expert on
 the host (the CPU loops, fast.py and consistent.py), or on the device without a host sync (the
-grouped CUDA GEMMs, cuda.py and fast_cuda.py)."""
+grouped CUDA GEMMs, cuda.py and fast_cuda.py); and the clamped SwiGLU of DeepSeek-V4's experts."""
 import torch
+
+from kernels.ops.activation.consistent import position_independent_sigmoid
+
+
+def swiglu_limited_once(h, *, limit: float):
+    """h = [gate | up] (the packed projection's halves) -> SiLU(min(gate, L)) * clamp(up, -L, L)
+    in fp32, rounded once; the clamps are exact, the sigmoid position independent."""
+    gate, up = h.float().chunk(2, dim=-1)
+    gate = gate.clamp(max=limit)
+    return (gate * position_independent_sigmoid(gate) * up.clamp(min=-limit, max=limit)).to(h.dtype)
+
+
+def swiglu_limited_fast(h, *, limit: float):
+    """The same in the activation dtype, as engines compute it: SiLU, then the product, each rounded."""
+    gate, up = h.chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate.clamp(max=limit)) * up.clamp(min=-limit, max=limit)
 
 
 def _routing_groups(ids, num_experts):
