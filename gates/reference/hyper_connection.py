@@ -24,3 +24,11 @@ def mix_in(streams, fn, base, scale, *, hc_eps, norm_eps, sinkhorn_iters):
 def mix_out(streams, block_out, post, comb):
     return post.double().unsqueeze(-1) * block_out.double().unsqueeze(-2) + torch.einsum(
         "tjk,tjd->tkd", comb.double(), streams.double())
+
+
+def head(streams, fn, base, scale, *, hc_eps, norm_eps):
+    num_tokens = streams.shape[0]
+    flat = streams.reshape(num_tokens, -1).double()
+    normed = flat / torch.sqrt((flat * flat).mean(-1, keepdim=True) + norm_eps)
+    pre = torch.sigmoid((normed @ fn.double().T) * scale.double() + base.double()) + hc_eps
+    return (pre.unsqueeze(-1) * streams.double()).sum(dim=1)

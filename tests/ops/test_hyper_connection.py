@@ -75,3 +75,24 @@ def test_fast_tokens_change_with_the_batch():
         differing += sum(first_bit_difference(a, b[:size]) is not None for a, b in zip(part, whole))
     print(f"seed {seed}: {differing} of 8 fast outputs of a small batch differ from the same tokens in {TOKENS}")
     assert differing > 0
+
+
+def test_the_head_collapse_is_batch_invariant_and_near_float64():
+    """HyperHead (the model's last collapse): consistent rows alone == in the batch; both variants
+    within the bf16 tolerance of float64."""
+    seed = fresh_seed()
+    gen = torch.Generator().manual_seed(seed)
+    streams = torch.randn(TOKENS, STREAMS, DIM, generator=gen).to(torch.bfloat16)
+    fn, base = torch.randn(STREAMS, STREAMS * DIM, generator=gen) * 0.05, torch.randn(STREAMS, generator=gen) * 0.1
+    scale, keywords = torch.rand(1, generator=gen) + 0.5, {"hc_eps": 1e-6, "norm_eps": 1e-6}
+    with intra_op_threads(2):
+        whole = consistent.head(streams, fn, base, scale, **keywords)
+    with intra_op_threads(1):
+        for row in (0, 5, TOKENS - 1):
+            alone = consistent.head(streams[row:row + 1], fn, base, scale, **keywords)[0]
+            assert first_bit_difference(alone, whole[row]) is None, (seed, row)
+    expected = ref.head(streams, fn, base, scale, **keywords)
+    for name, got in (("consistent", whole), ("fast", fast.head(streams, fn, base, scale, **keywords))):
+        error = float((got.double() - expected).abs().max() / expected.abs().max())
+        print(f"seed {seed}: head ({name}) vs float64 {error:.2e} (tolerance {TOLERANCE[torch.bfloat16]:g})")
+        assert error <= TOLERANCE[torch.bfloat16]

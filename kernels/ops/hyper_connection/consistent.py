@@ -32,11 +32,21 @@ def _sinkhorn(comb, *, eps, iterations):
     return comb
 
 
+def _mixes(streams, fn, norm_eps):
+    """The projection of the normed, flattened streams [T, rows of fn] in fp32, row-tiled."""
+    flat = streams.reshape(streams.shape[0], -1).float()
+    return linear_consistent(rms_normalized(flat, norm_eps), fn.float(), row_multiple=ROW_TILE)
+
+
+def _collapsed(streams, pre):
+    """sum_n pre_n stream_n in fp32, stream order, rounded once to the streams' dtype."""
+    return ordered_sum((pre[:, :, None] * streams.float()).transpose(1, 2)).to(streams.dtype)
+
+
 def mix_in(streams, fn, base, scale, *, hc_eps, norm_eps, sinkhorn_iters):
     """streams [T, N, D] -> (the block's input [T, D] in streams' dtype, post [T, N], comb [T, N, N] fp32)."""
     num_tokens, n = streams.shape[:2]
-    flat = streams.reshape(num_tokens, -1).float()
-    mixes = linear_consistent(rms_normalized(flat, norm_eps), fn.float(), row_multiple=ROW_TILE)
+    mixes = _mixes(streams, fn, norm_eps)
     pre_w, post_w, comb_w = mixes.split([n, n, n * n], dim=-1)
     pre_b, post_b, comb_b = base.float().split([n, n, n * n])
     a_pre, a_post, a_comb = scale.float().unbind(0)
@@ -44,9 +54,14 @@ def mix_in(streams, fn, base, scale, *, hc_eps, norm_eps, sinkhorn_iters):
     post = 2 * position_independent_sigmoid(post_w * a_post + post_b)
     comb = _softmax_last((comb_w * a_comb + comb_b).reshape(num_tokens, n, n)) + hc_eps
     comb = _sinkhorn(comb, eps=hc_eps, iterations=sinkhorn_iters)
-    s32 = streams.float()
-    collapsed = ordered_sum((pre[:, :, None] * s32).transpose(1, 2))
-    return collapsed.to(streams.dtype), post, comb
+    return _collapsed(streams, pre), post, comb
+
+
+def head(streams, fn, base, scale, *, hc_eps, norm_eps):
+    """The final collapse (HyperHead): streams [T, N, D] -> sum_n pre_n stream_n [T, D],
+    pre = sigmoid(a m + b) + eps from fn [N, N*D], base [N], scale [1]."""
+    pre = position_independent_sigmoid(_mixes(streams, fn, norm_eps) * scale.float() + base.float()) + hc_eps
+    return _collapsed(streams, pre)
 
 
 def mix_out(streams, block_out, post, comb):

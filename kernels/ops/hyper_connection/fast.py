@@ -4,11 +4,14 @@ import torch
 import torch.nn.functional as F
 
 
+def _mixes(streams, fn, norm_eps):
+    flat = streams.reshape(streams.shape[0], -1).float()
+    return F.linear(flat * torch.rsqrt(flat.pow(2).mean(-1, keepdim=True) + norm_eps), fn.float())
+
+
 def mix_in(streams, fn, base, scale, *, hc_eps, norm_eps, sinkhorn_iters):
     num_tokens, n = streams.shape[:2]
-    flat = streams.reshape(num_tokens, -1).float()
-    normed = flat * torch.rsqrt(flat.pow(2).mean(-1, keepdim=True) + norm_eps)
-    pre_w, post_w, comb_w = F.linear(normed, fn.float()).split([n, n, n * n], dim=-1)
+    pre_w, post_w, comb_w = _mixes(streams, fn, norm_eps).split([n, n, n * n], dim=-1)
     pre_b, post_b, comb_b = base.float().split([n, n, n * n])
     a_pre, a_post, a_comb = scale.float().unbind(0)
     pre = torch.sigmoid(pre_w * a_pre + pre_b) + hc_eps
@@ -25,3 +28,8 @@ def mix_out(streams, block_out, post, comb):
     dtype = streams.dtype
     return post.to(dtype).unsqueeze(-1) * block_out.unsqueeze(-2) + torch.matmul(comb.to(dtype).transpose(-1, -2),
                                                                                   streams)
+
+
+def head(streams, fn, base, scale, *, hc_eps, norm_eps):
+    pre = torch.sigmoid(_mixes(streams, fn, norm_eps) * scale.float() + base.float()) + hc_eps
+    return (pre.unsqueeze(-1) * streams).sum(dim=1).to(streams.dtype)
