@@ -29,6 +29,23 @@ REGION_FAMILY = {
     "act_quant": "act_quant",
     "logprob": "logprob",
     "sampler": "sampler",
+    # DeepSeek-V4
+    "hc_mix": "hyper_connection",
+    "hc_mix_out": "hc_mix_out",
+    "hc_head": "hc_head",
+    "q_a_proj": "linear",
+    "q_b_proj": "linear",
+    "kv_proj": "linear",
+    "o_a_proj": "linear",
+    "o_b_proj": "linear",
+    "compress_proj": "linear",
+    "index_proj": "linear",
+    "rope_interleaved": "rope_interleaved",
+    "window_compress": "window_compress",
+    "block_score": "block_score",
+    "block_topk": "block_topk",
+    "sink_attention": "sink_attention",
+    "hash_topk": "hash_topk",
 }
 
 # Regions whose variants split one computation between them and must be switched together:

@@ -5,26 +5,32 @@ contract, except the family's call keywords (model semantics such as eps or scal
 by the model at call time).
 """
 import inspect
+from types import SimpleNamespace
 
 from kernels.ops import (
     act_quant,
     activation,
     attention,
+    block_topk,
     embedding,
     expert_gemm,
     gated_norm,
+    hyper_connection,
     linear,
     logprob,
     moe_combine,
     norm,
     relu2_mlp,
     rope,
+    rope_interleaved,
     router,
     sampler,
+    sink_attention,
     ssm_conv,
     ssm_scan,
     topk,
     weight_quant,
+    window_compress,
 )
 
 FAMILIES = {
@@ -32,8 +38,16 @@ FAMILIES = {
     "activation": activation, "logprob": logprob, "sampler": sampler, "ssm_conv": ssm_conv,
     "ssm_scan": ssm_scan, "gated_norm": gated_norm, "router": router, "topk": topk, "expert_gemm": expert_gemm,
     "moe_combine": moe_combine, "relu2_mlp": relu2_mlp, "weight_quant": weight_quant, "act_quant": act_quant,
+    "hyper_connection": hyper_connection, "rope_interleaved": rope_interleaved, "window_compress": window_compress,
+    "block_topk": block_topk, "sink_attention": sink_attention,
+    # a package's second table of variants, with its own signature, is a family of its own
+    "hc_mix_out": SimpleNamespace(VARIANTS=hyper_connection.MIX_OUT, CALL_KEYWORDS=frozenset()),
+    "hc_head": SimpleNamespace(VARIANTS=hyper_connection.HEAD, CALL_KEYWORDS={"hc_eps", "norm_eps"}),
+    "block_score": SimpleNamespace(VARIANTS=block_topk.SCORERS, CALL_KEYWORDS={"scale"}),
+    "hash_topk": SimpleNamespace(VARIANTS=topk.HASH, CALL_KEYWORDS={"scaling"}),
 }
-"""family -> its package, kernels/ops/<family>/, whose VARIANTS and CALL_KEYWORDS are its table."""
+"""family -> its package, kernels/ops/<family>/, whose VARIANTS and CALL_KEYWORDS are its table (or,
+for a package's second table, the table and its call keywords)."""
 
 # family -> {variant: function}: each family's own VARIANTS dict (register_variant adds to it)
 FAMILY_VARIANTS = {family: package.VARIANTS for family, package in FAMILIES.items()}

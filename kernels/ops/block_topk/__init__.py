@@ -4,7 +4,7 @@ see (s < (p + 1) // compress_rate), -1 where fewer are visible. Consistency: eve
 fixed-order sum (D, then heads in order), independent of how many queries and blocks a call holds;
 ties go by one unique key (score desc, then the larger position first) and the chosen blocks are
 ordered by position, descending, in every phase. Reference: gates/reference/block_topk.py.
-No model binds it yet: the deepseek family will (not in kernels/ops/registry.py until then).
+The scores are the block_score family (SCORERS), the choice this one.
 """
 from kernels.ops.block_topk import consistent, fast
 

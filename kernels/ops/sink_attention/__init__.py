@@ -5,7 +5,7 @@ exp(sink_h - c)). Consistency: the caller lays every query's entries out in one 
 padded to a length fixed by the config (the same in every phase), so each query's scores, sums and
 output are one shape's reductions over the last dim. Fast: prefill over the call's own padded length
 (matmuls, a softmax with the sink concatenated), decode split-KV merged by log-sum-exp. Reference:
-gates/reference/sink_attention.py. Not in kernels/ops/registry.py until a model binds it.
+gates/reference/sink_attention.py.
 """
 from kernels.ops.sink_attention import consistent, fast
 

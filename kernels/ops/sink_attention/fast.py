@@ -17,7 +17,7 @@ def fast(q, entries, valid, sinks, *, scale):
     return torch.matmul(probs.to(q.dtype), kv)
 
 
-def fast_split_kv(q, entries, valid, sinks, *, scale, split=DECODE_SPLIT):
+def fast_split_kv(q, entries, valid, sinks, *, scale, split: int = DECODE_SPLIT):
     """Each split's (max, sum, weighted sum), merged: out = sum_s e^(m_s - m) acc_s / (sum_s e^(m_s - m)
     l_s + e^(sink - m))."""
     q32, sink32 = q.float(), sinks.float()[None, :]

@@ -1,6 +1,6 @@
 """MoE top-k (Nemotron-H, DeepSeek-V4): ids = top_k by (score + bias desc, id asc); w = scaling * s_ids /
 (sum_slots s_ids + 1e-20) (the bias only chooses). DeepSeek-V4's hash layers take ids from a frozen
-token -> experts table (HASH, not bound until the deepseek family binds it) and weigh them alike.
+token -> experts table (HASH, the hash_topk family) and weigh them alike.
 
 Consistency: a stable descending sort of the biased scores (ties to the lowest id), the weights
 over an fp32 slot-order sum, times `scaling` once. Reference: gates/reference/moe.py.

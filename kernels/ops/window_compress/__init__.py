@@ -5,7 +5,7 @@ half (Cb); window 0's Ca slots are empty (weight 0). Consistency: windows at abs
 unfinished window's rows and the last window's Ca kept as state, each block one fp32 softmax and one
 slot-ordered sum, so a prompt whole, split anywhere or token by token gives the same blocks. Fast:
 the softmax cast to the kv dtype and torch's sum (prefill), a running online softmax (decode).
-Reference: gates/reference/window_compress.py. Not in kernels/ops/registry.py until a model binds it.
+Reference: gates/reference/window_compress.py.
 """
 from kernels.ops.window_compress import consistent, fast
 
