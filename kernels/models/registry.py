@@ -1,9 +1,12 @@
 """Model families and the names a user types (`--model qwen3`)."""
+from kernels.models.deepseek import DeepseekModel
+from kernels.models.deepseek_config import DeepseekConfig
 from kernels.models.nemotron import NemotronModel
 from kernels.models.nemotron_config import NemotronConfig
 from kernels.models.qwen3 import Qwen3Config, Qwen3Model
 
-FAMILIES = {"qwen3": (Qwen3Config, Qwen3Model), "nemotron": (NemotronConfig, NemotronModel)}
+FAMILIES = {"qwen3": (Qwen3Config, Qwen3Model), "nemotron": (NemotronConfig, NemotronModel),
+            "deepseek": (DeepseekConfig, DeepseekModel)}
 
 # What `--model NAME --size SIZE` loads: the cut runs the CPU gates, full is the real shape,
 # wide-cut is nemotron at full width with 6 layers (GPU benchmarks, C06 on NCCL).

@@ -6,6 +6,7 @@ over positions [0, start + length), so attention reads its context by one path i
 """
 import torch
 
+from kernels.models.deepseek_state import CompressedStore
 from kernels.models.mamba_pool import PooledMambaStore
 from kernels.models.mamba_state import MambaStateStore
 from kernels.ops.quant import kv_round_trip
@@ -64,6 +65,7 @@ class TransientCache:
     def __init__(self, num_layers: int, kv_format: str = "auto", *, pooled_mamba: bool = False):
         self._kv = [ContiguousKV(kv_format) for _ in range(num_layers)]
         self._mamba: dict[int, MambaStateStore] = {}
+        self._compressed: dict[int, CompressedStore] = {}
         self._store_type = PooledMambaStore if pooled_mamba else MambaStateStore
 
     @classmethod
@@ -81,3 +83,7 @@ class TransientCache:
         if layer not in self._mamba:
             self._mamba[layer] = self._store_type(**shape)
         return self._mamba[layer]
+
+    def compressed(self, layer: int) -> CompressedStore:
+        """The layer's DeepSeek-V4 attention states (kernels/models/deepseek_state.py)."""
+        return self._compressed.setdefault(layer, CompressedStore())

@@ -1,0 +1,109 @@
+"""DeepSeek-V4's attention half, one definition for every phase: low-rank q, one K = V head, both
+rotated (interleaved, trailing rope_head_dim); a compressed layer's compressor closes windows of
+its rows into blocks at absolute positions (state carried across calls) and CSA's indexer picks each
+query's Top-K blocks; every query attends over its sliding window then its compressed entries, laid
+out at one length the config fixes, with a per-head sink; the value's rotation undone on the output;
+the grouped low-rank output projection.
+"""
+import torch
+
+
+def _rope(dispatch, case, index, x, positions, config, theta, inverse=False):
+    return dispatch("rope_interleaved", case, index, x, positions, theta=theta, max_position=config.max_position,
+                    rope_dim=config.rope_head_dim, inverse=inverse)
+
+
+def _close_windows(dispatch, case, index, kv, gate, bias, window_state, norm_weight, *, config, rate, overlap):
+    """(blocks [n, D] normed and rotated at their first positions, the next window state)."""
+    blocks, after = dispatch("window_compress", case, index, kv, gate, bias, window_state, rate=rate, overlap=overlap)
+    if blocks.shape[0]:
+        blocks, _ = dispatch("norm", case, index, blocks.to(kv.dtype), norm_weight, eps=config.rms_norm_eps)
+        starts = (torch.arange(blocks.shape[0], device=kv.device) + window_state.emitted) * rate
+        blocks = _rope(dispatch, case, index, blocks[:, None], starts, config, config.compress_rope_theta)[:, 0]
+    return blocks.to(kv.dtype), after
+
+
+def _entries(keys, blocks, positions, chosen, config, kind, rate):
+    """([T, L, D] entries, [T, L] valid) of each query: its window (positions p-W+1..p), then its
+    compressed blocks (CSA: the chosen ones in their order; HCA: block s at slot s while s is visible)."""
+    window = torch.arange(-config.sliding_window + 1, 1, device=positions.device)
+    at = positions[:, None] + window[None, :]  # [T, W]
+    valid = at >= 0
+    entries = keys[at.clamp(min=0)]
+    extra = config.compressed_entries(kind)
+    if extra:
+        if kind == "csa":
+            ids, seen = chosen, chosen >= 0
+        else:
+            ids = torch.arange(extra, device=positions.device)[None, :].expand(positions.shape[0], -1)
+            seen = ids < ((positions + 1) // rate)[:, None]
+        ids = ids.clamp(min=0, max=max(blocks.shape[0] - 1, 0))
+        taken = blocks[ids] if blocks.shape[0] else keys.new_zeros(*ids.shape, keys.shape[-1])
+        entries, valid = torch.cat([entries, taken], dim=1), torch.cat([valid, seen], dim=1)
+    return entries, valid
+
+
+def attention(model, dispatch, batch, index, layer, x, cache):
+    """The attention block on x [M, hidden] (normed): [M, hidden]."""
+    c, case, rows, kind = model.config, batch.case, x.shape[0], model.config.attention_kinds[index]
+    theta = c.rope_theta if kind == "sliding" else c.compress_rope_theta
+    positions = batch.positions
+    q_res, _ = dispatch("norm", case, index, dispatch("q_a_proj", case, index, x, layer.q_a_proj), layer.q_a_norm,
+                        eps=c.rms_norm_eps)
+    q = dispatch("q_b_proj", case, index, q_res, layer.q_b_proj).reshape(rows * c.num_heads, c.head_dim)
+    q, _ = dispatch("qk_norm", case, index, q, layer.q_b_norm, eps=c.rms_norm_eps)
+    q = _rope(dispatch, case, index, q.reshape(rows, c.num_heads, c.head_dim), positions, c, theta)
+    kv, _ = dispatch("norm", case, index, dispatch("kv_proj", case, index, x, layer.kv_proj), layer.kv_norm,
+                     eps=c.rms_norm_eps)
+    kv = _rope(dispatch, case, index, kv[:, None], positions, c, theta)[:, 0]
+    extra = {}
+    if kind != "sliding":
+        comp = layer.compressor
+        extra["kv"], extra["gate"] = (dispatch("compress_proj", case, index, x, w) for w in (comp.kv_proj,
+                                                                                           comp.gate_proj))
+    if kind == "csa":
+        idx = layer.indexer
+        extra["ikv"], extra["igate"] = (dispatch("index_proj", case, index, x, w) for w in (idx.kv_proj, idx.gate_proj))
+        iq = dispatch("index_proj", case, index, q_res, idx.q_b_proj).reshape(rows, c.index_heads, c.index_head_dim)
+        extra["iq"] = _rope(dispatch, case, index, iq, positions, c, c.compress_rope_theta)
+        extra["iw"] = dispatch("index_proj", case, index, x, idx.weights_proj).float() * c.index_heads ** -0.5
+    store = cache.compressed(index)
+    out = q.new_empty(rows, c.num_heads, c.head_dim)
+    for segment in batch.segments:
+        out[segment.rows] = _sequence(dispatch, segment, index, layer, store.open(segment), c, kind,
+                                      q[segment.rows], kv[segment.rows], positions[segment.rows],
+                                      {name: t[segment.rows] for name, t in extra.items()})
+    out = _rope(dispatch, case, index, out, positions, c, theta, inverse=True)
+    grouped = out.reshape(rows, c.o_groups, -1)
+    width = c.o_lora_rank
+    mixed = torch.cat([dispatch("o_a_proj", case, index, grouped[:, g], layer.o_a_proj[g * width:(g + 1) * width])
+                       for g in range(c.o_groups)], dim=-1)
+    return dispatch("o_b_proj", case, index, mixed, layer.o_b_proj)
+
+
+def _sequence(dispatch, segment, index, layer, state, c, kind, q, kv, positions, extra):
+    """One segment's attention output [n, H, D], its sequence's state advanced."""
+    case = segment.case
+    state.keys.append(kv)
+    state.length += kv.shape[0]
+    keys = torch.cat(state.keys)
+    chosen, blocks = None, kv.new_zeros(0, c.head_dim)
+    if kind != "sliding":
+        rate = c.compress_rate(kind)
+        comp = layer.compressor
+        new, state.compressor = _close_windows(dispatch, case, index, extra["kv"], extra["gate"], comp.position_bias,
+                                               state.compressor, comp.kv_norm, config=c, rate=rate,
+                                               overlap=kind == "csa")
+        state.blocks.append(new)
+        blocks = torch.cat(state.blocks)
+    if kind == "csa":
+        idx = layer.indexer
+        new, state.indexer = _close_windows(dispatch, case, index, extra["ikv"], extra["igate"], idx.position_bias,
+                                            state.indexer, idx.kv_norm, config=c, rate=rate, overlap=True)
+        state.index_keys.append(new)
+        scores = dispatch("block_score", case, index, extra["iq"], torch.cat(state.index_keys), extra["iw"],
+                          scale=c.index_head_dim ** -0.5)
+        chosen = dispatch("block_topk", case, index, scores, positions, top_k=c.index_topk, compress_rate=rate)
+    entries, valid = _entries(keys, blocks, positions, chosen, c, kind, c.compress_rate(kind) if kind != "sliding"
+                              else 0)
+    return dispatch("sink_attention", case, index, q, entries, valid, layer.sinks, scale=c.head_dim ** -0.5)

@@ -1,0 +1,87 @@
+"""The DeepSeek-V4 cut (kernels/models/deepseek.py) on CPU: under the consistent contract every
+phase gives the same logits bits, whole trainer forward, whole prefill, chunked prefill at splits
+before, at and after the compressor's windows, and token-by-token decode, with sequences crossing
+many windows and queries that see more blocks than the indexer keeps (its Top-K chooses); a
+sequence alone and inside a batch agree too. The fast contract differs (negative control)."""
+import random
+
+import torch
+
+from gates.compare import first_bit_difference
+from gates.inputs import fresh_seed
+from kernels.contract import load_contract
+from kernels.contract.dispatch import RegionDispatch
+from kernels.models.batch import TokenBatch
+from kernels.models.config import load_model_config
+from kernels.models.registry import build_model
+from kernels.models.state import TransientCache
+
+CONFIG = load_model_config("deepseek-cut")
+
+
+class BlocksSeen:
+    """Observer: the most compressed blocks any CSA query could see (the indexer's choice is real
+    only past index_topk)."""
+
+    def __init__(self):
+        self.most = 0
+
+    def __call__(self, call) -> None:
+        if call.region == "block_score":
+            self.most = max(self.most, call.output.shape[-1])
+
+
+def _phases(model, contract, sequences, steps, observers=()):
+    """{seq: [rows, V] logits} of forwards of `steps` [(size, case)] on one fresh cache."""
+    dispatch = RegionDispatch(load_contract(contract), list(observers))
+    cache, done, logits = TransientCache(CONFIG.num_layers), [0] * len(sequences), {}
+    with torch.no_grad():
+        for size, case in steps:
+            pieces = [(s, done[s], ids[done[s]:done[s] + size]) for s, ids in enumerate(sequences)
+                      if done[s] < len(ids)]
+            if not pieces:
+                break
+            batch = TokenBatch.from_sequences(pieces, case)
+            out = model.logits(model(batch, dispatch, cache), dispatch, case)
+            for segment in batch.segments:
+                logits.setdefault(segment.seq_id, []).append(out[segment.rows])
+                done[segment.seq_id] += segment.length
+    return {s: torch.cat(parts) for s, parts in logits.items()}
+
+
+def _setup(seed):
+    rng = random.Random(seed)
+    sequences = [[rng.randrange(1, CONFIG.vocab_size) for _ in range(n)] for n in (rng.randint(60, 80),
+                                                                                  rng.randint(25, 45))]
+    return build_model(CONFIG, seed % 1000), sequences
+
+
+PHASES = {"whole prefill": [(10 ** 6, "engine_prefill")],
+          **{f"chunks of {n}": [(n, "engine_prefill")] * 100 for n in (3, CONFIG.compress_rate_csa,
+                                                                       CONFIG.compress_rate_hca + 1)},
+          "token-by-token decode": [(1, "engine_prefill")] + [(1, "engine_decode")] * 100}
+
+
+def test_consistent_phases_give_the_trainers_bits():
+    seed = fresh_seed()
+    model, sequences = _setup(seed)
+    seen = BlocksSeen()
+    reference = _phases(model, "consistent", sequences, [(10 ** 6, "trainer_fwd")], [seen])
+    assert seen.most > CONFIG.index_topk, (seed, seen.most)  # the indexer chose among more blocks
+    for name, steps in PHASES.items():
+        got = _phases(model, "consistent", sequences, steps)
+        for s in reference:
+            assert first_bit_difference(got[s], reference[s]) is None, (seed, name, s)
+    alone = _phases(model, "consistent", sequences[1:], [(10 ** 6, "trainer_fwd")])
+    assert first_bit_difference(alone[0], reference[1]) is None, seed
+
+
+def test_fast_phases_differ():
+    seed = fresh_seed()
+    model, sequences = _setup(seed)
+    reference = _phases(model, "fast", sequences, [(10 ** 6, "trainer_fwd")])
+    for name in ("whole prefill", "token-by-token decode"):
+        got = _phases(model, "fast", sequences, PHASES[name])
+        rows = sum(int((got[s].view(torch.int16) != reference[s].view(torch.int16)).any(-1).sum()) for s in got)
+        print(f"seed {seed}: fast {name}: {rows} of {sum(map(len, sequences))} rows' logits differ from trainer_fwd")
+        assert rows > 0
