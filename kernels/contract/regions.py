@@ -42,6 +42,8 @@ REGION_FAMILY = {
     "index_proj": "linear",
     "rope_interleaved": "rope_interleaved",
     "window_compress": "window_compress",
+    "compress_norm": "norm",
+    "compress_rope": "rope_interleaved",
     "block_score": "block_score",
     "block_topk": "block_topk",
     "sink_attention": "sink_attention",

@@ -13,14 +13,27 @@ def _rope(dispatch, case, index, x, positions, config, theta, inverse=False):
                     rope_dim=config.rope_head_dim, inverse=inverse)
 
 
-def _close_windows(dispatch, case, index, kv, gate, bias, window_state, norm_weight, *, config, rate, overlap):
-    """(blocks [n, D] normed and rotated at their first positions, the next window state)."""
-    blocks, after = dispatch("window_compress", case, index, kv, gate, bias, window_state, rate=rate, overlap=overlap)
-    if blocks.shape[0]:
-        blocks, _ = dispatch("norm", case, index, blocks.to(kv.dtype), norm_weight, eps=config.rms_norm_eps)
-        starts = (torch.arange(blocks.shape[0], device=kv.device) + window_state.emitted) * rate
-        blocks = _rope(dispatch, case, index, blocks[:, None], starts, config, config.compress_rope_theta)[:, 0]
-    return blocks.to(kv.dtype), after
+def _close_windows(dispatch, batch, index, states, which, kv, gate, module, *, config, rate, overlap):
+    """Each segment's new rows into its sequence's windows (`which`: the compressor's or the
+    indexer's state), the blocks they close normed and rotated at their first positions in one
+    call each for the whole batch, appended to the states' block lists."""
+    closed, starts = [], []
+    for segment, state in zip(batch.segments, states):
+        window = getattr(state, which)
+        blocks, after = dispatch("window_compress", segment.case, index, kv[segment.rows], gate[segment.rows],
+                                 module.position_bias, window, rate=rate, overlap=overlap)
+        setattr(state, which, after)
+        closed.append(blocks.to(kv.dtype))
+        starts.append((torch.arange(blocks.shape[0], device=kv.device) + window.emitted) * rate)
+    joined = torch.cat(closed)
+    if joined.shape[0]:
+        joined, _ = dispatch("compress_norm", batch.case, index, joined, module.kv_norm, eps=config.rms_norm_eps)
+        joined = dispatch("compress_rope", batch.case, index, joined[:, None], torch.cat(starts),
+                          theta=config.compress_rope_theta, max_position=config.max_position,
+                          rope_dim=config.rope_head_dim)[:, 0]
+    kept = "blocks" if which == "compressor" else "index_keys"
+    for state, part in zip(states, joined.split([b.shape[0] for b in closed])):
+        getattr(state, kept).append(part)
 
 
 def _entries(keys, blocks, positions, chosen, config, kind, rate):
@@ -50,9 +63,9 @@ def attention(model, dispatch, batch, index, layer, x, cache):
     positions = batch.positions
     q_res, _ = dispatch("norm", case, index, dispatch("q_a_proj", case, index, x, layer.q_a_proj), layer.q_a_norm,
                         eps=c.rms_norm_eps)
-    q = dispatch("q_b_proj", case, index, q_res, layer.q_b_proj).reshape(rows * c.num_heads, c.head_dim)
-    q, _ = dispatch("qk_norm", case, index, q, layer.q_b_norm, eps=c.rms_norm_eps)
-    q = _rope(dispatch, case, index, q.reshape(rows, c.num_heads, c.head_dim), positions, c, theta)
+    q = dispatch("q_b_proj", case, index, q_res, layer.q_b_proj).reshape(rows, c.num_heads, c.head_dim)
+    q, _ = dispatch("qk_norm", case, index, q, layer.q_b_norm, eps=c.rms_norm_eps)  # per head, unweighted
+    q = _rope(dispatch, case, index, q, positions, c, theta)
     kv, _ = dispatch("norm", case, index, dispatch("kv_proj", case, index, x, layer.kv_proj), layer.kv_norm,
                      eps=c.rms_norm_eps)
     kv = _rope(dispatch, case, index, kv[:, None], positions, c, theta)[:, 0]
@@ -68,11 +81,21 @@ def attention(model, dispatch, batch, index, layer, x, cache):
         extra["iq"] = _rope(dispatch, case, index, iq, positions, c, c.compress_rope_theta)
         extra["iw"] = dispatch("index_proj", case, index, x, idx.weights_proj).float() * c.index_heads ** -0.5
     store = cache.compressed(index)
+    states = [store.open(segment) for segment in batch.segments]
+    for segment, state in zip(batch.segments, states):
+        state.keys.append(kv[segment.rows])
+        state.length += segment.length
+    rate = c.compress_rate(kind) if kind != "sliding" else 0
+    if kind != "sliding":
+        _close_windows(dispatch, batch, index, states, "compressor", extra["kv"], extra["gate"], layer.compressor,
+                       config=c, rate=rate, overlap=kind == "csa")
+    if kind == "csa":
+        _close_windows(dispatch, batch, index, states, "indexer", extra["ikv"], extra["igate"], layer.indexer,
+                       config=c, rate=rate, overlap=True)
     out = q.new_empty(rows, c.num_heads, c.head_dim)
-    for segment in batch.segments:
-        out[segment.rows] = _sequence(dispatch, segment, index, layer, store.open(segment), c, kind,
-                                      q[segment.rows], kv[segment.rows], positions[segment.rows],
-                                      {name: t[segment.rows] for name, t in extra.items()})
+    for segment, state in zip(batch.segments, states):
+        out[segment.rows] = _attend(dispatch, segment, index, layer, state, c, kind, rate, q[segment.rows],
+                                    positions[segment.rows], {name: t[segment.rows] for name, t in extra.items()})
     out = _rope(dispatch, case, index, out, positions, c, theta, inverse=True)
     grouped = out.reshape(rows, c.o_groups, -1)
     width = c.o_lora_rank
@@ -81,29 +104,14 @@ def attention(model, dispatch, batch, index, layer, x, cache):
     return dispatch("o_b_proj", case, index, mixed, layer.o_b_proj)
 
 
-def _sequence(dispatch, segment, index, layer, state, c, kind, q, kv, positions, extra):
-    """One segment's attention output [n, H, D], its sequence's state advanced."""
-    case = segment.case
-    state.keys.append(kv)
-    state.length += kv.shape[0]
+def _attend(dispatch, segment, index, layer, state, c, kind, rate, q, positions, extra):
+    """One segment's attention output [n, H, D] over its sequence's keys and blocks."""
+    case, chosen = segment.case, None
     keys = torch.cat(state.keys)
-    chosen, blocks = None, kv.new_zeros(0, c.head_dim)
-    if kind != "sliding":
-        rate = c.compress_rate(kind)
-        comp = layer.compressor
-        new, state.compressor = _close_windows(dispatch, case, index, extra["kv"], extra["gate"], comp.position_bias,
-                                               state.compressor, comp.kv_norm, config=c, rate=rate,
-                                               overlap=kind == "csa")
-        state.blocks.append(new)
-        blocks = torch.cat(state.blocks)
+    blocks = torch.cat(state.blocks) if state.blocks else keys.new_zeros(0, c.head_dim)
     if kind == "csa":
-        idx = layer.indexer
-        new, state.indexer = _close_windows(dispatch, case, index, extra["ikv"], extra["igate"], idx.position_bias,
-                                            state.indexer, idx.kv_norm, config=c, rate=rate, overlap=True)
-        state.index_keys.append(new)
         scores = dispatch("block_score", case, index, extra["iq"], torch.cat(state.index_keys), extra["iw"],
                           scale=c.index_head_dim ** -0.5)
         chosen = dispatch("block_topk", case, index, scores, positions, top_k=c.index_topk, compress_rate=rate)
-    entries, valid = _entries(keys, blocks, positions, chosen, c, kind, c.compress_rate(kind) if kind != "sliding"
-                              else 0)
+    entries, valid = _entries(keys, blocks, positions, chosen, c, kind, rate)
     return dispatch("sink_attention", case, index, q, entries, valid, layer.sinks, scale=c.head_dim ** -0.5)

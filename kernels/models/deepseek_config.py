@@ -65,10 +65,10 @@ class DeepseekConfig:
     kv_cache_dtype: str = "auto"
 
     REGIONS = ("embed", "hc_mix", "hc_mix_out", "hc_head", "norm", "qk_norm", "q_a_proj", "q_b_proj", "kv_proj",
-               "rope_interleaved", "compress_proj", "index_proj", "window_compress", "block_score", "block_topk",
-               "sink_attention", "o_a_proj", "o_b_proj", "router", "topk", "hash_topk", "expert_gemm",
-               "gate_up_proj", "mlp_act", "down_proj", "moe_combine", "weight_quant", "lm_head", "logprob",
-               "sampler")
+               "rope_interleaved", "compress_proj", "index_proj", "window_compress", "compress_norm",
+               "compress_rope", "block_score", "block_topk", "sink_attention", "o_a_proj", "o_b_proj", "router",
+               "topk", "hash_topk", "expert_gemm", "gate_up_proj", "mlp_act", "down_proj", "moe_combine",
+               "weight_quant", "lm_head", "logprob", "sampler")
 
     def validate(self) -> None:
         if self.family != "deepseek":
