@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.models.deepseek_state import CompressedStore
 from kernels.models.mamba_pool import PooledMambaStore
 from kernels.models.mamba_state import MambaStateStore
 from kernels.models.state import KVStore
@@ -196,12 +197,14 @@ class PagedLayerKV(KVStore):
 
 class EngineCache:
     """Everything the engine keeps per sequence: paged KV for attention layers, conv/SSM state
-    in slot pools for Mamba layers (a decode step reads them batched). The scheduler reserves
-    and releases through it, so a finished or invalidated sequence loses both."""
+    in slot pools for Mamba layers (a decode step reads them batched), DeepSeek-V4's keys and
+    compressor states per sequence. The scheduler reserves and releases through it, so a
+    finished or invalidated sequence loses them all."""
 
     def __init__(self, paged: PagedKVCache):
         self.paged = paged
         self._mamba: dict[int, MambaStateStore] = {}
+        self._compressed: dict[int, CompressedStore] = {}
 
     def kv(self, layer: int) -> PagedLayerKV:
         return self.paged.kv(layer)
@@ -210,6 +213,9 @@ class EngineCache:
         if layer not in self._mamba:
             self._mamba[layer] = PooledMambaStore(**shape)
         return self._mamba[layer]
+
+    def compressed(self, layer: int) -> CompressedStore:
+        return self._compressed.setdefault(layer, CompressedStore())
 
     def mamba_stores(self) -> list:
         """The Mamba layers' stores made so far, in layer order (a decode graph serves them)."""
@@ -231,10 +237,11 @@ class EngineCache:
 
     def release(self, seq_id: int) -> None:
         self.paged.release(seq_id)
-        for store in self._mamba.values():
+        for store in (*self._mamba.values(), *self._compressed.values()):
             store.release(seq_id)
 
     def clear(self) -> None:
         self.paged.clear()
         for store in self._mamba.values():
             store.clear()
+        self._compressed.clear()

@@ -26,6 +26,8 @@ def graphs_unsupported(config, parallel) -> str | None:
     """Why this engine cannot replay decode graphs, or None."""
     if parallel is not None:
         return "a TP/EP layout across processes: its collectives are not captured"
+    if config.family == "deepseek":
+        return "deepseek keeps per-sequence keys and compressor states in Python lists: nothing to replay"
     return None
 
 
