@@ -36,13 +36,19 @@ def _close_windows(dispatch, batch, index, states, which, kv, gate, module, *, c
         getattr(state, kept).append(part)
 
 
+def _gathered(rows, ids):
+    """rows[ids] by index_select, whose backward adds each row's gradients in index order
+    (advanced indexing's backward adds them with atomics on CPU threads: bits follow the timing)."""
+    return rows.index_select(0, ids.reshape(-1)).reshape(*ids.shape, rows.shape[-1])
+
+
 def _entries(keys, blocks, positions, chosen, config, kind, rate):
     """([T, L, D] entries, [T, L] valid) of each query: its window (positions p-W+1..p), then its
     compressed blocks (CSA: the chosen ones in their order; HCA: block s at slot s while s is visible)."""
     window = torch.arange(-config.sliding_window + 1, 1, device=positions.device)
     at = positions[:, None] + window[None, :]  # [T, W]
     valid = at >= 0
-    entries = keys[at.clamp(min=0)]
+    entries = _gathered(keys, at.clamp(min=0))
     extra = config.compressed_entries(kind)
     if extra:
         if kind == "csa":
@@ -51,7 +57,7 @@ def _entries(keys, blocks, positions, chosen, config, kind, rate):
             ids = torch.arange(extra, device=positions.device)[None, :].expand(positions.shape[0], -1)
             seen = ids < ((positions + 1) // rate)[:, None]
         ids = ids.clamp(min=0, max=max(blocks.shape[0] - 1, 0))
-        taken = blocks[ids] if blocks.shape[0] else keys.new_zeros(*ids.shape, keys.shape[-1])
+        taken = _gathered(blocks, ids) if blocks.shape[0] else keys.new_zeros(*ids.shape, keys.shape[-1])
         entries, valid = torch.cat([entries, taken], dim=1), torch.cat([valid, seen], dim=1)
     return entries, valid
 

@@ -64,6 +64,10 @@ class DeepseekConfig:
     """Routed expert weights: none | fp8 (128x128 blocks)."""
     kv_cache_dtype: str = "auto"
 
+    SELECTION_ONLY = ("indexer.",)
+    """Parameters the loss reaches only through the indexer's discrete Top-K: no gradient by the
+    architecture (DeepSeek-V4 trains the indexer by a loss of its own)."""
+
     REGIONS = ("embed", "hc_mix", "hc_mix_out", "hc_head", "norm", "qk_norm", "q_a_proj", "q_b_proj", "kv_proj",
                "rope_interleaved", "compress_proj", "index_proj", "window_compress", "compress_norm",
                "compress_rope", "block_score", "block_topk", "sink_attention", "o_a_proj", "o_b_proj", "router",
@@ -104,6 +108,11 @@ class DeepseekConfig:
     @property
     def num_kv_heads(self) -> int:
         return 1
+
+    @property
+    def intermediate_size(self) -> int:
+        """The shared expert's width (the SiLU(gate) * up rows of mlp_act)."""
+        return self.moe_intermediate_size
 
     @property
     def attention_kinds(self) -> tuple:
