@@ -14,6 +14,7 @@ from gates.layout_sides import SidesPlan, preload_for_fork, run_sides
 from gates.subject import subject_config_path, subject_label
 from gates.workload import EngineShape, Workload, make_requests
 from kernels.contract import load_contract
+from kernels.contract.dispatch import routed_experts
 from kernels.layout.launch import run_processes
 from kernels.layout.layout import Layout, SideLayouts
 from kernels.models.config import load_model_config
@@ -27,7 +28,7 @@ WORKLOAD = dict(num_sequences=8, new_tokens=12, min_prompt_len=6, max_prompt_len
 
 def model_pairs(config) -> tuple:
     """The engine/trainer layout pairs this model can run (EP needs routed experts)."""
-    return TP_PAIRS + (EXPERT_PAIRS if "moe" in getattr(config, "block_types", ()) else ())
+    return TP_PAIRS + (EXPERT_PAIRS if routed_experts(config) else ())
 
 
 def scorer_name(trainer: Layout, engine: Layout) -> str:

@@ -73,12 +73,18 @@ class RegionDispatch:
                 observe(call)
 
 
+def routed_experts(config) -> int:
+    """The model's routed experts an EP layout splits: a hybrid's only if it has MoE blocks."""
+    routed = "moe" in config.block_types if hasattr(config, "block_types") else hasattr(config, "n_routed_experts")
+    return getattr(config, "n_routed_experts", 0) if routed else 0
+
+
 def check_layout(layout, config, side: str) -> None:
     """ValueError naming the degree that does not fit this side or this model."""
     if side == "engine" and layout.dp > 1:
         raise ValueError(f"dp: the engine is one data-parallel replica (got {layout}); run one "
                          f"engine per replica: a request's bits do not depend on the others (C2)")
-    experts = getattr(config, "n_routed_experts", 0) if "moe" in getattr(config, "block_types", ()) else 0
+    experts = routed_experts(config)
     if layout.ep > 1 and not experts:
         raise ValueError(f"ep: {config.family} has no routed experts to split over {layout.ep} ranks")
     if layout.ep > 1 and experts % layout.ep:

@@ -44,9 +44,9 @@ def _unpack(packed, *specs):
     return out
 
 
-def routed_experts(op, x, ids, weights, up, down, *, axis):
-    """Slot outputs [M, k, H] of `op` (an expert_gemm implementation), experts split over the
-    axis, tokens dispatched and returned by all-to-all."""
+def routed_experts(op, x, ids, weights, up, down, *, axis, **keywords):
+    """Slot outputs [M, k, H] of `op` (an expert_gemm implementation, called with the model's
+    `keywords`), experts split over the axis, tokens dispatched and returned by all-to-all."""
     per_rank, top_k = up.shape[0] // axis.size, ids.shape[1]
     lo, hi = _token_block(ids.shape[0], axis.rank, axis.size)
     tokens = torch.arange(lo, hi, device=ids.device).repeat_interleave(top_k)  # routing order: token, then slot
@@ -62,13 +62,13 @@ def routed_experts(op, x, ids, weights, up, down, *, axis):
         (x.dtype, x.shape[1]), (experts.dtype, 1), (weights.dtype, 1))  # [P', H], [P'], [P']
     first = axis.rank * per_rank
     mine = slice(first, first + per_rank)
-    out = op(rows, local_ids[:, None], local_weights[:, None], up[mine], down[mine])[:, 0]
+    out = op(rows, local_ids[:, None], local_weights[:, None], up[mine], down[mine], **keywords)[:, 0]
     block = x.new_empty(hi - lo, top_k, down.shape[1])
     block[tokens - lo, slots] = axis.all_to_all(out, recv, send)
     return _gather_blocks(block, ids.shape[0], axis)
 
 
-def local_experts(op, x, ids, weights, up, down, *, axis):
+def local_experts(op, x, ids, weights, up, down, *, axis, **keywords):
     """rank_order: this rank's experts on every pair that chose them; zeros elsewhere."""
     per_rank = up.shape[0] // axis.size
     first = axis.rank * per_rank
@@ -77,7 +77,7 @@ def local_experts(op, x, ids, weights, up, down, *, axis):
     if rows.numel():
         mine = slice(first, first + per_rank)
         out[rows, slots] = op(x[rows], ids[rows, slots][:, None] - first, weights[rows, slots][:, None],
-                              up[mine], down[mine])[:, 0]
+                              up[mine], down[mine], **keywords)[:, 0]
     return out
 
 
