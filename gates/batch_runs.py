@@ -49,14 +49,16 @@ def probes_for(contract, config) -> dict:
 
 
 class Capture:
-    """Observer: (region, layer, output) of every region call of one forward."""
+    """Observer: (region, layer, output, segment) of every region call of one forward (segment:
+    the sequence a call works on alone, else None)."""
 
     def __init__(self):
         self.calls = []
 
     def __call__(self, call):
         output = call.output
-        self.calls.append((call.region, call.layer, output if isinstance(output, tuple) else (output,)))
+        self.calls.append((call.region, call.layer, output if isinstance(output, tuple) else (output,),
+                           call.segment))
 
 
 def _forward(model, contract, case, pieces, cache, sampling_seeds, rows_seen):
@@ -76,13 +78,19 @@ def _forward(model, contract, case, pieces, cache, sampling_seeds, rows_seen):
 
 
 def _rows_of(batch, calls, index: int) -> dict:
-    """{"region|layer|n": [summaries]}: segment `index`'s rows of every region output."""
+    """{"region|layer|n": [summaries]}: segment `index`'s rows of every region output, and the
+    whole outputs of the calls on its sequence alone ("region|layer|seq n")."""
     segment = batch.segments[index]
     counts, rows = {}, {}
-    for region, layer, outputs in calls:
-        n = counts[(region, layer)] = counts.get((region, layer), -1) + 1
+    for region, layer, outputs, alone in calls:
+        if alone is not None and alone.seq_id != segment.seq_id:
+            continue  # another sequence's own call
+        key = (region, layer, alone is not None)
+        n = counts[key] = counts.get(key, -1) + 1
         tensors = [t for t in outputs if isinstance(t, torch.Tensor)]
-        rows[f"{region}|{layer}|{n}"] = [summary(t if region in WHOLE_REGIONS else t[segment.rows]) for t in tensors]
+        whole = region in WHOLE_REGIONS or alone is not None
+        rows[f"{region}|{layer}|{'seq ' if alone is not None else ''}{n}"] = [
+            summary(t if whole else t[segment.rows]) for t in tensors]
     return rows
 
 

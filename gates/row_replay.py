@@ -45,8 +45,8 @@ class RowCapture:
         self.counts = {}
 
     def __call__(self, call):
-        if REGION_FAMILY.get(call.region) not in ROW_FAMILIES:
-            return
+        if REGION_FAMILY.get(call.region) not in ROW_FAMILIES or call.segment is not None:
+            return  # a call on one sequence alone: its outputs are compared whole (gates/batch_runs.py)
         outputs = call.output if isinstance(call.output, tuple) else (call.output,)
         rows = next((_rows_of(t) for t in outputs if isinstance(t, torch.Tensor)), None)
         if not rows:

@@ -3,7 +3,8 @@ implementation. Observers (tracers) see every call, its inputs and output, as a 
 it ran. Under a layout the regions it splits run in the contract's layout arithmetic
 (kernels/layout/policy.py): linear column- or row-parallel, logprob vocab-parallel, the experts
 expert-parallel; every other region runs whole on every rank, its inputs the same bits there.
-Head calls (lm_head, sampler, logprob) name their rows with `selecting_rows`.
+Head calls (lm_head, sampler, logprob) name their rows with `selecting_rows`; a call that works
+on one sequence's state alone (DeepSeek-V4's compressors and indexer) names it with `for_segment`.
 """
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ class DoorCall:
     output: Any
     rows: Any = None
     """For head calls: [R] indices into the last forward's batch rows; None inside a forward."""
+    segment: Any = None
+    """For a call on one sequence alone: its Segment (its outputs are that sequence's, whole)."""
 
 
 class RegionDispatch:
@@ -37,6 +40,16 @@ class RegionDispatch:
         self.contract = contract
         self.observers = list(observers)
         self.row_selection = None
+        self.segment = None
+
+    @contextmanager
+    def for_segment(self, segment):
+        """Calls inside work on `segment`'s sequence alone."""
+        self.segment = segment
+        try:
+            yield
+        finally:
+            self.segment = None
 
     @contextmanager
     def selecting_rows(self, rows):
@@ -68,7 +81,7 @@ class RegionDispatch:
     def notify(self, region: str, case: str, layer, args, kwargs, output) -> None:
         """Show one finished region call to the observers."""
         if self.observers:
-            call = DoorCall(region, case, layer, args, kwargs, output, self.row_selection)
+            call = DoorCall(region, case, layer, args, kwargs, output, self.row_selection, self.segment)
             for observe in self.observers:
                 observe(call)
 

@@ -13,27 +13,21 @@ def _rope(dispatch, case, index, x, positions, config, theta, inverse=False):
                     rope_dim=config.rope_head_dim, inverse=inverse)
 
 
-def _close_windows(dispatch, batch, index, states, which, kv, gate, module, *, config, rate, overlap):
-    """Each segment's new rows into its sequence's windows (`which`: the compressor's or the
-    indexer's state), the blocks they close normed and rotated at their first positions in one
-    call each for the whole batch, appended to the states' block lists."""
-    closed, starts = [], []
-    for segment, state in zip(batch.segments, states):
-        window = getattr(state, which)
-        blocks, after = dispatch("window_compress", segment.case, index, kv[segment.rows], gate[segment.rows],
-                                 module.position_bias, window, rate=rate, overlap=overlap)
-        setattr(state, which, after)
-        closed.append(blocks.to(kv.dtype))
-        starts.append((torch.arange(blocks.shape[0], device=kv.device) + window.emitted) * rate)
-    joined = torch.cat(closed)
-    if joined.shape[0]:
-        joined, _ = dispatch("compress_norm", batch.case, index, joined, module.kv_norm, eps=config.rms_norm_eps)
-        joined = dispatch("compress_rope", batch.case, index, joined[:, None], torch.cat(starts),
+def _close_windows(dispatch, segment, index, state, which, kv, gate, module, *, config, rate, overlap):
+    """A segment's new rows into its sequence's windows (`which`: the compressor's or the indexer's
+    state); the blocks they close, normed and rotated at their first positions, kept in the state."""
+    window = getattr(state, which)
+    blocks, after = dispatch("window_compress", segment.case, index, kv, gate, module.position_bias, window,
+                             rate=rate, overlap=overlap)
+    setattr(state, which, after)
+    blocks = blocks.to(kv.dtype)
+    if blocks.shape[0]:
+        blocks, _ = dispatch("compress_norm", segment.case, index, blocks, module.kv_norm, eps=config.rms_norm_eps)
+        starts = (torch.arange(blocks.shape[0], device=kv.device) + window.emitted) * rate
+        blocks = dispatch("compress_rope", segment.case, index, blocks[:, None], starts,
                           theta=config.compress_rope_theta, max_position=config.max_position,
                           rope_dim=config.rope_head_dim)[:, 0]
-    kept = "blocks" if which == "compressor" else "index_keys"
-    for state, part in zip(states, joined.split([b.shape[0] for b in closed])):
-        getattr(state, kept).append(part)
+    getattr(state, "blocks" if which == "compressor" else "index_keys").append(blocks)
 
 
 def _gathered(rows, ids):
@@ -92,16 +86,18 @@ def attention(model, dispatch, batch, index, layer, x, cache):
         state.keys.append(kv[segment.rows])
         state.length += segment.length
     rate = c.compress_rate(kind) if kind != "sliding" else 0
-    if kind != "sliding":
-        _close_windows(dispatch, batch, index, states, "compressor", extra["kv"], extra["gate"], layer.compressor,
-                       config=c, rate=rate, overlap=kind == "csa")
-    if kind == "csa":
-        _close_windows(dispatch, batch, index, states, "indexer", extra["ikv"], extra["igate"], layer.indexer,
-                       config=c, rate=rate, overlap=True)
     out = q.new_empty(rows, c.num_heads, c.head_dim)
     for segment, state in zip(batch.segments, states):
-        out[segment.rows] = _attend(dispatch, segment, index, layer, state, c, kind, rate, q[segment.rows],
-                                    positions[segment.rows], {name: t[segment.rows] for name, t in extra.items()})
+        rows_of = {name: t[segment.rows] for name, t in extra.items()}
+        with dispatch.for_segment(segment):  # these calls see this sequence alone
+            if kind != "sliding":
+                _close_windows(dispatch, segment, index, state, "compressor", rows_of["kv"], rows_of["gate"],
+                               layer.compressor, config=c, rate=rate, overlap=kind == "csa")
+            if kind == "csa":
+                _close_windows(dispatch, segment, index, state, "indexer", rows_of["ikv"], rows_of["igate"],
+                               layer.indexer, config=c, rate=rate, overlap=True)
+            out[segment.rows] = _attend(dispatch, segment, index, layer, state, c, kind, rate, q[segment.rows],
+                                        positions[segment.rows], rows_of)
     out = _rope(dispatch, case, index, out, positions, c, theta, inverse=True)
     grouped = out.reshape(rows, c.o_groups, -1)
     width = c.o_lora_rank
