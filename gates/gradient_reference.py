@@ -1,27 +1,33 @@
 """C08's float64 reference dispatch: called by the model definition like RegionDispatch, every
 region is its float64 formula from gates/reference, differentiated by torch autograd. The
-tested side's discrete decisions are replayed, not recomputed (MoE expert ids; FP8
+tested side's discrete decisions are replayed, not recomputed (MoE expert ids, the indexer's blocks; FP8
 activations and the K and V an FP8 KV store received, as straight-through points); the
 quantized weights are gates/reference/quant.py's float64 quantization of the master weight,
 straight through. It also counts the Mamba dt that lie near time_step_min, where the clamp's
 gradient jumps (the gate redraws such inputs).
 """
 import contextlib
+import types
 
 import torch
 
 from gates.reference import activation as ref_activation
 from gates.reference import attention as ref_attention
+from gates.reference import block_topk as ref_block_topk
+from gates.reference import hyper_connection as ref_hc
 from gates.reference import linear as ref_linear
 from gates.reference import logprob as ref_logprob
 from gates.reference import moe as ref_moe
 from gates.reference import norm as ref_norm
 from gates.reference import quant as ref_quant
 from gates.reference import rope as ref_rope
+from gates.reference import sink_attention as ref_sink_attention
 from gates.reference import ssm as ref_ssm
+from gates.reference import window_compress as ref_window_compress
 
 KINK_BAND = 1e-4  # dt = clamp(softplus(.), min=time_step_min) has a kink: draws this near it are redrawn
-LINEAR_REGIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "ssm_in_proj", "ssm_out_proj")
+LINEAR_REGIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "ssm_in_proj", "ssm_out_proj",
+                  "q_a_proj", "q_b_proj", "kv_proj", "o_a_proj", "o_b_proj", "compress_proj", "index_proj")
 
 
 class ReferenceDispatch:
@@ -39,6 +45,8 @@ class ReferenceDispatch:
     def selecting_rows(self, rows):
         return contextlib.nullcontext()  # row selections only matter to tracers
 
+    for_segment = selecting_rows
+
     def fused(self, chain, case, layer, *args, **kwargs):
         return None  # no fused launch: the model calls each region's reference formula
 
@@ -53,7 +61,7 @@ class ReferenceDispatch:
     def norm(self, layer, x, w, *, eps, residual=None):
         return ref_norm.rmsnorm(x, w, eps=eps, residual=residual)
 
-    qk_norm = norm
+    qk_norm = compress_norm = norm
 
     def rope(self, layer, q, k, positions, *, theta, max_position):
         return ref_rope.rope(q, positions, theta=theta), ref_rope.rope(k, positions, theta=theta)
@@ -92,15 +100,49 @@ class ReferenceDispatch:
     def ssm_norm(self, layer, y, z, w, *, eps, group_size):
         return ref_ssm.gated_norm(y, z, w, eps, group_size)
 
-    def router(self, layer, x, w):
-        return ref_moe.router(x, w)
+    def router(self, layer, x, w, *, scoring="sigmoid"):
+        return ref_moe.router(x, w, scoring)
+
+    def hash_topk(self, layer, scores, ids, *, scaling):
+        return ref_moe.routing_weights(scores, ids, scaling)
+
+    def hc_mix(self, layer, streams, fn, base, scale, **keywords):
+        return ref_hc.mix_in(streams, fn, base, scale, **keywords)
+
+    def hc_mix_out(self, layer, streams, block_out, post, comb):
+        return ref_hc.mix_out(streams, block_out, post, comb)
+
+    def hc_head(self, layer, streams, fn, base, scale, **keywords):
+        return ref_hc.head(streams, fn, base, scale, **keywords)
+
+    def rope_interleaved(self, layer, x, positions, *, theta, max_position, rope_dim, inverse=False):
+        return ref_rope.rope_interleaved(x, positions, theta=theta, rope_dim=rope_dim, inverse=inverse)
+
+    compress_rope = rope_interleaved
+
+    def window_compress(self, layer, kv, gate, position_bias, state, *, rate, overlap):
+        if state.emitted or state.pending_kv is not None:
+            raise ValueError("the reference compresses whole sequences from position 0")
+        blocks = ref_window_compress.blocks(kv, gate, position_bias, rate=rate, overlap=overlap)
+        return blocks, types.SimpleNamespace(emitted=blocks.shape[0], pending_kv=None)  # refused above if reused
+
+    def block_score(self, layer, q, keys, weights, *, scale):
+        return ref_block_topk.scores(q, keys, weights, scale=scale)
+
+    def block_topk(self, layer, scores, positions, *, top_k, compress_rate):
+        return self._next("block_topk", layer)
+
+    def sink_attention(self, layer, q, entries, valid, sinks, *, scale):
+        return ref_sink_attention.attend(q, entries, valid, sinks, scale=scale)
 
     def topk(self, layer, scores, bias, *, top_k, scaling):
         ids = self._next("topk", layer)
         return ids, ref_moe.routing_weights(scores, ids, scaling)
 
-    def expert_gemm(self, layer, x, ids, weights, up, down):
-        every = torch.stack([ref_moe.expert(x, up[e], down[e]) for e in range(up.shape[0])])  # [E, M, H]
+    def expert_gemm(self, layer, x, ids, weights, up, down, *, swiglu_limit=None):
+        every = torch.stack([ref_moe.expert(x, up[e], down[e]) if swiglu_limit is None
+                             else ref_moe.swiglu_expert(x, up[e], down[e], swiglu_limit)
+                             for e in range(up.shape[0])])  # [E, M, H]
         return every[ids, torch.arange(x.shape[0])[:, None]]  # [M, k, H], unweighted
 
     def shared_expert(self, layer, x, up, down):

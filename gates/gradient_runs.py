@@ -52,7 +52,7 @@ def tested(subject, size: str, model_seed: int, contract, spec: list, coefficien
     def keep_decisions(call):  # the reference runs on the CPU
         quantized_weight = call.region == "weight_quant" and call.kwargs.get("fmt") != "none"
         fp8_kv = call.region == "attention" and getattr(call.args[4], "kv_format", "auto") == "fp8"
-        decision = call.region in ("topk", "act_quant") and call.kwargs.get("fmt") != "none"
+        decision = call.region in ("topk", "act_quant", "block_topk") and call.kwargs.get("fmt") != "none"
         if not (quantized_weight or decision or fp8_kv):
             return
         index = calls[(call.region, call.layer)] = calls.get((call.region, call.layer), -1) + 1
@@ -89,13 +89,16 @@ def replayed_decisions(tensors: dict) -> dict:
 
 
 def reference(subject, size: str, spec: list, tensors: dict) -> tuple:
-    """(tensors, {parameters, near_kinks, quantized}) of the float64 reference on the tested
-    side's weights and decisions."""
+    """(tensors, {parameters, near_kinks, quantized, selection_only}) of the float64 reference on the
+    tested side's weights and decisions; selection_only: the parameters its config says the loss
+    reaches only through a discrete choice (no gradient by the architecture)."""
     model = build_model(float32_config(subject, size), seed=None)
     model.load_state_dict({name[len("weight/"):]: t for name, t in tensors.items() if name.startswith("weight/")})
     dispatch = ReferenceDispatch(replayed_decisions(tensors))
     found = _loss_and_grads(model.double(), dispatch, spec, tensors["coefficients"])
     found.update({quantized_name(layer, index): w for layer, weights in dispatch.weights.items()
                   for index, w in enumerate(weights)})
-    return found, {"parameters": [name for name, _ in model.named_parameters()], "near_kinks": dispatch.near_kinks,
-                   "quantized": dispatch.quantized}
+    names = [name for name, _ in model.named_parameters()]
+    selection_only = getattr(model.config, "SELECTION_ONLY", ())  # the base commit's declaration
+    return found, {"parameters": names, "near_kinks": dispatch.near_kinks, "quantized": dispatch.quantized,
+                   "selection_only": [name for name in names if any(part in name for part in selection_only)]}
