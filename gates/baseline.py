@@ -52,6 +52,23 @@ def tree_content_hash(tree) -> str:
     return answer["content_hash"]
 
 
+_MODELS_PROGRAM = ("import json, kernels\n"
+                   "from kernels.models.registry import MODEL_CONFIGS\n"
+                   "print(json.dumps({'models': sorted(MODEL_CONFIGS), 'kernels': kernels.__file__}))\n")
+
+
+def tree_models(tree) -> list:
+    """The model names (`--model`) the source tree at `tree` ships, read from its own registry."""
+    tree = Path(tree).resolve()
+    result = subprocess.run([sys.executable, "-c", _MODELS_PROGRAM], cwd=tree, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"reading the models of {tree} failed: {result.stderr[-2000:]}")
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    if not Path(answer["kernels"]).resolve().is_relative_to(tree):
+        raise RuntimeError(f"reading {tree}'s models imported kernels from {answer['kernels']}")
+    return answer["models"]
+
+
 RUN_PATHS = ("kernels", "gates")  # what C10 exports of the frozen commit and runs
 FILES_HASH_OF = "every file of kernels/ and gates/ at the commit (what C10 runs)"
 

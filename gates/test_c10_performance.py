@@ -36,7 +36,9 @@ engine, a smoke figure; on CUDA the model at full width (qwen3-1.7b, nemotron-wi
 sequences with room to batch them all, CUDA graphs for decode where both trees' engines
 replay them for the model (else both run decode eagerly, and the inputs say why), as
 gpu_rollout.py runs it; both sides held to the same host cores, each run recording the core
-it ran on and the GPU's clocks (gates/timing_state.py).
+it ran on and the GPU's clocks (gates/timing_state.py). A model the frozen commit does not ship
+(a family added since) is n/a with the reason, never a pass: the model is the harness's to name
+and the frozen tree cannot change, so a candidate cannot make its own model vanish there.
 Negative controls: a planted slow path (every linear computed four times, the same bits)
 fails it with two busy processes beside it (tests/test_c10_under_load.py, where the
 consistent path must not fail under the same load); so do a floor out of reach
@@ -51,7 +53,7 @@ import tempfile
 from pathlib import Path
 
 from gates import device
-from gates.baseline import ROOT, RUN_PATHS, no_baseline, read_frozen
+from gates.baseline import ROOT, RUN_PATHS, no_baseline, read_frozen, tree_models
 from gates.candidate import ask, check_judge_clean, confinement
 from gates.compare import differing_values
 from gates.cpu_timing import timed_environment
@@ -161,6 +163,9 @@ def test_throughput_against_the_frozen_baseline(gate):
     figures, seeds = {key: {"baseline": [], "candidate": []} for key in keys}, []
     with tempfile.TemporaryDirectory(prefix="c10-frozen-") as folder:
         baseline_tree = export_commit(frozen["commit"], Path(folder) / "baseline", ROOT, paths=RUN_PATHS)
+        if gate.model not in tree_models(baseline_tree):  # the harness names the model; the frozen tree is fixed
+            gate.n_a(f"the frozen baseline {frozen['tag']} ({frozen['commit'][:12]}) predates model "
+                     f"{gate.model!r}: freeze a baseline that ships it (harness freeze-baseline)")
         made = Path(folder) / "subject"  # the only folder the candidate's setup worker may write
         made.mkdir()
         subject = ask("c10_subject", {"model": gate.model, "size": subject_size(gate.model, target),
