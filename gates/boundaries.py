@@ -1,12 +1,14 @@
 """The boundaries a gate's inputs must cross, read from the contract and the model config,
-never hard-coded: the attention's key block (the widest `block_kv` or `tokens_per_split` any
-case pins, else the fast kernels' key block) and the Mamba scan's chunk. A fault that lives
+never hard-coded: the attention's key block (the widest `block_kv`, `tokens_per_split` or `split`
+any case pins, else the fast kernels' key block) and the state's chunk (the Mamba scan's chunk, or
+a compressor's widest window: the config's `state_window`). A fault that lives
 at a boundary (a split that starts at the second key block, a chunk carried wrongly) shows
 only in inputs on both sides of it, so the gates place probes there and record what they
 crossed (`coverage`); a gate whose inputs crossed none fails as vacuous. `coverage` needs
 no code under test: a gate that runs it in workers (gates/candidate.py) computes it itself.
 """
-KEY_BLOCK_CONSTANTS = ("block_kv", "tokens_per_split")  # attention constants that cut the keys
+KEY_BLOCK_CONSTANTS = ("block_kv", "tokens_per_split", "split")  # attention constants that cut the keys
+ATTENTION_REGIONS = ("attention", "sink_attention")
 DEFAULT_KEY_BLOCK = 32  # the fast paged kernels' key block (kernels/ops/attention/fast.py FAST_BLOCK_KV)
 DEFAULT_SSM_CHUNK = 16
 
@@ -15,8 +17,8 @@ def key_block(contract) -> int:
     """The widest key block any case's attention binding pins, or the fast kernels' where
     none is pinned: what the probes must run past."""
     from kernels.contract.regions import CASES
-    pinned = [value for case in CASES for name, value in contract.binding("attention", case).constants
-              if name in KEY_BLOCK_CONSTANTS]
+    pinned = [value for case in CASES for region in ATTENTION_REGIONS
+              for name, value in contract.binding(region, case).constants if name in KEY_BLOCK_CONSTANTS]
     return max(pinned, default=DEFAULT_KEY_BLOCK)
 
 
@@ -25,18 +27,25 @@ def longest_constant(contract) -> int:
     size, a context past which a kernel changes its walk), 0 when none: a fault keyed on any
     of them shows only in a context past it, whatever its name."""
     from kernels.contract.regions import CASES
-    return max((value for case in CASES for _, value in contract.binding("attention", case).constants
+    return max((value for case in CASES for region in ATTENTION_REGIONS
+                for _, value in contract.binding(region, case).constants
                 if isinstance(value, int) and not isinstance(value, bool)), default=0)
 
 
+def state_chunk(config):
+    """The tokens a sequence's carried state is cut into: Mamba's chunk, a compressor's widest
+    window (`state_window`), None for a model whose state is its keys alone."""
+    return getattr(config, "chunk_size", None) or getattr(config, "state_window", None)
+
+
 def ssm_chunk(config) -> int:
-    return getattr(config, "chunk_size", DEFAULT_SSM_CHUNK)
+    return state_chunk(config) or DEFAULT_SSM_CHUNK
 
 
 def boundaries(contract, config) -> dict:
-    """What a worker reports for check_crossed: the key block, the SSM chunk (None without
-    Mamba layers)."""
-    return {"key_block": key_block(contract), "ssm_chunk": ssm_chunk(config) if hasattr(config, "chunk_size") else None}
+    """What a worker reports for check_crossed: the key block, the state's chunk (None without
+    one)."""
+    return {"key_block": key_block(contract), "ssm_chunk": state_chunk(config)}
 
 
 def coverage(lengths, block: int, chunk: int) -> dict:

@@ -12,7 +12,7 @@ import random
 import torch
 
 from gates import device
-from gates.boundaries import coverage, key_block, longest_constant, ssm_chunk
+from gates.boundaries import coverage, key_block, longest_constant, ssm_chunk, state_chunk
 from gates.compare import tensor_digest
 from gates.switches import switch
 from gates.workload import Workload, make_requests
@@ -164,7 +164,7 @@ def every_phase(model, contract, config, seed: int) -> dict:
     reference = _run_phase(model, contract, [("trainer_fwd", "trainer_fwd",
                                               [(s, 0, ids[:-1]) for s, ids in enumerate(engine_tokens)])])
     return {"inputs": {"lengths": lengths, "chunk_sizes": list(chunk_sizes), "kv_cache_dtype": config.kv_cache_dtype,
-                       "coverage": coverage(lengths, block, chunk), "has_ssm": hasattr(config, "chunk_size")},
+                       "coverage": coverage(lengths, block, chunk), "has_ssm": state_chunk(config) is not None},
             "full": position_digests(_run_phase(model, contract, phase_steps(tokens))),
             "phases": _digested(model, contract, phases),
             "engine": {"rows": position_digests(engine_rows), "reference": position_digests(reference),

@@ -110,6 +110,12 @@ class DeepseekConfig:
         return 1
 
     @property
+    def state_window(self) -> int:
+        """The widest compressor window: the span a phase's carried state is cut at (the gates
+        place chunked prefills and decodes either side of it, as of Mamba's chunk)."""
+        return max(self.compress_rate_csa, self.compress_rate_hca)
+
+    @property
     def intermediate_size(self) -> int:
         """The shared expert's width (the SiLU(gate) * up rows of mlp_act)."""
         return self.moe_intermediate_size
