@@ -9,11 +9,13 @@ FAMILIES = {"qwen3": (Qwen3Config, Qwen3Model), "nemotron": (NemotronConfig, Nem
             "deepseek": (DeepseekConfig, DeepseekModel)}
 
 # What `--model NAME --size SIZE` loads: the cut runs the CPU gates, full is the real shape,
-# wide-cut is nemotron at full width with 6 layers (GPU benchmarks, C06 on NCCL).
+# wide-cut is nemotron at full width with 6 layers (GPU benchmarks, C06 on NCCL). deepseek's
+# full config runs nowhere yet (no CUDA kernels for its regions): C09 checks that it loads.
 MODEL_CONFIGS = {
     "qwen3": {"cut": "qwen3-cut", "full": "qwen3-1.7b"},
     "nemotron": {"cut": "nemotron-cut", "cut-quant": "nemotron-cut-quant", "wide-cut": "nemotron-wide-cut",
                  "full": "nemotron-30b-a3b"},
+    "deepseek": {"cut": "deepseek-cut", "full": "deepseek-v4-flash"},
 }
 
 
