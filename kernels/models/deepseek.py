@@ -11,6 +11,7 @@ from torch import nn
 
 from kernels.models.deepseek_attention import attention
 from kernels.models.deepseek_config import DeepseekConfig
+from kernels.models.lm_head import LanguageModel
 from kernels.models.recompute import run_layer
 
 
@@ -76,7 +77,7 @@ class Layer(nn.Module):
         self.shared_down = _param(h, c.moe_intermediate_size, dtype=dt)
 
 
-class DeepseekModel(nn.Module):
+class DeepseekModel(LanguageModel):
     """Parameters plus the forward both runtimes call."""
 
     def __init__(self, config: DeepseekConfig):
@@ -133,13 +134,6 @@ class DeepseekModel(nn.Module):
         normed, _ = dispatch("norm", case, c.num_layers, collapsed, self.final_norm, eps=c.rms_norm_eps)
         return normed
 
-    @property
-    def head_weight(self):
-        return self.embed_tokens if self.config.tie_word_embeddings else self.lm_head
-
-    def logits(self, hidden, dispatch, case):
-        """[M, V] logits in the activation dtype."""
-        return dispatch("lm_head", case, None, hidden, self.head_weight)
 
     def _moe(self, dispatch, batch, index, layer, x):
         c, case = self.config, batch.case

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from kernels.models.batch import call_per_case
+from kernels.models.lm_head import LanguageModel
 from kernels.models.nemotron_config import NemotronConfig
 from kernels.models.recompute import run_layer
 
@@ -76,7 +77,7 @@ class MLPBlock(nn.Module):
 BLOCKS = {"mamba": MambaBlock, "attention": AttentionBlock, "moe": MoEBlock, "mlp": MLPBlock}
 
 
-class NemotronModel(nn.Module):
+class NemotronModel(LanguageModel):
     """Parameters plus the forward both runtimes call."""
 
     def __init__(self, config: NemotronConfig):
@@ -125,14 +126,6 @@ class NemotronModel(nn.Module):
         normed, _ = dispatch("norm", case, c.num_layers, hidden, self.final_norm, eps=c.layer_norm_epsilon)
         return normed
 
-    @property
-    def head_weight(self):
-        """lm_head's [V, hidden] weight: the embedding table when the config ties them."""
-        return self.embed_tokens if self.config.tie_word_embeddings else self.lm_head
-
-    def logits(self, hidden, dispatch, case):
-        """[M, V] logits in the activation dtype."""
-        return dispatch("lm_head", case, None, hidden, self.head_weight)
 
     def _attention(self, dispatch, batch, index, layer, normed, cache):
         c, case, rows = self.config, batch.case, normed.shape[0]

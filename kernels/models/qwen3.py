@@ -12,6 +12,7 @@ from torch import nn
 
 from kernels.models.batch import call_per_case
 from kernels.models.dtypes import DTYPES
+from kernels.models.lm_head import LanguageModel
 from kernels.models.recompute import run_layer
 from kernels.ops.fusions import QK_NORM_ROPE
 
@@ -96,7 +97,7 @@ class Qwen3Layer(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(hidden, config.intermediate_size, dtype=dtype))
 
 
-class Qwen3Model(nn.Module):
+class Qwen3Model(LanguageModel):
     """Parameters plus the forward both runtimes call."""
 
     def __init__(self, config: Qwen3Config):
@@ -137,14 +138,6 @@ class Qwen3Model(nn.Module):
         normed, _ = self._norm(dispatch, case, config.num_layers, hidden, residual, self.final_norm)
         return normed
 
-    @property
-    def head_weight(self):
-        """lm_head's [V, hidden] weight: the embedding table when the config ties them."""
-        return self.embed_tokens if self.config.tie_word_embeddings else self.lm_head
-
-    def logits(self, hidden, dispatch, case):
-        """[M, V] logits in the activation dtype."""
-        return dispatch("lm_head", case, None, hidden, self.head_weight)
 
     def _norm(self, dispatch, case, index, hidden, residual, weight):
         eps = self.config.rms_norm_eps
