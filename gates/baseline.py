@@ -39,17 +39,22 @@ _HASH_PROGRAM = (
 )
 
 
-def tree_content_hash(tree) -> str:
-    """The content hash of the fast path in the source tree at `tree` (its kernels/)."""
+def _ask_tree(tree, program: str, what: str) -> dict:
+    """The JSON `program` prints, run with cwd = `tree` (so `kernels` is that tree's); refused
+    if it imported kernels from anywhere else."""
     tree = Path(tree).resolve()
-    result = subprocess.run([sys.executable, "-c", _HASH_PROGRAM], cwd=tree, capture_output=True,
-                            text=True)
+    result = subprocess.run([sys.executable, "-c", program], cwd=tree, capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"hashing the fast path in {tree} failed: {result.stderr[-2000:]}")
+        raise RuntimeError(f"{what} in {tree} failed: {result.stderr[-2000:]}")
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     if not Path(answer["kernels"]).resolve().is_relative_to(tree):
-        raise RuntimeError(f"hashing {tree} imported kernels from {answer['kernels']}")
-    return answer["content_hash"]
+        raise RuntimeError(f"{what} in {tree} imported kernels from {answer['kernels']}")
+    return answer
+
+
+def tree_content_hash(tree) -> str:
+    """The content hash of the fast path in the source tree at `tree` (its kernels/)."""
+    return _ask_tree(tree, _HASH_PROGRAM, "hashing the fast path")["content_hash"]
 
 
 _MODELS_PROGRAM = ("import json, kernels\n"
@@ -59,14 +64,7 @@ _MODELS_PROGRAM = ("import json, kernels\n"
 
 def tree_models(tree) -> list:
     """The model names (`--model`) the source tree at `tree` ships, read from its own registry."""
-    tree = Path(tree).resolve()
-    result = subprocess.run([sys.executable, "-c", _MODELS_PROGRAM], cwd=tree, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"reading the models of {tree} failed: {result.stderr[-2000:]}")
-    answer = json.loads(result.stdout.strip().splitlines()[-1])
-    if not Path(answer["kernels"]).resolve().is_relative_to(tree):
-        raise RuntimeError(f"reading {tree}'s models imported kernels from {answer['kernels']}")
-    return answer["models"]
+    return _ask_tree(tree, _MODELS_PROGRAM, "reading the models")["models"]
 
 
 RUN_PATHS = ("kernels", "gates")  # what C10 exports of the frozen commit and runs
