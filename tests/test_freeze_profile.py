@@ -74,7 +74,7 @@ def test_freeze_tags_head_commits_the_record_and_c00_verifies_it(clone, capsys):
     record = read_frozen(clone)
     assert record["tag"] == "b1" and record["commit"] == head and git(clone, "rev-parse", "b1") == head
     assert record["hash_of"] == "numerical_policy of the fast contract" and len(record["content_hash"]) == 64
-    assert git(clone, "log", "-1", "--format=%s") == "Freeze the cpu baseline b1"
+    assert git(clone, "log", "-1", "--format=%s") == "baseline: freeze b1 as the cpu baseline"
     assert git(clone, "show", "--name-only", "--format=", "HEAD") == "baseline/frozen.json"
     assert git(clone, "status", "--porcelain") == ""
     assert "froze b1" in capsys.readouterr().out

@@ -36,7 +36,7 @@ def freeze(repo_path=".", tag: str | None = None, target: str = "cpu") -> dict:
         path = root / frozen_path(target)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        workspace.commit_paths(repo, [Path(frozen_path(target))], f"Freeze the {target} baseline {tag}")
+        workspace.commit_paths(repo, [Path(frozen_path(target))], f"baseline: freeze {tag} as the {target} baseline")
     except Exception:
         workspace.delete_tag(repo, tag)  # no tag without the record that explains it
         raise
