@@ -200,6 +200,24 @@ def require_exact_names(directory, tensors: dict, wanted: set, family: str) -> N
         raise ValueError(f"{directory}: unexpected tensors {unexpected} (not part of {family})")
 
 
+def assemble(how: str, parts: list, target: torch.Size):
+    """The checkpoint's tensors `parts` combined into one of our parameters as `how` says, or None
+    when their shapes cannot make `target`: 'cat' concatenates rows (fused projections), 'stack'
+    stacks per-expert matrices, 'stack_pairs' stacks per-expert [w1 rows; w3 rows] (each pair
+    concatenated), 'squeeze' drops conv1d's channel-group dim."""
+    if how == "squeeze":
+        fits = len(parts) == 1 and parts[0].shape == (target[0], 1, *target[1:])
+        return parts[0].squeeze(1) if fits else None
+    if how in ("stack", "stack_pairs"):
+        size = 2 if how == "stack_pairs" else 1
+        experts = [assemble("cat", parts[i:i + size], target[1:]) for i in range(0, len(parts), size)]
+        fits = len(experts) == target[0] and all(e is not None for e in experts)
+        return torch.stack(experts) if fits else None
+    fits = (all(p.dim() == len(target) and p.shape[1:] == target[1:] for p in parts)
+            and sum(p.shape[0] for p in parts) == target[0])
+    return torch.cat(parts) if fits else None
+
+
 def load_hf_checkpoint(directory, dtype: str | None = None):
     """(config, model) from a save_pretrained directory. Weights are cast to the model dtype
     (exact when widening, e.g. bf16 -> fp32; rounded when narrowing)."""
@@ -218,11 +236,10 @@ def load_hf_checkpoint(directory, dtype: str | None = None):
     with torch.no_grad():
         for ours, names in sources.items():
             parts = [tensors[name] for name in names]
-            target = parameters[ours].shape
-            if (any(part.dim() != len(target) or part.shape[1:] != target[1:] for part in parts)
-                    or sum(part.shape[0] for part in parts) != target[0]):
+            value = assemble("cat", parts, parameters[ours].shape)
+            if value is None:
                 shapes = {name: tuple(part.shape) for name, part in zip(names, parts)}
                 raise ValueError(f"{directory}: tensor shapes {shapes} do not fuse into "
-                                 f"{ours} {tuple(target)} as config.json implies")
-            parameters[ours].copy_(torch.cat(parts, dim=0))
+                                 f"{ours} {tuple(parameters[ours].shape)} as config.json implies")
+            parameters[ours].copy_(value)
     return config, model

@@ -11,6 +11,7 @@ import torch
 from kernels.models.config import config_from_mapping
 from kernels.models.deepseek_config import DeepseekConfig
 from kernels.models.hf_checkpoint import (
+    assemble,
     checkpoint_dtype,
     number,
     read_config_json,
@@ -45,18 +46,18 @@ _ALIASES = {"embed_tokens.weight": "embed.weight", "lm_head.weight": "head.weigh
             "hc_head.hc_base": "hc_head_base", "hc_head.hc_scale": "hc_head_scale"}
 
 
-def checkpoint_names(ours: str, num_experts: int) -> list:
-    """The checkpoint tensors one of our parameters or buffers is made of (the experts' gate and
-    up rows stacked per expert: w1 then w3)."""
+def checkpoint_sources(ours: str, num_experts: int) -> tuple:
+    """(how, checkpoint tensor names) one of our parameters or buffers is made of (assemble's
+    `how`: each expert's gate and up rows are its w1 then its w3)."""
     if ours in _TOP:
-        return [_TOP[ours]]
+        return "cat", [_TOP[ours]]
     _, index, rest = ours.split(".", 2)
     prefix = f"layers.{index}."
     if rest == "experts_gate_up":
-        return [f"{prefix}ffn.experts.{e}.{w}.weight" for e in range(num_experts) for w in ("w1", "w3")]
+        return "stack_pairs", [f"{prefix}ffn.experts.{e}.{w}.weight" for e in range(num_experts) for w in ("w1", "w3")]
     if rest == "experts_down":
-        return [f"{prefix}ffn.experts.{e}.w2.weight" for e in range(num_experts)]
-    return [prefix + _LAYER[rest]]
+        return "stack", [f"{prefix}ffn.experts.{e}.w2.weight" for e in range(num_experts)]
+    return "cat", [prefix + _LAYER[rest]]
 
 
 def normalized(directory, tensors: dict) -> dict:
@@ -135,15 +136,13 @@ def load_hf_deepseek(directory, dtype: str | None = None):
     model = build_model(config, seed=None)
     targets = {name: t for name, t in {**dict(model.named_parameters()), **dict(model.named_buffers())}.items()
                if not name.endswith("q_b_norm")}  # a constant of ones: the unweighted norm
-    sources = {ours: checkpoint_names(ours, config.n_routed_experts) for ours in targets}
-    require_exact_names(directory, tensors, {n for names in sources.values() for n in names}, "DeepSeek-V4")
+    sources = {ours: checkpoint_sources(ours, config.n_routed_experts) for ours in targets}
+    require_exact_names(directory, tensors, {n for _, names in sources.values() for n in names}, "DeepSeek-V4")
     with torch.no_grad():
-        for ours, names in sources.items():
+        for ours, (how, names) in sources.items():
             parts = [tensors[name] for name in names]
-            value = (torch.stack([torch.cat(parts[e:e + 2]) for e in range(0, len(parts), 2)])
-                     if ours.endswith("experts_gate_up") else torch.stack(parts) if ours.endswith("experts_down")
-                     else parts[0]) if all(p.dim() == parts[0].dim() for p in parts) else None
-            if value is None or value.shape != targets[ours].shape:
+            value = assemble(how, parts, targets[ours].shape)
+            if value is None:
                 shapes = {name: tuple(part.shape) for name, part in zip(names[:2], parts)}
                 raise ValueError(f"{directory}: tensors {shapes}{' ...' if len(names) > 2 else ''} do not make "
                                  f"{ours} {tuple(targets[ours].shape)} as config.json implies")

@@ -12,6 +12,7 @@ import torch
 
 from kernels.models.config import config_from_mapping
 from kernels.models.hf_checkpoint import (
+    assemble,
     checkpoint_dtype,
     read_config_json,
     read_safetensors,
@@ -136,19 +137,6 @@ def checkpoint_layout(names) -> dict:
     return {"prefix": prefix, "fused_experts": any(n.endswith(".mixer.experts.up_proj") for n in names)}
 
 
-def _assemble(how: str, parts: list, target: torch.Size):
-    """The parts combined as `how` says, or None when their shapes cannot make `target`."""
-    if how == "squeeze":
-        fits = len(parts) == 1 and parts[0].shape == (target[0], 1, *target[1:])
-        return parts[0].squeeze(1) if fits else None
-    if how == "stack":
-        fits = len(parts) == target[0] and all(p.shape == target[1:] for p in parts)
-        return torch.stack(parts) if fits else None
-    fits = (all(p.dim() == len(target) and p.shape[1:] == target[1:] for p in parts)
-            and sum(p.shape[0] for p in parts) == target[0])
-    return torch.cat(parts) if fits else None
-
-
 def load_hf_nemotron(directory, dtype: str | None = None):
     """(config, model) from a save_pretrained directory. Weights are cast to each target's
     dtype (exact when widening, e.g. bf16 -> fp32; rounded when narrowing)."""
@@ -165,7 +153,7 @@ def load_hf_nemotron(directory, dtype: str | None = None):
     with torch.no_grad():
         for ours, (how, names) in sources.items():
             parts = [tensors[name] for name in names]
-            value = _assemble(how, parts, targets[ours].shape)
+            value = assemble(how, parts, targets[ours].shape)
             if value is None:
                 shapes = {name: tuple(part.shape) for name, part in zip(names, parts)}
                 raise ValueError(f"{directory}: tensor shapes {shapes} do not fuse into "
