@@ -134,7 +134,6 @@ class DeepseekModel(LanguageModel):
         normed, _ = dispatch("norm", case, c.num_layers, collapsed, self.final_norm, eps=c.rms_norm_eps)
         return normed
 
-
     def _moe(self, dispatch, batch, index, layer, x):
         c, case = self.config, batch.case
         scores = dispatch("router", case, index, x, layer.router, scoring=c.scoring_func)

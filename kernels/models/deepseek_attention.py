@@ -81,13 +81,11 @@ def attention(model, dispatch, batch, index, layer, x, cache):
         extra["iq"] = _rope(dispatch, case, index, iq, positions, c, c.compress_rope_theta)
         extra["iw"] = dispatch("index_proj", case, index, x, idx.weights_proj).float() * c.index_heads ** -0.5
     store = cache.compressed(index)
-    states = [store.open(segment) for segment in batch.segments]
-    for segment, state in zip(batch.segments, states):
-        state.keys.append(kv[segment.rows])
-        state.length += segment.length
     rate = c.compress_rate(kind) if kind != "sliding" else 0
     out = q.new_empty(rows, c.num_heads, c.head_dim)
-    for segment, state in zip(batch.segments, states):
+    for segment in batch.segments:
+        state = store.open(segment)
+        state.keys.append(kv[segment.rows])
         rows_of = {name: t[segment.rows] for name, t in extra.items()}
         with dispatch.for_segment(segment):  # these calls see this sequence alone
             if kind != "sliding":

@@ -5,8 +5,6 @@ forward; every phase reaches the same state by the same windows (kernels/ops/win
 """
 from dataclasses import dataclass, field
 
-import torch
-
 from kernels.ops.window_compress.forms import WindowState
 
 
@@ -20,10 +18,11 @@ class SequenceState:
     indexer: WindowState = field(default_factory=WindowState)
     index_keys: list = field(default_factory=list)
     """[n, index_head_dim] the indexer's closed blocks."""
-    length: int = 0
 
-    def all_keys(self, width: int, like: torch.Tensor) -> torch.Tensor:
-        return torch.cat(self.keys) if self.keys else like.new_zeros(0, width)
+    @property
+    def length(self) -> int:
+        """Tokens the state holds: the next segment's start."""
+        return sum(piece.shape[0] for piece in self.keys)
 
 
 class CompressedStore:
