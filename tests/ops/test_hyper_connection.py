@@ -16,7 +16,8 @@ STREAMS, DIM, TOKENS = 4, 64, 67
 KEYWORDS = {"hc_eps": 1e-6, "norm_eps": 1e-6, "sinkhorn_iters": 20}
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}  # relative to max |value|: the weights in fp32;
 # the block input and the mixed streams rounded to bf16 (the fast mixing rounds in bf16 more than once)
-STOCHASTIC_TOLERANCE = 1e-3  # |row or column sum - 1| after the Sinkhorn iterations
+STOCHASTIC_TOLERANCE = 1e-5  # |column sum - 1| (normalised last) and |row sum - float64's row sum|: twenty
+# Sinkhorn iterations leave the rows short of 1 on hard draws in any precision, so rows follow the reference
 
 
 def _inputs(seed):
@@ -59,8 +60,12 @@ def test_both_variants_agree_with_float64_and_comb_is_doubly_stochastic(variant)
         print(f"{variant} seed {seed}: {name} vs float64 {error:.2e} (tolerance {TOLERANCE[a.dtype]:g})")
         assert error <= TOLERANCE[a.dtype], (seed, name)
     comb = got[2].double()
-    for dim in (-1, -2):
-        assert float((comb.sum(dim=dim) - 1).abs().max()) <= STOCHASTIC_TOLERANCE, (seed, dim)
+    columns = float((comb.sum(dim=-2) - 1).abs().max())
+    rows = float((comb.sum(dim=-1) - expected[2].sum(dim=-1)).abs().max())
+    reference_rows = float((expected[2].sum(dim=-1) - 1).abs().max())
+    print(f"{variant} seed {seed}: |column sum - 1| {columns:.1e}, |row sum - float64's| {rows:.1e} "
+          f"(float64's own |row sum - 1| {reference_rows:.1e}; tolerance {STOCHASTIC_TOLERANCE:g})")
+    assert columns <= STOCHASTIC_TOLERANCE and rows <= STOCHASTIC_TOLERANCE, (seed, columns, rows)
 
 
 def test_fast_tokens_change_with_the_batch():
