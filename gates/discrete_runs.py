@@ -26,6 +26,11 @@ def _region_call(call: dict, tensors: dict):
             tensors[n] for n in ("slots", "ids", "weights", "shared"))
     if kind == "quant":
         return call["region"], lambda op, t: op(t, fmt=call["fmt"]), (tensors["x"],)
+    if kind == "block_topk":
+        return "block_topk", lambda op, s, p: op(s, p, top_k=call["top_k"], compress_rate=call["compress_rate"]), (
+            tensors["scores"], tensors["positions"])
+    if kind == "hash_topk":
+        return "hash_topk", lambda op, s, i: op(s, i, scaling=call["scaling"]), (tensors["scores"], tensors["ids"])
     if kind == "mlp_act":
         return "mlp_act", lambda op, g, u: op(g, u), (tensors["gate_in"], tensors["up"])
     raise ValueError(f"no region call {kind!r}")

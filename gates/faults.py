@@ -47,6 +47,31 @@ def topk_highest_id_wins(scores, bias, *, top_k, scaling):
     return scores.shape[-1] - 1 - flipped[0], flipped[1]
 
 
+def block_topk_lowest_position_wins(scores, positions, *, top_k, compress_rate):
+    """The indexer's selection with ties going to the SMALLER position (a stable sort without the
+    reversal): a query tied across the k-th block keeps another block."""
+    from kernels.ops.block_topk import forms as block_forms  # a base commit's tree may predate the family
+
+    num_blocks = scores.shape[-1]
+    masked = scores.masked_fill(~block_forms.visible(positions, num_blocks, compress_rate), float("-inf"))
+    order = torch.sort(masked, dim=-1, descending=True, stable=True).indices[:, :min(top_k, num_blocks)]
+    chosen = block_forms.with_sentinel(order, positions, compress_rate, top_k)
+    return torch.sort(chosen, dim=-1, descending=True).values
+
+
+def block_topk_zero_signs_ranked(scores, positions, *, top_k, compress_rate):
+    """The indexer's selection with -0.0 below +0.0, as a top-k over the scores' bit patterns (a
+    radix select) ranks them: a query whose k-th place falls among zeros of both signs differs."""
+    negative_zero = (scores == 0) & torch.signbit(scores)
+    nudged = torch.where(negative_zero, torch.full_like(scores, -torch.finfo(scores.dtype).tiny), scores)
+    return _consistent("block_topk")(nudged, positions, top_k=top_k, compress_rate=compress_rate)
+
+
+def hash_weights_reverse_order(scores, ids, *, scaling):
+    """The hash router's weights over a slot sum taken k-1 .. 0 (the table's order reversed)."""
+    return _consistent("hash_topk")(scores, ids.flip(-1), scaling=scaling).flip(-1)
+
+
 class _SiluMulNoGateGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up):
@@ -234,6 +259,9 @@ PLANTED = {
     ("moe_combine", "planted_reverse_order"): combine_reverse_order,
     ("moe_combine", "planted_bf16_reverse_order"): combine_bf16_reverse_order,
     ("topk", "planted_highest_id_wins"): topk_highest_id_wins,
+    ("block_topk", "planted_lowest_position_wins"): block_topk_lowest_position_wins,
+    ("block_topk", "planted_zero_signs_ranked"): block_topk_zero_signs_ranked,
+    ("hash_topk", "planted_reverse_order"): hash_weights_reverse_order,
     ("norm", "planted_sum_in_halves_below_16_rows"): norm_sum_in_halves_below_16_rows,
     ("sampler", "planted_keeps_every_tie"): sampler_keeps_every_tie,
     ("activation", "planted_wrong_gradient"): silu_mul_wrong_gradient,
@@ -249,5 +277,9 @@ PLANTED = {
 
 
 def register_all() -> None:
+    """Every plant whose family the tree's registry knows (a base commit's may predate some)."""
     for (family, variant), function in {**PLANTED, **faults_cuda.PLANTED}.items():
-        register_variant(family, variant, function)
+        try:
+            register_variant(family, variant, function)
+        except ValueError:
+            continue

@@ -7,16 +7,19 @@ each check proves present, and the choices follow the contract's rules: Top-K on
 across the k-th place (ids by the unique key, lowest id first), the MoE combine with k >= 3
 (fp32 sum in slot order, one rounding), the sampler on tied logits (a request's tokens ignore
 the batch; greedy ties go to the lowest id; top-k keeps the lowest ids of a tie at the k-th
-place), the FP8/NVFP4 weight, FP8 activation and FP8 KV
-round trips on signed zeros, E4M3 midpoints, values above 448 and block extremes that differ
-from block to block (FP8 equal to the float64 reference's rounding), and SiLU(gate)*up on
-random inputs. A region the model does not use is an n/a condition (qwen3: topk,
-moe_combine, weight/act quant; nemotron: mlp_act). Every shipped size runs (the cut; the
-quantized cut where the family ships one, whose config's formats the calls must all cover),
-each size's conditions named by it. Negative control: the fast contract fails
+place), the FP8/NVFP4 weight, FP8 activation and FP8 KV round trips on signed zeros, E4M3
+midpoints, values above 448 and block extremes that differ from block to block (FP8 equal to
+the float64 reference's rounding), SiLU(gate)*up on random inputs, and DeepSeek-V4's
+selections (gates/discrete_selection.py: the indexer's block Top-K by score then the larger
+position, +0.0 tying -0.0, blocks by position descending; the hash router's weights over a
+slot-order sum). A region the model does not use is an n/a condition (qwen3: topk,
+moe_combine, weight/act quant; nemotron: mlp_act; both: block_topk, hash_topk). Every shipped
+size runs (the cut; the quantized cut where the family ships one, whose config's formats the
+calls must all cover), each size's conditions named by it. Negative control: the fast contract fails
 it (torch.topk ties, batch-seeded sampler draws, a per-tensor activation scale), as do the
 planted faults topk.planted_highest_id_wins, moe_combine.planted_reverse_order,
-sampler.planted_keeps_every_tie and activation.planted_inference_two_roundings (two
+block_topk.planted_lowest_position_wins, block_topk.planted_zero_signs_ranked,
+hash_topk.planted_reverse_order, sampler.planted_keeps_every_tie and activation.planted_inference_two_roundings (two
 roundings in inference mode only). The inputs are crafted here; the contract's ops run in a
 worker (gates/discrete_runs.py) that hands back their outputs as tensors, and this process,
 which compares them and writes the verdict, loads no module of the code under test (a
@@ -28,6 +31,7 @@ from gates.candidate import ask_once, check_judge_clean, confinement
 from gates.conftest import SizedRecord
 from gates.crafted import distinct_fp8_scales, fp8_crafted, sampler_inputs, tied_scores, tied_top_logits
 from gates.discrete_calls import check_equal, require, run_all, subject_facts, uses_region
+from gates.discrete_selection import CHECKS as SELECTION_CHECKS
 from gates.hazards import HazardEvidence, VacuousGate, count_negative_zeros, count_topk_boundary_ties
 from gates.inputs import fresh_seed, generator
 from gates.reference import moe as ref_moe
@@ -218,7 +222,7 @@ def silu_mul_rounding(gate, facts):
 
 
 CHECKS = (topk_ties, moe_combine_order, sampler_ignores_the_batch, sampler_top_k_ties, weight_and_activation_quant,
-          fp8_kv_store, silu_mul_rounding)
+          fp8_kv_store, silu_mul_rounding, *SELECTION_CHECKS)
 
 
 def configured_quantization(facts) -> set:

@@ -1,6 +1,8 @@
 """The gates on `--model deepseek` (the DeepSeek-V4 cut). Through `harness gates`, under the
-consistent contract: C02 (its per-sequence calls compared whole) and C08 (the indexer's
-selection-only parameters n/a with the reason, every other gradient checked) pass. Without a gate
+consistent contract: C02 (its per-sequence calls compared whole), C04 (with the indexer's block
+Top-K and the hash router's weights) and C08 (the indexer's selection-only parameters n/a with the
+reason, every other gradient checked) pass; the fast contract and each planted selection fault
+fail C04's rule of their own region. Without a gate
 run: C03 places its chunks either side of the compressor's window (the config's state_window);
 C02's comparison of per-sequence calls keys them within the probe's own sequence and shows a
 difference there; C10 is n/a while the frozen CPU baseline predates the family (its tree does not
@@ -8,6 +10,7 @@ ship the model). The rest pass in `harness gates --model deepseek` (RESULTS.md),
 contract's phases and engine/trainer bits differ (tests/test_deepseek*.py)."""
 import json
 
+import pytest
 import torch
 
 from gates.baseline import ROOT, RUN_PATHS, read_frozen, tree_models
@@ -18,13 +21,22 @@ from harness.cli import main
 from kernels.contract import load_contract
 from kernels.models.batch import TokenBatch
 from kernels.models.config import load_model_config
+from tests.test_gate_c04_c09 import _failed, _gates, _planted
+
+BLOCK_RULE = ("[cut] block_topk follows the unique key (score, then the larger position), blocks by position "
+              "descending, -1 past them")
+HASH_RULE = "[cut] hash_topk weighs the table's experts over an fp32 slot-order sum"
 
 
-def test_consistent_contract_passes_c02_and_c08(tmp_path):
+def test_consistent_contract_passes_c02_c04_and_c08(tmp_path):
     out = tmp_path / "consistent"
-    main(["gates", "--model", "deepseek", "--only", "C2,C8", "--out", str(out)])
+    main(["gates", "--model", "deepseek", "--only", "C2,C4,C8", "--out", str(out)])
     results = {path.stem: json.loads(path.read_text()) for path in out.glob("C*.json")}
-    assert {name: r["status"] for name, r in results.items()} == {"C02": "pass", "C08": "pass"}
+    assert {name: r["status"] for name, r in results.items()} == {"C02": "pass", "C04": "pass", "C08": "pass"}
+    statuses = {c["name"]: c["status"] for c in results["C04"]["conditions"]}
+    assert statuses[BLOCK_RULE] == statuses[HASH_RULE] == "pass"
+    hazards = next(c for c in results["C04"]["conditions"] if c["name"].startswith("[cut] block_topk: the inputs"))
+    assert hazards["+0.0 and -0.0 tied at the k-th visible block"] > 0, hazards
     selection_only = [c for c in results["C08"]["conditions"] if c["status"] == "n/a"]
     assert selection_only and all(".indexer." in c["name"] for c in selection_only), selection_only
     assert any(".compressor." in c["name"] and c["status"] == "pass" for c in results["C08"]["conditions"])
@@ -56,3 +68,20 @@ def test_c10_is_not_applicable_while_the_frozen_baseline_predates_the_family(tmp
     models = tree_models(export_commit(frozen["commit"], tmp_path, ROOT, paths=RUN_PATHS))
     assert "qwen3" in models and "nemotron" in models  # read from that tree's own registry
     assert "deepseek" not in models, "the CPU baseline ships deepseek now: run C10 on it instead"
+
+
+@pytest.mark.parametrize("contract, failing", [
+    ("fast", BLOCK_RULE),
+    (("block_topk", "block_topk.planted_lowest_position_wins"), BLOCK_RULE),
+    (("block_topk", "block_topk.planted_zero_signs_ranked"), BLOCK_RULE),
+    (("hash_topk", "hash_topk.planted_reverse_order"), HASH_RULE),
+])
+def test_c04_fails_the_fast_contract_and_planted_selection_faults(tmp_path, contract, failing):
+    """Every case agrees with every other (the plants are bound to all of them): the rule alone
+    catches them. The fast contract also fails its other regions' rules."""
+    chosen = contract if contract == "fast" else _planted(tmp_path, *contract)
+    _, results = _gates(tmp_path, "deepseek", "C4", chosen)
+    failed = _failed(results["C04"])
+    assert failing in failed, failed
+    if contract != "fast":
+        assert failed == {failing}, failed

@@ -28,6 +28,16 @@ def routing_weights(scores, ids, scaling):
     return chosen / (chosen.sum(dim=-1, keepdim=True) + 1e-20) * scaling
 
 
+def slot_order_weights(scores, ids, scaling):
+    """The contracts' routing weights: the chosen fp32 scores over their fp32 slot-order sum
+    (+ 1e-20), times scaling, each step rounded to fp32 (what C04 checks hash_topk against)."""
+    chosen = scores.float().gather(1, ids)
+    total = chosen[:, 0]
+    for slot in range(1, ids.shape[1]):
+        total = total + chosen[:, slot]
+    return chosen / (total.unsqueeze(-1) + 1e-20) * scaling
+
+
 def expert(x, up, down):
     """down(relu(up(x))^2): [M, H] x [F, H] x [H, F] -> [M, H]."""
     h = torch.relu(x.double() @ up.double().T)
