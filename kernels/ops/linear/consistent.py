@@ -1,12 +1,17 @@
 """linear.consistent: the padded rows cut into tiles of `row_multiple` rows, one GEMM of that
 shape per tile, so each row is reduced by the same call whatever the batch; on CUDA the Triton
-GEMM (cuda.py). The row tiles also serve attention's score and value GEMMs and the trainer's head.
+GEMM (cuda.py). A row's place inside its tile must not matter either: for 2-3 output columns the
+CPU BLAS takes a path where it does, so narrow weights get zero rows up to MIN_COLUMNS (their
+outputs cut off). The row tiles also serve attention's GEMMs and the trainer's head.
 """
 import torch
 import torch.nn.functional as F
 
 from kernels.ops.linear.forms import _blas
 from kernels.ops.padding import pad_to_multiple
+
+
+MIN_COLUMNS = 8
 
 
 def require_cpu(x, what: str) -> None:
@@ -48,8 +53,13 @@ def consistent(x, w, *, row_multiple: int, out_dtype=None):
         import kernels.ops.linear.cuda as linear_cuda  # imports Triton: CUDA machines only
         return linear_cuda.consistent(x, w, out_dtype)
     require_cpu(x, "linear.consistent")
+    columns = w.shape[0]
+    if columns < MIN_COLUMNS:
+        w = torch.cat([w, w.new_zeros(MIN_COLUMNS - columns, w.shape[1])])
     if x.dtype in (torch.bfloat16, torch.float16):  # _blas's fp32 route, each operand converted once
         w32 = w.float()
         out = in_row_tiles(lambda tile: F.linear(tile, w32), x, dim=0, tile_rows=row_multiple, dtype=torch.float32)
-        return out if out_dtype == torch.float32 else out.to(out_dtype or x.dtype)
-    return in_row_tiles(lambda tile: _blas(tile, w, out_dtype), x.contiguous(), dim=0, tile_rows=row_multiple)
+        out = out if out_dtype == torch.float32 else out.to(out_dtype or x.dtype)
+    else:
+        out = in_row_tiles(lambda tile: _blas(tile, w, out_dtype), x.contiguous(), dim=0, tile_rows=row_multiple)
+    return out if columns >= MIN_COLUMNS else out[:, :columns]
