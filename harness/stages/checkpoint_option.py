@@ -10,8 +10,8 @@ def add_model_options(parser, default_model: str | None) -> None:
     default = f" (default {default_model})" if default_model else ""
     parser.add_argument("--model", help=f"model family, e.g. nemotron or qwen3{default}; or --checkpoint")
     parser.add_argument("--checkpoint", metavar="DIR",
-                        help="a transformers save_pretrained directory (qwen3 or nemotron_h), run instead of the "
-                             "seeded cut; the family comes from its model_type")
+                        help="a transformers save_pretrained directory (qwen3, nemotron_h or deepseek_v4), run "
+                             "instead of the seeded cut; the family comes from its model_type")
 
 
 def model_of(args, default: str | None = None) -> str:

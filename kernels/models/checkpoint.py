@@ -1,16 +1,16 @@
-"""A transformers save_pretrained directory as (config, weights), the loader picked by
-config.json's model_type (qwen3 -> hf_checkpoint.py, nemotron_h -> hf_nemotron.py), so a
-command can take `--checkpoint DIR` without being told the family. An unsupported
-architecture is refused by name (require_model_type's table), never loaded as another."""
+"""A transformers save_pretrained directory as (config, weights), the loader picked by config.json's
+model_type (qwen3 -> hf_checkpoint.py, nemotron_h -> hf_nemotron.py, deepseek_v4 -> hf_deepseek.py),
+so a command can take `--checkpoint DIR` without being told the family. An unsupported architecture
+is refused by name (require_model_type's table), never loaded as another."""
 from pathlib import Path
 
 from kernels.models.hf_checkpoint import read_config_json, require_model_type
 
-FAMILY_OF_MODEL_TYPE = {"qwen3": "qwen3", "nemotron_h": "nemotron"}
+FAMILY_OF_MODEL_TYPE = {"qwen3": "qwen3", "nemotron_h": "nemotron", "deepseek_v4": "deepseek"}
 
 
 def checkpoint_family(directory) -> str:
-    """Our family name (qwen3, nemotron) for the checkpoint's model_type; ValueError otherwise."""
+    """Our family name (qwen3, nemotron, deepseek) for the checkpoint's model_type; ValueError otherwise."""
     path = Path(directory)
     hf_config = read_config_json(path)
     try:  # names the architecture (Qwen3-MoE, Llama, ...) where it is known
@@ -25,7 +25,9 @@ def load_checkpoint(directory, dtype: str | None = None) -> tuple:
     family = checkpoint_family(directory)
     if family == "qwen3":
         from kernels.models.hf_checkpoint import load_hf_checkpoint as load
-    else:
+    elif family == "nemotron":
         from kernels.models.hf_nemotron import load_hf_nemotron as load
+    else:
+        from kernels.models.hf_deepseek import load_hf_deepseek as load
     config, model = load(directory, dtype)
     return config, {name: tensor.detach() for name, tensor in model.state_dict().items()}
