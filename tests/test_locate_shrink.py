@@ -36,6 +36,8 @@ PLANTS = {  # name: (model, region, cases bound to the fault, binding, block typ
     # model has the region (qwen3 has no Mamba or MoE, nemotron no SiLU(gate)*up region)
     "o_proj-atomic_split_k-qwen3": ("qwen3", "o_proj", ENGINE_CASES, SPLIT_K, None),
     "attention-decode_split_kv-nemotron": ("nemotron", "attention", ("engine_decode",), BF16_SPLIT_KV, "*"),
+    # DeepSeek-V4's indexer projections split along K: first seen in the first CSA layer (1)
+    "index_proj-atomic_split_k-deepseek": ("deepseek", "index_proj", ENGINE_CASES, SPLIT_K, "C"),
 }
 
 
@@ -52,7 +54,8 @@ def _contract_file(path, region=None, cases=(), binding=None):
 def _expected_layer(model, block):
     """The first layer holding the region: where a contract-wide plant shows first."""
     config = load_model_config(f"{model}-cut")
-    return 0 if block is None else config.hybrid_override_pattern.index(block)
+    pattern = getattr(config, "hybrid_override_pattern", None) or getattr(config, "layer_pattern", "")
+    return 0 if block is None else pattern.index(block)
 
 
 def _locate_json(capsys, argv):
@@ -87,7 +90,8 @@ def test_fast_contract_diverges_in_the_first_layer(tmp_path, capsys):
     assert code == EXIT_DIFFERENT and result["layer"] in (None, 0), result
 
 
-@pytest.mark.parametrize("plant", ["o_proj-atomic_split_k", "attention-decode_split_kv", "ssm_scan-decode"])
+@pytest.mark.parametrize("plant", ["o_proj-atomic_split_k", "attention-decode_split_kv", "ssm_scan-decode",
+                                   "index_proj-atomic_split_k-deepseek"])
 def test_shrink_repro_fails_then_passes_once_the_plant_is_removed(tmp_path, plant):
     model, region, cases, binding, block = PLANTS[plant]
     contract = _contract_file(tmp_path / "planted.yaml", region, cases, binding)
@@ -101,6 +105,8 @@ def test_shrink_repro_fails_then_passes_once_the_plant_is_removed(tmp_path, plan
     cut = load_model_config(repro_dir / "config.yaml")
     if model == "nemotron":  # the divergent layer and its neighbours (one fewer at layer 0)
         assert len(cut.hybrid_override_pattern) in (2, 3) and summary["cut"]["confirmed"]
+    elif model == "deepseek":  # layers 0 .. the divergent one + 1: the hash-routed layer 0 stays first
+        assert cut.layer_pattern == "SCH" and cut.num_hash_layers == 1
     else:  # layers 0 .. the divergent one + 1
         assert cut.num_layers == _expected_layer(model, block) + 2
     door = json.loads((repro_dir / "door_call.json").read_text())

@@ -55,7 +55,12 @@ def cut_config(result: dict, out_path: Path):
         mapping["hybrid_override_pattern"] = pattern[lo:hi]
         cut_layer = None if layer is None else layer - lo
     else:  # layers 0 .. layer + 1: earlier layers stay, they feed the divergent one
-        mapping["num_layers"] = min(mapping["num_layers"], 2 if layer is None else layer + 2)
+        keep = 2 if layer is None else layer + 2
+        if "layer_pattern" in mapping:  # deepseek: one character per layer, the first num_hash_layers hash-routed
+            mapping["layer_pattern"] = mapping["layer_pattern"][:keep]
+            mapping["num_hash_layers"] = min(mapping.get("num_hash_layers", 0), len(mapping["layer_pattern"]))
+        else:
+            mapping["num_layers"] = min(mapping["num_layers"], keep)
         cut_layer = layer
     out_path.write_text(f"# cut around layer {layer} of {source} by harness shrink\n" + yaml.safe_dump(mapping))
     return out_path, cut_layer
