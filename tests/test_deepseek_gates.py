@@ -6,7 +6,7 @@ fail C04's rule of their own region. Without a gate
 run: C03 places its chunks either side of the compressor's window (the config's state_window);
 C02's comparison of per-sequence calls keys them within the probe's own sequence and shows a
 difference there; C10 is n/a while the frozen CPU baseline predates the family (its tree does not
-ship the model). The rest pass in `harness gates --model deepseek` (RESULTS.md), and the fast
+ship the model), and so is `harness run`'s profile stage. The rest pass in `harness gates --model deepseek` (RESULTS.md), and the fast
 contract's phases and engine/trainer bits differ (tests/test_deepseek*.py)."""
 import json
 from pathlib import Path
@@ -97,3 +97,13 @@ def test_c04_fails_the_fast_contract_and_planted_selection_faults(tmp_path, plan
     assert failing <= failed, failed
     if plants != "fast":
         assert failed == failing, failed
+
+
+def test_run_on_deepseek_says_why_the_profile_is_not_applicable(tmp_path):
+    """The frozen CPU baseline predates the family: `harness run` finishes, its profile stage
+    skipped as n/a with the reason (it crashed in the baseline worker before)."""
+    out = tmp_path / "run"
+    assert main(["run", "--model", "deepseek", "--gates", "C1", "--out", str(out)]) == 0
+    profile = json.loads((out / "run.json").read_text())["stages"]["profile"]
+    assert profile["status"] == "skipped" and profile["detail"].startswith("n/a: the frozen baseline"), profile
+    assert "'deepseek'" in profile["detail"]

@@ -12,7 +12,7 @@ import statistics
 import time
 from pathlib import Path
 
-from gates.baseline import NO_BASELINE, read_frozen
+from gates.baseline import NO_BASELINE, read_frozen, tree_models
 from gates.ratio_verdict import median_interval
 from gates.workload import Workload
 from harness import workspace
@@ -31,6 +31,10 @@ FAIR_ENVIRONMENT = ("torch", "triton", "cuda", "device", "cpu_capability", "num_
 (comm_transport, since the layouts) are compared when the frozen commit reports them too."""
 
 
+class BaselineLacksModel(ValueError):
+    """The frozen baseline's tree ships no such model: there is nothing to profile against."""
+
+
 def profile(model: str, out_dir, pairs: int = DEFAULT_PAIRS, workload: dict | None = None,
             repo_path=".") -> dict:
     """Measure, write samples.jsonl and profile.json under out_dir; the profile.json document."""
@@ -42,6 +46,10 @@ def profile(model: str, out_dir, pairs: int = DEFAULT_PAIRS, workload: dict | No
     repo = workspace.open_repo(repo_path)
     root = workspace.repo_root(repo)
     frozen, worktree = frozen_worktree(repo)
+    if model not in tree_models(worktree):
+        raise BaselineLacksModel(f"the frozen baseline {frozen['tag']} ({frozen['commit'][:12]}) ships no model "
+                                 f"{model!r}: nothing to profile against until a baseline that has it is frozen "
+                                 "(harness freeze-baseline)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     trees = {"baseline": (worktree, "fast"), "consistent": (root, "consistent")}

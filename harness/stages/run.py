@@ -88,7 +88,10 @@ def _shrink(state, args):
 
 
 def _profile(state, args):
-    result = profile_stage.profile(args.model, state.out / "profile", pairs=args.pairs)
+    try:
+        result = profile_stage.profile(args.model, state.out / "profile", pairs=args.pairs)
+    except profile_stage.BaselineLacksModel as error:
+        return "skipped", f"n/a: {error}"
     throughput = result["rollout_tokens_per_s"]
     low, high = throughput["noise"]
     return "done", _noted(f"rollout throughput (CPU time) consistent / baseline = {throughput['ratio']:.3f} "
