@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from kernels.ops.linear.forms import _blas
 from kernels.ops.padding import pad_to_multiple
 
-
 MIN_COLUMNS = 8
 
 
