@@ -1,7 +1,8 @@
 """C08's float64 reference dispatch: called by the model definition like RegionDispatch, every
 region is its float64 formula from gates/reference, differentiated by torch autograd. The
 tested side's discrete decisions are replayed, not recomputed (MoE expert ids, the indexer's blocks; FP8
-activations and the K and V an FP8 KV store received, as straight-through points); the
+activations, the K and V an FP8 KV store received and the entries DeepSeek-V4's attention read from
+one, as straight-through points); the
 quantized weights are gates/reference/quant.py's float64 quantization of the master weight,
 straight through. It also counts the Mamba dt that lie near time_step_min, where the clamp's
 gradient jumps (the gate redraws such inputs).
@@ -33,8 +34,8 @@ LINEAR_REGIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", 
 class ReferenceDispatch:
     """Called by the model like RegionDispatch; every region is its float64 reference formula.
     `tested` holds the tested forward's discrete decisions, per (region, str(layer)) in call order:
-    the MoE expert ids ("topk"), the FP8 activations ("act_quant") and the K and V an FP8 KV
-    store received ("attention")."""
+    the MoE expert ids ("topk"), the FP8 activations ("act_quant"), the K and V an FP8 KV
+    store received ("attention") and the entries read from one ("sink_attention")."""
 
     def __init__(self, tested: dict):
         self.tested = tested
@@ -133,6 +134,10 @@ class ReferenceDispatch:
         return self._next("block_topk", layer)
 
     def sink_attention(self, layer, q, entries, valid, sinks, *, scale):
+        if ("sink_attention", str(layer)) in self.tested:  # read from an FP8 KV store: straight through
+            replayed = self._next("sink_attention", layer).to(entries.dtype)
+            entries = entries + (replayed - entries).detach()
+            self.quantized["kv"] += 1
         return ref_sink_attention.attend(q, entries, valid, sinks, scale=scale)
 
     def topk(self, layer, scores, bias, *, top_k, scaling):

@@ -53,7 +53,8 @@ def tested(subject, size: str, model_seed: int, contract, spec: list, coefficien
         quantized_weight = call.region == "weight_quant" and call.kwargs.get("fmt") != "none"
         fp8_kv = call.region == "attention" and getattr(call.args[4], "kv_format", "auto") == "fp8"
         decision = call.region in ("topk", "act_quant", "block_topk") and call.kwargs.get("fmt") != "none"
-        if not (quantized_weight or decision or fp8_kv):
+        fp8_entries = call.region == "sink_attention" and getattr(config, "kv_cache_dtype", "auto") == "fp8"
+        if not (quantized_weight or decision or fp8_kv or fp8_entries):
             return
         index = calls[(call.region, call.layer)] = calls.get((call.region, call.layer), -1) + 1
         name = f"decision/{call.region}/{call.layer}/{index}"
@@ -61,6 +62,8 @@ def tested(subject, size: str, model_seed: int, contract, spec: list, coefficien
             kept[quantized_name(call.layer, index)] = call.output.detach().cpu()
         elif call.region == "attention":
             kept[name + "/k"], kept[name + "/v"] = (t.detach().cpu() for t in call.args[1:3])
+        elif call.region == "sink_attention":  # the workspace dequantized from the store
+            kept[name] = call.args[1].detach().cpu()
         else:
             kept[name] = (call.output[0] if call.region == "topk" else call.output).detach().cpu()
 
