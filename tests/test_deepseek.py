@@ -2,7 +2,10 @@
 phase gives the same logits bits, whole trainer forward, whole prefill, chunked prefill at splits
 before, at and after the compressor's windows, and token-by-token decode, with sequences crossing
 many windows and queries that see more blocks than the indexer keeps (its Top-K chooses); a
-sequence alone and inside a batch agree too. The fast contract differs (negative control)."""
+sequence alone and inside a batch agree too; with the FP8 KV cache of the quantized cut the engine
+keeps E4M3 codes, the trainer their round trip, and the phases still agree. The fast contract
+differs (negative control)."""
+import dataclasses
 import random
 
 import torch
@@ -31,10 +34,12 @@ class BlocksSeen:
             self.most = max(self.most, call.output.shape[-1])
 
 
-def _phases(model, contract, sequences, steps, observers=()):
+def _phases(model, contract, sequences, steps, observers=(), cache=None):
     """{seq: [rows, V] logits} of forwards of `steps` [(size, case)] on one fresh cache."""
     dispatch = RegionDispatch(load_contract(contract), list(observers))
-    cache, done, logits = TransientCache(CONFIG.num_layers), [0] * len(sequences), {}
+    config = model.config
+    cache = cache or TransientCache(config.num_layers, config.kv_cache_dtype)
+    done, logits = [0] * len(sequences), {}
     with torch.no_grad():
         for size, case in steps:
             pieces = [(s, done[s], ids[done[s]:done[s] + size]) for s, ids in enumerate(sequences)
@@ -49,11 +54,11 @@ def _phases(model, contract, sequences, steps, observers=()):
     return {s: torch.cat(parts) for s, parts in logits.items()}
 
 
-def _setup(seed):
+def _setup(seed, config=CONFIG):
     rng = random.Random(seed)
-    sequences = [[rng.randrange(1, CONFIG.vocab_size) for _ in range(n)] for n in (rng.randint(60, 80),
+    sequences = [[rng.randrange(1, config.vocab_size) for _ in range(n)] for n in (rng.randint(60, 80),
                                                                                   rng.randint(25, 45))]
-    return build_model(CONFIG, seed % 1000), sequences
+    return build_model(config, seed % 1000), sequences
 
 
 PHASES = {"whole prefill": [(10 ** 6, "engine_prefill")],
@@ -85,3 +90,24 @@ def test_fast_phases_differ():
         rows = sum(int((got[s].view(torch.int16) != reference[s].view(torch.int16)).any(-1).sum()) for s in got)
         print(f"seed {seed}: fast {name}: {rows} of {sum(map(len, sequences))} rows' logits differ from trainer_fwd")
         assert rows > 0
+
+
+def test_fp8_kv_phases_agree_the_engine_keeping_e4m3_codes():
+    """The quantized cut (FP8 experts and KV): decode and chunked prefill keep E4M3 codes and read
+    them back into one workspace; the trainer keeps their round trip: the same logits bits. The
+    FP8 round trip is real: the unquantized KV cache on the same weights gives other logits."""
+    seed, quantized = fresh_seed(), load_model_config("deepseek-cut-quant")
+    model, sequences = _setup(seed, quantized)
+    reference = _phases(model, "consistent", sequences, [(10 ** 6, "trainer_fwd")])
+    for name in ("chunks of 3", "token-by-token decode"):
+        cache = TransientCache(quantized.num_layers, quantized.kv_cache_dtype)
+        got = _phases(model, "consistent", sequences, PHASES[name], cache=cache)
+        for s in reference:
+            assert first_bit_difference(got[s], reference[s]) is None, (seed, name, s)
+        kept = cache.compressed(1)._states[0]
+        assert {t.dtype for t in (*kept.keys, *kept.blocks)} == {torch.float8_e4m3fn}, (seed, name)
+    model.config = dataclasses.replace(quantized, kv_cache_dtype="auto")
+    unquantized = _phases(model, "consistent", sequences, [(10 ** 6, "trainer_fwd")])
+    differing = sum(int((unquantized[s] != reference[s]).any(-1).sum()) for s in reference)
+    print(f"seed {seed}: {differing} of {sum(map(len, sequences))} rows' logits move without the FP8 KV round trip")
+    assert differing > 0, seed

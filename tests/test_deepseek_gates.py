@@ -1,13 +1,13 @@
-"""The gates on `--model deepseek` (the DeepSeek-V4 cut). Through `harness gates`, under the
-consistent contract: C02 (its per-sequence calls compared whole), C04 (with the indexer's block
-Top-K and the hash router's weights) and C08 (the indexer's selection-only parameters n/a with the
-reason, every other gradient checked) pass; the fast contract and each planted selection fault
-fail C04's rule of their own region. Without a gate
-run: C03 places its chunks either side of the compressor's window (the config's state_window);
-C02's comparison of per-sequence calls keys them within the probe's own sequence and shows a
-difference there; C10 is n/a while the frozen CPU baseline predates the family (its tree does not
-ship the model), and so is `harness run`'s profile stage. The rest pass in `harness gates --model deepseek` (RESULTS.md), and the fast
-contract's phases and engine/trainer bits differ (tests/test_deepseek*.py)."""
+"""The gates on `--model deepseek` (the DeepSeek-V4 cut and its quantized cut). Through `harness
+gates`, under the consistent contract: C02 (its per-sequence calls compared whole), C04 (with the
+indexer's block Top-K and the hash router's weights) and C08 (the indexer's selection-only
+parameters n/a with the reason, every other gradient checked) pass; the fast contract and each
+planted selection fault fail C04's rule of their own region. Without a gate run: C03 places its
+chunks either side of the compressor's window (the config's state_window); C02's comparison of
+per-sequence calls keys them within the probe's own sequence and shows a difference there; C10 is
+n/a while the frozen CPU baseline predates the family (its tree does not ship the model), and so
+is `harness run`'s profile stage. The rest pass in `harness gates --model deepseek` (RESULTS.md),
+and the fast contract's phases and engine/trainer bits differ (tests/test_deepseek*.py)."""
 import json
 from pathlib import Path
 
@@ -23,11 +23,11 @@ from harness.cli import main
 from kernels.contract import load_contract
 from kernels.models.batch import TokenBatch
 from kernels.models.config import load_model_config
-from tests.test_gate_c04_c09 import _failed, _gates, _planted
+from tests.test_gate_c04_c09 import _failed, _gates, _planted, _sized
 
-BLOCK_RULE = ("[cut] block_topk follows the unique key (score, then the larger position), blocks by position "
-              "descending, -1 past them")
-HASH_RULE = "[cut] hash_topk weighs the table's experts over an fp32 slot-order sum"
+BLOCK_RULE = _sized("deepseek", "block_topk follows the unique key (score, then the larger position), blocks by "
+                    "position descending, -1 past them")
+HASH_RULE = _sized("deepseek", "hash_topk weighs the table's experts over an fp32 slot-order sum")
 
 
 def test_consistent_contract_passes_c02_c04_and_c08(tmp_path):
@@ -36,12 +36,15 @@ def test_consistent_contract_passes_c02_c04_and_c08(tmp_path):
     results = {path.stem: json.loads(path.read_text()) for path in out.glob("C*.json")}
     assert {name: r["status"] for name, r in results.items()} == {"C02": "pass", "C04": "pass", "C08": "pass"}
     statuses = {c["name"]: c["status"] for c in results["C04"]["conditions"]}
-    assert statuses[BLOCK_RULE] == statuses[HASH_RULE] == "pass"
+    assert {statuses[name] for name in BLOCK_RULE | HASH_RULE} == {"pass"}
     hazards = next(c for c in results["C04"]["conditions"] if c["name"].startswith("[cut] block_topk: the inputs"))
     assert hazards["+0.0 and -0.0 tied at the k-th visible block"] > 0, hazards
     selection_only = [c for c in results["C08"]["conditions"] if c["status"] == "n/a"]
     assert selection_only and all(".indexer." in c["name"] for c in selection_only), selection_only
     assert any(".compressor." in c["name"] and c["status"] == "pass" for c in results["C08"]["conditions"])
+    taken = next(c for c in results["C08"]["conditions"]
+                 if c["name"] == "[cut-quant] the reference took every quantized path the config names")
+    assert taken["status"] == "pass" and taken["straight_through_points"]["kv"] > 0, taken  # the FP8 KV entries
 
 
 def test_the_state_chunk_is_the_widest_compressor_window():
@@ -83,10 +86,10 @@ def _planted_together(tmp_path, plants) -> str:
 
 
 @pytest.mark.parametrize("plants, failing", [
-    ("fast", {BLOCK_RULE}),
+    ("fast", BLOCK_RULE),
     ((("block_topk", "block_topk.planted_lowest_position_wins"), ("hash_topk", "hash_topk.planted_reverse_order")),
-     {BLOCK_RULE, HASH_RULE}),
-    ((("block_topk", "block_topk.planted_zero_signs_ranked"),), {BLOCK_RULE}),
+     BLOCK_RULE | HASH_RULE),
+    ((("block_topk", "block_topk.planted_zero_signs_ranked"),), BLOCK_RULE),
 ])
 def test_c04_fails_the_fast_contract_and_planted_selection_faults(tmp_path, plants, failing):
     """Every case agrees with every other (the plants are bound to all of them): each region's

@@ -38,7 +38,7 @@ from kernels.trainer import rl_loop as _rl_loop
 _rl_loop.GRPORun.resume = _faults.resume_losing_rng_state
 """
 RESUMED_STEP = "the first step after resume equals the uninterrupted step 2 bitwise"
-SIZES = {"qwen3": ("cut",), "nemotron": ("cut", "cut-quant")}  # C04 runs every shipped size
+SIZES = {"qwen3": ("cut",), "nemotron": ("cut", "cut-quant"), "deepseek": ("cut", "cut-quant")}  # C04: every size
 
 
 def _sized(model: str, *names) -> set:

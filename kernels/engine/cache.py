@@ -215,7 +215,7 @@ class EngineCache:
         return self._mamba[layer]
 
     def compressed(self, layer: int) -> CompressedStore:
-        return self._compressed.setdefault(layer, CompressedStore())
+        return self._compressed.setdefault(layer, CompressedStore(self.paged.kv_format))
 
     def mamba_stores(self) -> list:
         """The Mamba layers' stores made so far, in layer order (a decode graph serves them)."""

@@ -13,9 +13,10 @@ def _rope(dispatch, case, index, x, positions, config, theta, inverse=False):
                     rope_dim=config.rope_head_dim, inverse=inverse)
 
 
-def _close_windows(dispatch, segment, index, state, which, kv, gate, module, *, config, rate, overlap):
+def _close_windows(dispatch, segment, index, store, state, which, kv, gate, module, *, config, rate, overlap):
     """A segment's new rows into its sequence's windows (`which`: the compressor's or the indexer's
-    state); the blocks they close, normed and rotated at their first positions, kept in the state."""
+    state); the blocks they close, normed and rotated at their first positions, kept in the state
+    (the compressor's as the store keeps KV, the indexer's as they are)."""
     window = getattr(state, which)
     blocks, after = dispatch("window_compress", segment.case, index, kv, gate, module.position_bias, window,
                              rate=rate, overlap=overlap)
@@ -27,7 +28,10 @@ def _close_windows(dispatch, segment, index, state, which, kv, gate, module, *, 
         blocks = dispatch("compress_rope", segment.case, index, blocks[:, None], starts,
                           theta=config.compress_rope_theta, max_position=config.max_position,
                           rope_dim=config.rope_head_dim)[:, 0]
-    getattr(state, "blocks" if which == "compressor" else "index_keys").append(blocks)
+    if which == "compressor":
+        state.blocks.append(store.kept(segment, blocks))
+    else:
+        state.index_keys.append(blocks)
 
 
 def _gathered(rows, ids):
@@ -85,16 +89,16 @@ def attention(model, dispatch, batch, index, layer, x, cache):
     out = q.new_empty(rows, c.num_heads, c.head_dim)
     for segment in batch.segments:
         state = store.open(segment)
-        state.keys.append(kv[segment.rows])
+        state.keys.append(store.kept(segment, kv[segment.rows]))
         rows_of = {name: t[segment.rows] for name, t in extra.items()}
         with dispatch.for_segment(segment):  # these calls see this sequence alone
             if kind != "sliding":
-                _close_windows(dispatch, segment, index, state, "compressor", rows_of["kv"], rows_of["gate"],
+                _close_windows(dispatch, segment, index, store, state, "compressor", rows_of["kv"], rows_of["gate"],
                                layer.compressor, config=c, rate=rate, overlap=kind == "csa")
             if kind == "csa":
-                _close_windows(dispatch, segment, index, state, "indexer", rows_of["ikv"], rows_of["igate"],
+                _close_windows(dispatch, segment, index, store, state, "indexer", rows_of["ikv"], rows_of["igate"],
                                layer.indexer, config=c, rate=rate, overlap=True)
-            out[segment.rows] = _attend(dispatch, segment, index, layer, state, c, kind, rate, q[segment.rows],
+            out[segment.rows] = _attend(dispatch, segment, index, layer, store, state, c, kind, rate, q[segment.rows],
                                         positions[segment.rows], rows_of)
     out = _rope(dispatch, case, index, out, positions, c, theta, inverse=True)
     grouped = out.reshape(rows, c.o_groups, -1)
@@ -104,11 +108,12 @@ def attention(model, dispatch, batch, index, layer, x, cache):
     return dispatch("o_b_proj", case, index, mixed, layer.o_b_proj)
 
 
-def _attend(dispatch, segment, index, layer, state, c, kind, rate, q, positions, extra):
-    """One segment's attention output [n, H, D] over its sequence's keys and blocks."""
+def _attend(dispatch, segment, index, layer, store, state, c, kind, rate, q, positions, extra):
+    """One segment's attention output [n, H, D] over its sequence's keys and blocks (read into one
+    workspace whatever the store keeps)."""
     case, chosen = segment.case, None
-    keys = torch.cat(state.keys)
-    blocks = torch.cat(state.blocks) if state.blocks else keys.new_zeros(0, c.head_dim)
+    keys = store.read(state.keys, q.dtype)
+    blocks = store.read(state.blocks, q.dtype) if state.blocks else keys.new_zeros(0, c.head_dim)
     if kind == "csa":
         scores = dispatch("block_score", case, index, extra["iq"], torch.cat(state.index_keys), extra["iw"],
                           scale=c.index_head_dim ** -0.5)

@@ -63,6 +63,8 @@ class DeepseekConfig:
     expert_quant: str = "none"
     """Routed expert weights: none | fp8 (128x128 blocks)."""
     kv_cache_dtype: str = "auto"
+    """auto | fp8: the attention keys and the compressor's blocks kept as E4M3 (scale 1); the
+    indexer's keys as they are."""
 
     SELECTION_ONLY = ("indexer.",)
     """Parameters the loss reaches only through the indexer's discrete Top-K: no gradient by the
@@ -81,7 +83,7 @@ class DeepseekConfig:
         if not self.layer_pattern or unknown:
             raise ValueError(f"layer_pattern: characters must be in {sorted(ATTENTION_KINDS)}, got {sorted(unknown)}")
         for name, allowed in (("scoring_func", ("sqrtsoftplus", "sigmoid")), ("expert_quant", ("none", "fp8")),
-                              ("kv_cache_dtype", ("auto",)), ("dtype", tuple(DTYPES))):
+                              ("kv_cache_dtype", ("auto", "fp8")), ("dtype", tuple(DTYPES))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: {getattr(self, name)!r} is not one of {allowed}")
         if self.rope_head_dim % 2 or not 0 < self.rope_head_dim <= min(self.head_dim, self.index_head_dim):

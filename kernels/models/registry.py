@@ -15,7 +15,7 @@ MODEL_CONFIGS = {
     "qwen3": {"cut": "qwen3-cut", "full": "qwen3-1.7b"},
     "nemotron": {"cut": "nemotron-cut", "cut-quant": "nemotron-cut-quant", "wide-cut": "nemotron-wide-cut",
                  "full": "nemotron-30b-a3b"},
-    "deepseek": {"cut": "deepseek-cut", "full": "deepseek-v4-flash"},
+    "deepseek": {"cut": "deepseek-cut", "cut-quant": "deepseek-cut-quant", "full": "deepseek-v4-flash"},
 }
 
 

@@ -64,6 +64,7 @@ class TransientCache:
 
     def __init__(self, num_layers: int, kv_format: str = "auto", *, pooled_mamba: bool = False):
         self._kv = [ContiguousKV(kv_format) for _ in range(num_layers)]
+        self.kv_format = kv_format
         self._mamba: dict[int, MambaStateStore] = {}
         self._compressed: dict[int, CompressedStore] = {}
         self._store_type = PooledMambaStore if pooled_mamba else MambaStateStore
@@ -86,4 +87,4 @@ class TransientCache:
 
     def compressed(self, layer: int) -> CompressedStore:
         """The layer's DeepSeek-V4 attention states (kernels/models/deepseek_state.py)."""
-        return self._compressed.setdefault(layer, CompressedStore())
+        return self._compressed.setdefault(layer, CompressedStore(self.kv_format))
