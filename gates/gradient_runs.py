@@ -6,7 +6,8 @@ runs on the base commit's kernels (exported by the gate: a candidate cannot rewi
 differentiated): that definition on a float64 copy of the tested weights, every region its float64
 formula (gates/gradient_reference.py), the decisions replayed. Both answer tensors by name (loss,
 sum of |terms|, gradients, quantized/<layer>/<call>: each quantized weight as the forward used it);
-tested adds weights, decisions and recomputed/grad/<parameter>.
+tested adds weights, decisions and recomputed/grad/<parameter>, reference each gradient's
+per-sequence shares.
 """
 import dataclasses
 
@@ -27,16 +28,29 @@ def float32_config(subject, size: str):
     return dataclasses.replace(subject_config(subject, size), dtype="float32")
 
 
-def _loss_and_grads(model, dispatch, spec: list, coefficients, **head) -> dict:
+def _loss_and_grads(model, dispatch, spec: list, coefficients, *, shares=False, **head) -> dict:
     """{loss, terms (sum of |c_t * logp_t|), grad/<parameter>} of the loss over `spec`'s sequences
-    [[prompt], [completion], temperature] with the trainer_bwd case."""
+    [[prompt], [completion], temperature] with the trainer_bwd case. With `shares`, also
+    shares/<parameter>: the sum over sequences of the norm of each one's part of the gradient (from
+    the same forward), the size of the terms a gradient's random signs can cancel."""
     sequences = [ScoredSequence(tuple(p), tuple(c), t) for p, c, t in spec]
     model.zero_grad(set_to_none=True)
     logprobs = torch.cat(sequence_logprobs(model, dispatch, sequences, "trainer_bwd", **head))
     terms = coefficients.to(logprobs.dtype).to(logprobs.device) * logprobs
     loss = terms.sum()
-    loss.backward()
     found = {"loss": loss.detach().cpu(), "terms": terms.detach().abs().sum().cpu()}
+    if shares:
+        named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        totals, start = {}, 0
+        for sequence in sequences:
+            part = terms[start:start + len(sequence.completion)].sum()
+            start += len(sequence.completion)
+            grads = torch.autograd.grad(part, [p for _, p in named], retain_graph=True, allow_unused=True)
+            for (name, _), grad in zip(named, grads):
+                if grad is not None:
+                    totals[name] = totals.get(name, 0.0) + float(grad.double().norm())
+        found.update({f"shares/{name}": torch.tensor(total, dtype=torch.float64) for name, total in totals.items()})
+    loss.backward()
     found.update({f"grad/{name}": p.grad.detach().cpu() for name, p in model.named_parameters() if p.grad is not None})
     return found
 
@@ -98,7 +112,7 @@ def reference(subject, size: str, spec: list, tensors: dict) -> tuple:
     model = build_model(float32_config(subject, size), seed=None)
     model.load_state_dict({name[len("weight/"):]: t for name, t in tensors.items() if name.startswith("weight/")})
     dispatch = ReferenceDispatch(replayed_decisions(tensors))
-    found = _loss_and_grads(model.double(), dispatch, spec, tensors["coefficients"])
+    found = _loss_and_grads(model.double(), dispatch, spec, tensors["coefficients"], shares=True)
     found.update({quantized_name(layer, index): w for layer, weights in dispatch.weights.items()
                   for index, w in enumerate(weights)})
     names = [name for name, _ in model.named_parameters()]
