@@ -164,8 +164,8 @@ def c03_phases(arguments: dict) -> dict:
 
 
 FACTS = ("num_experts_per_tok", "n_routed_experts", "routed_scaling_factor", "hidden_size", "vocab_size",
-         "num_kv_heads", "head_dim", "intermediate_size", "expert_quant", "mamba_proj_quant", "kv_cache_dtype",
-         "index_topk", "compress_rate_csa")
+         "num_kv_heads", "head_dim", "intermediate_size", "expert_quant", "mamba_proj_quant", "dense_quant",
+         "kv_cache_dtype", "index_topk", "compress_rate_csa")
 
 
 def subject_facts(arguments: dict) -> dict:

@@ -227,9 +227,10 @@ CHECKS = (topk_ties, moe_combine_order, sampler_ignores_the_batch, sampler_top_k
 
 def configured_quantization(facts) -> set:
     """(region, format) of every quantization the size's config names (none on an unquantized cut)."""
-    named = {("weight_quant", facts[field]) for field in ("expert_quant", "mamba_proj_quant")
+    named = {("weight_quant", facts[field]) for field in ("expert_quant", "mamba_proj_quant", "dense_quant")
              if facts.get(field) not in (None, "none")}
-    named |= {("act_quant", "fp8")} if facts.get("mamba_proj_quant") == "fp8" else set()  # W8A8
+    w8a8 = "fp8" in (facts.get("mamba_proj_quant"), facts.get("dense_quant"))
+    named |= {("act_quant", "fp8")} if w8a8 else set()
     return named | ({("kv_store", "fp8")} if facts.get("kv_cache_dtype") == "fp8" else set())
 
 

@@ -9,7 +9,7 @@ transformers' DeepseekV4 (kernels/models/hf_deepseek.py loads it).
 import torch
 from torch import nn
 
-from kernels.models.deepseek_attention import attention
+from kernels.models.deepseek_attention import attention, project
 from kernels.models.deepseek_config import DeepseekConfig
 from kernels.models.lm_head import LanguageModel
 from kernels.models.recompute import run_layer
@@ -147,7 +147,9 @@ class DeepseekModel(LanguageModel):
                          for w in (layer.experts_gate_up, layer.experts_down))
         slots = dispatch("expert_gemm", case, index, x, ids, weights, gate_up, down, swiglu_limit=c.swiglu_limit)
         limit = c.swiglu_limit
-        gate = dispatch("gate_up_proj", case, index, x, layer.shared_gate).clamp(max=limit)
-        up = dispatch("gate_up_proj", case, index, x, layer.shared_up).clamp(min=-limit, max=limit)
-        shared = dispatch("down_proj", case, index, dispatch("mlp_act", case, index, gate, up), layer.shared_down)
+        gate = project(dispatch, case, index, "gate_up_proj", x, layer.shared_gate, c.dense_quant).clamp(max=limit)
+        up = project(dispatch, case, index, "gate_up_proj", x, layer.shared_up, c.dense_quant).clamp(min=-limit,
+                                                                                                   max=limit)
+        shared = project(dispatch, case, index, "down_proj", dispatch("mlp_act", case, index, gate, up),
+                         layer.shared_down, c.dense_quant)
         return dispatch("moe_combine", case, index, slots, ids, weights, shared)

@@ -3,9 +3,16 @@ rotated (interleaved, trailing rope_head_dim); a compressed layer's compressor c
 its rows into blocks at absolute positions (state carried across calls) and CSA's indexer picks each
 query's Top-K blocks; every query attends over its sliding window then its compressed entries, laid
 out at one length the config fixes, with a per-head sink; the value's rotation undone on the output;
-the grouped low-rank output projection.
+the grouped low-rank output projection. The dense projections run in the config's dense_quant
+format (FP8: W8A8, 128x128 weight blocks and 1x128 activations, each a region of its own).
 """
 import torch
+
+
+def project(dispatch, case, index, region, x, weight, fmt):
+    """A dense projection: the weight, then the activations, in `fmt` (none: as they are)."""
+    weight = dispatch("weight_quant", case, index, weight, fmt=fmt)
+    return dispatch(region, case, index, dispatch("act_quant", case, index, x, fmt=fmt), weight)
 
 
 def _rope(dispatch, case, index, x, positions, config, theta, inverse=False):
@@ -65,19 +72,20 @@ def attention(model, dispatch, batch, index, layer, x, cache):
     c, case, rows, kind = model.config, batch.case, x.shape[0], model.config.attention_kinds[index]
     theta = c.rope_theta if kind == "sliding" else c.compress_rope_theta
     positions = batch.positions
-    q_res, _ = dispatch("norm", case, index, dispatch("q_a_proj", case, index, x, layer.q_a_proj), layer.q_a_norm,
-                        eps=c.rms_norm_eps)
-    q = dispatch("q_b_proj", case, index, q_res, layer.q_b_proj).reshape(rows, c.num_heads, c.head_dim)
+    fmt = c.dense_quant
+    q_res, _ = dispatch("norm", case, index, project(dispatch, case, index, "q_a_proj", x, layer.q_a_proj, fmt),
+                        layer.q_a_norm, eps=c.rms_norm_eps)
+    q = project(dispatch, case, index, "q_b_proj", q_res, layer.q_b_proj, fmt).reshape(rows, c.num_heads, c.head_dim)
     q, _ = dispatch("qk_norm", case, index, q, layer.q_b_norm, eps=c.rms_norm_eps)  # per head, unweighted
     q = _rope(dispatch, case, index, q, positions, c, theta)
-    kv, _ = dispatch("norm", case, index, dispatch("kv_proj", case, index, x, layer.kv_proj), layer.kv_norm,
-                     eps=c.rms_norm_eps)
+    kv, _ = dispatch("norm", case, index, project(dispatch, case, index, "kv_proj", x, layer.kv_proj, fmt),
+                     layer.kv_norm, eps=c.rms_norm_eps)
     kv = _rope(dispatch, case, index, kv[:, None], positions, c, theta)[:, 0]
     extra = {}
     if kind != "sliding":
         comp = layer.compressor
-        extra["kv"], extra["gate"] = (dispatch("compress_proj", case, index, x, w) for w in (comp.kv_proj,
-                                                                                           comp.gate_proj))
+        extra["kv"], extra["gate"] = (project(dispatch, case, index, "compress_proj", x, w, fmt)
+                                      for w in (comp.kv_proj, comp.gate_proj))
     if kind == "csa":
         idx = layer.indexer
         extra["ikv"], extra["igate"] = (dispatch("index_proj", case, index, x, w) for w in (idx.kv_proj, idx.gate_proj))
@@ -102,10 +110,10 @@ def attention(model, dispatch, batch, index, layer, x, cache):
                                         positions[segment.rows], rows_of)
     out = _rope(dispatch, case, index, out, positions, c, theta, inverse=True)
     grouped = out.reshape(rows, c.o_groups, -1)
-    width = c.o_lora_rank
-    mixed = torch.cat([dispatch("o_a_proj", case, index, grouped[:, g], layer.o_a_proj[g * width:(g + 1) * width])
-                       for g in range(c.o_groups)], dim=-1)
-    return dispatch("o_b_proj", case, index, mixed, layer.o_b_proj)
+    width, o_a = c.o_lora_rank, dispatch("weight_quant", case, index, layer.o_a_proj, fmt=fmt)  # one block grid
+    mixed = torch.cat([dispatch("o_a_proj", case, index, dispatch("act_quant", case, index, grouped[:, g], fmt=fmt),
+                                o_a[g * width:(g + 1) * width]) for g in range(c.o_groups)], dim=-1)
+    return project(dispatch, case, index, "o_b_proj", mixed, layer.o_b_proj, fmt)
 
 
 def _attend(dispatch, segment, index, layer, store, state, c, kind, rate, q, positions, extra):

@@ -62,6 +62,9 @@ class DeepseekConfig:
     init_std: float = 0.02
     expert_quant: str = "none"
     """Routed expert weights: none | fp8 (128x128 blocks)."""
+    dense_quant: str = "none"
+    """The attention projections, the compressors' and the shared expert: none | fp8 (W8A8, 128x128
+    weight blocks, 1x128 activations); the indexer, router and head stay as they are."""
     kv_cache_dtype: str = "auto"
     """auto | fp8: the attention keys and the compressor's blocks kept as E4M3 (scale 1); the
     indexer's keys as they are."""
@@ -74,7 +77,7 @@ class DeepseekConfig:
                "rope_interleaved", "compress_proj", "index_proj", "window_compress", "compress_norm",
                "compress_rope", "block_score", "block_topk", "sink_attention", "o_a_proj", "o_b_proj", "router",
                "topk", "hash_topk", "expert_gemm", "gate_up_proj", "mlp_act", "down_proj", "moe_combine",
-               "weight_quant", "lm_head", "logprob", "sampler")
+               "weight_quant", "act_quant", "lm_head", "logprob", "sampler")
 
     def validate(self) -> None:
         if self.family != "deepseek":
@@ -83,7 +86,8 @@ class DeepseekConfig:
         if not self.layer_pattern or unknown:
             raise ValueError(f"layer_pattern: characters must be in {sorted(ATTENTION_KINDS)}, got {sorted(unknown)}")
         for name, allowed in (("scoring_func", ("sqrtsoftplus", "sigmoid")), ("expert_quant", ("none", "fp8")),
-                              ("kv_cache_dtype", ("auto", "fp8")), ("dtype", tuple(DTYPES))):
+                              ("dense_quant", ("none", "fp8")), ("kv_cache_dtype", ("auto", "fp8")),
+                              ("dtype", tuple(DTYPES))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: {getattr(self, name)!r} is not one of {allowed}")
         if self.rope_head_dim % 2 or not 0 < self.rope_head_dim <= min(self.head_dim, self.index_head_dim):
