@@ -93,9 +93,9 @@ def test_fast_phases_differ():
 
 
 def test_fp8_kv_phases_agree_the_engine_keeping_e4m3_codes():
-    """The quantized cut (FP8 experts, W8A8 dense projections, FP8 KV): decode and chunked prefill keep E4M3 codes and read
-    them back into one workspace; the trainer keeps their round trip: the same logits bits. The
-    FP8 round trip is real: the unquantized KV cache on the same weights gives other logits."""
+    """The quantized cut (FP8 experts, W8A8 dense projections, FP8 KV): decode and chunked prefill
+    keep E4M3 codes and read them back into one workspace; the trainer keeps their round trip: the
+    same logits bits. The KV round trip is real: without it the same weights give other logits."""
     seed, quantized = fresh_seed(), load_model_config("deepseek-cut-quant")
     model, sequences = _setup(seed, quantized)
     reference = _phases(model, "consistent", sequences, [(10 ** 6, "trainer_fwd")])
