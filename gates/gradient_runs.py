@@ -6,8 +6,8 @@ runs on the base commit's kernels (exported by the gate: a candidate cannot rewi
 differentiated): that definition on a float64 copy of the tested weights, every region its float64
 formula (gates/gradient_reference.py), the decisions replayed. Both answer tensors by name (loss,
 sum of |terms|, gradients, quantized/<layer>/<call>: each quantized weight as the forward used it);
-tested adds weights, decisions and recomputed/grad/<parameter>, reference each gradient's
-per-sequence shares.
+tested adds weights, decisions and recomputed/grad/<parameter>, reference (when asked) each
+gradient's per-sequence shares.
 """
 import dataclasses
 
@@ -105,14 +105,14 @@ def replayed_decisions(tensors: dict) -> dict:
             for key, by_index in calls.items()}
 
 
-def reference(subject, size: str, spec: list, tensors: dict) -> tuple:
+def reference(subject, size: str, spec: list, tensors: dict, shares: bool = False) -> tuple:
     """(tensors, {parameters, near_kinks, quantized, selection_only}) of the float64 reference on the
     tested side's weights and decisions; selection_only: the parameters its config says the loss
     reaches only through a discrete choice (no gradient by the architecture)."""
     model = build_model(float32_config(subject, size), seed=None)
     model.load_state_dict({name[len("weight/"):]: t for name, t in tensors.items() if name.startswith("weight/")})
     dispatch = ReferenceDispatch(replayed_decisions(tensors))
-    found = _loss_and_grads(model.double(), dispatch, spec, tensors["coefficients"], shares=True)
+    found = _loss_and_grads(model.double(), dispatch, spec, tensors["coefficients"], shares=shares)
     found.update({quantized_name(layer, index): w for layer, weights in dispatch.weights.items()
                   for index, w in enumerate(weights)})
     names = [name for name, _ in model.named_parameters()]

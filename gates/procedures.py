@@ -210,11 +210,12 @@ def c08_tested(arguments: dict) -> dict:
 
 def c08_reference(arguments: dict) -> dict:
     """C08's float64 reference on the tested side's tensors in `inputs_file` (weights,
-    decisions, coefficients), run on the CPU; its tensors saved to `outputs_file`:
-    {parameters, near_kinks, quantized}."""
+    decisions, coefficients), run on the CPU, with the gradients' per-sequence shares if asked; its
+    tensors saved to `outputs_file`: {parameters, near_kinks, quantized}."""
     subject, _ = _named(arguments)
     found, answer = gradient_runs.reference(subject, subject.size, arguments["sequences"],
-                                            torch.load(arguments["inputs_file"], weights_only=True))
+                                            torch.load(arguments["inputs_file"], weights_only=True),
+                                            shares=arguments.get("shares", False))
     torch.save(found, arguments["outputs_file"])
     return answer
 

@@ -8,9 +8,10 @@ error at most TOLERANCE (1e-4)
 against a float64 reference, relative to the size of their terms (random signs can make a sum
 nearly cancel, and relative to the sum itself the figure measures the cancellation): for the
 loss |loss - ref| / sum_t |c_t * ref logp_t| (1.16e-4 relative to the loss on one seed whose
-loss was 1/2355 of its terms, 4.9e-8 relative to the terms); for a gradient |g - ref| / sum_s
-|ref_s| (L2 norms), ref_s the part sequence s contributes (2.0e-3 relative to |ref| on one draw
-whose hc_head.scale gradient was 1/300 of its usual size). The float32 run (the config's bf16
+loss was 1/2355 of its terms, 4.9e-8 relative to the terms); for a gradient |g - ref| / |ref|
+(L2 norms), and where that misses, |g - ref| / sum_s |ref_s|, ref_s the part sequence s
+contributes (2.0e-3 relative to |ref| on one draw whose hc_head.scale gradient was 1/300 of its
+usual size). The float32 run (the config's bf16
 overridden) makes the figure measure the gradient formulas, not bf16 rounding, which C01-C04
 and C07 judge bit for bit. The reference is independent where the arithmetic is: the base commit's model
 definition (its wiring of splits, reshapes and residual adds is plain tensor plumbing) runs on
@@ -74,15 +75,17 @@ def _relative_error(value, reference, shares=None) -> float:
 
 def _both_sides(asked, facts, gen, reference_tree):
     """Fresh sequences and coefficients; (sequences, tested answer and tensors, reference
-    answer and tensors)."""
+    answer and tensors, a call that asks the reference again for the gradients' shares)."""
     spec = _sequences(gen, facts["vocab_size"])
     coefficients = torch.randn(sum(len(c) for _, c, _ in spec), generator=gen, dtype=torch.float64)
     asked = dict(asked, sequences=spec)
     tested, tensors = ask_tensors("c08_tested", asked, {"coefficients": coefficients})
     handed = {name: t for name, t in tensors.items() if name.startswith(("weight/", "decision/"))}
-    reference = ask_tensors("c08_reference", dict(asked, device="cpu"), {**handed, "coefficients": coefficients},
-                            tree=reference_tree)
-    return spec, (tested, tensors), reference
+
+    def reference(shares=False):
+        return ask_tensors("c08_reference", dict(asked, device="cpu", shares=shares),
+                           {**handed, "coefficients": coefficients}, tree=reference_tree)
+    return spec, (tested, tensors), reference(), lambda: reference(shares=True)[1]
 
 
 def check_quantized_weights(gate, size: str, mine: dict, theirs: dict) -> None:
@@ -104,7 +107,7 @@ def check_size(gate, size: str, reference_tree) -> None:
     facts, gen = ask_once("subject_facts", {"subject": asked["subject"], "device": asked["device"]}), generator(seed)
     near_kinks = []
     while len(near_kinks) < MAX_DRAWS and (not near_kinks or near_kinks[-1]):
-        spec, (tested, mine), (reference, theirs) = _both_sides(asked, facts, gen, reference_tree)
+        spec, (tested, mine), (reference, theirs), ask_shares = _both_sides(asked, facts, gen, reference_tree)
         near_kinks.append(reference["near_kinks"])
     gate.inputs["sizes"][size] = {"seed": seed, "config": facts["label"], "dtype": "float32",
                                   "sequences": [[len(p), len(c), t] for p, c, t in spec]}
@@ -130,6 +133,7 @@ def check_size(gate, size: str, reference_tree) -> None:
     gate.check(f"[{size}] every gradient bit equal with each layer's activations recomputed in backward",
                not differing and any(name.startswith("recomputed/") for name in mine),
                differing=differing[:8], num_differing=len(differing))
+    shares = None
     for name in dict.fromkeys(tested["parameters"] + reference["parameters"]):  # the reference's names too
         grad, expected = mine.get(f"grad/{name}"), theirs.get(f"grad/{name}")
         if name in reference.get("selection_only", ()) and grad is None and expected is None:
@@ -140,11 +144,14 @@ def check_size(gate, size: str, reference_tree) -> None:
             gate.check(f"[{size}] d loss / d {name}: relative error <= {TOLERANCE:g}", False, tested=grad is not None,
                        reference=expected is not None, note="no gradient reached the parameter")
             continue
-        shares = theirs.get(f"shares/{name}")
-        error = _relative_error(grad, expected, shares)
+        error, figures = _relative_error(grad, expected), {"reference_norm": float(expected.norm())}
+        if error > TOLERANCE:  # random signs may have cancelled the sum: measure it against its terms
+            shares = shares or ask_shares()  # one more reference run, only for a draw that needs it
+            total = shares.get(f"shares/{name}")
+            figures["reference_sum_of_sequence_norms"] = None if total is None else float(total)
+            error = _relative_error(grad, expected, total)
         gate.check(f"[{size}] d loss / d {name}: relative error <= {TOLERANCE:g}", error <= TOLERANCE,
-                   relative_error=error, tolerance=TOLERANCE, reference_norm=float(expected.norm()),
-                   reference_sum_of_sequence_norms=None if shares is None else float(shares))
+                   relative_error=error, tolerance=TOLERANCE, **figures)
 
 
 def test_gradients_match_float64_reference(gate):
