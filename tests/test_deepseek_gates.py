@@ -10,6 +10,7 @@ is `harness run`'s profile stage. The rest pass in `harness gates --model deepse
 and the fast contract's phases and engine/trainer bits differ (tests/test_deepseek*.py)."""
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from gates.batch_runs import _rows_of
 from gates.boundaries import boundaries
 from gates.git_objects import export_commit
 from harness.cli import main
+from harness.stages import run as run_stage
 from kernels.contract import load_contract
 from kernels.models.batch import TokenBatch
 from kernels.models.config import load_model_config
@@ -102,11 +104,12 @@ def test_c04_fails_the_fast_contract_and_planted_selection_faults(tmp_path, plan
         assert failed == failing, failed
 
 
-def test_run_on_deepseek_says_why_the_profile_is_not_applicable(tmp_path):
-    """The frozen CPU baseline predates the family: `harness run` finishes, its profile stage
-    skipped as n/a with the reason (it crashed in the baseline worker before)."""
-    out = tmp_path / "run"
-    assert main(["run", "--model", "deepseek", "--gates", "C1", "--out", str(out)]) == 0
-    profile = json.loads((out / "run.json").read_text())["stages"]["profile"]
-    assert profile["status"] == "skipped" and profile["detail"].startswith("n/a: the frozen baseline"), profile
-    assert "'deepseek'" in profile["detail"]
+def test_the_profile_is_not_applicable_while_the_frozen_baseline_predates_the_family(tmp_path, capsys):
+    """`harness profile` exits 1 with the reason; `harness run` marks its profile stage skipped, n/a
+    with that reason (it crashed in the baseline worker before)."""
+    assert main(["profile", "--model", "deepseek", "--out", str(tmp_path / "profile")]) == 1
+    said = capsys.readouterr().err
+    assert "ships no model 'deepseek'" in said and "Traceback" not in said, said
+    state = SimpleNamespace(out=tmp_path / "run")
+    status, detail = run_stage._profile(state, SimpleNamespace(model="deepseek", pairs=1))
+    assert status == "skipped" and detail.startswith("n/a: the frozen baseline"), detail
