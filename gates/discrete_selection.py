@@ -37,12 +37,12 @@ def block_evidence(scores, positions, top_k, rate) -> HazardEvidence:
     ranked = torch.sort(scores.masked_fill(~visible, float("-inf")), dim=-1, descending=True).values
     many = seen > top_k
     kth, next_ = ranked[:, top_k - 1], ranked[:, top_k]
-    both_zero_signs = [bool((row[vis] == 0).any() and torch.signbit(row[vis][row[vis] == 0]).unique().numel() == 2)
-                       for row, vis in zip(scores, visible)]
+    zeros = visible & (scores == 0)
+    both_zero_signs = (zeros & torch.signbit(scores)).any(dim=-1) & (zeros & ~torch.signbit(scores)).any(dim=-1)
     evidence = HazardEvidence()
     evidence.add("scores tied across the k-th visible block", int((many & (kth == next_)).sum()))
     evidence.add("+0.0 and -0.0 tied at the k-th visible block",
-                 int((many & (kth == 0) & (next_ == 0) & torch.tensor(both_zero_signs)).sum()))
+                 int((many & (kth == 0) & (next_ == 0) & both_zero_signs).sum()))
     evidence.add("queries seeing fewer than k blocks", int((seen < top_k).sum()))
     evidence.add("unseen blocks scoring above the seen", int((~visible & (scores > 1.0)).any(dim=-1).sum()))
     return evidence
@@ -75,8 +75,7 @@ def hash_weights_order(gate, facts):
     expected = ref_moe.slot_order_weights(scores, ids, scaling)
     evidence = HazardEvidence()
     evidence.add("k >= 3 slots", int(top_k >= 3))
-    reversed_sum = ref_moe.slot_order_weights(scores.gather(1, ids).flip(1), torch.arange(top_k).expand_as(ids),
-                                              scaling).flip(1)
+    reversed_sum = ref_moe.slot_order_weights(scores, ids.flip(1), scaling).flip(1)
     evidence.add("weights whose bits follow the slot order", int((reversed_sum != expected).sum()))
     require(gate, "hash_topk", evidence)
     call = {"kind": "hash_topk", "scaling": scaling}

@@ -32,10 +32,7 @@ def slot_order_weights(scores, ids, scaling):
     """The contracts' routing weights: the chosen fp32 scores over their fp32 slot-order sum
     (+ 1e-20), times scaling, each step rounded to fp32 (what C04 checks hash_topk against)."""
     chosen = scores.float().gather(1, ids)
-    total = chosen[:, 0]
-    for slot in range(1, ids.shape[1]):
-        total = total + chosen[:, slot]
-    return chosen / (total.unsqueeze(-1) + 1e-20) * scaling
+    return chosen / (_slot_order_sum(chosen).unsqueeze(-1) + 1e-20) * scaling
 
 
 def expert(x, up, down):
@@ -68,7 +65,12 @@ def slot_order_combine(slots, weights, shared):
     """The contracts' combine order: fp32 w_0*y_0 + w_1*y_1 + ... in slot order, + shared, one
     rounding to the slots' dtype (what C04 checks moe_combine against)."""
     weighted = slots.float() * weights.float().unsqueeze(-1)
-    total = weighted[:, 0]
-    for slot in range(1, slots.shape[1]):
-        total = total + weighted[:, slot]
-    return (total + shared.float()).to(slots.dtype)
+    return (_slot_order_sum(weighted) + shared.float()).to(slots.dtype)
+
+
+def _slot_order_sum(columns):
+    """x[:, 0] + x[:, 1] + ... in fp32, left to right: the contracts' order over MoE slots."""
+    total = columns[:, 0]
+    for slot in range(1, columns.shape[1]):
+        total = total + columns[:, slot]
+    return total
