@@ -165,20 +165,30 @@ def _random_prompts(seed: int, count: int, shortest: int, longest: int) -> list:
             for n in torch.randint(shortest, longest, (count,), generator=generator)]
 
 
+def _prompts_moved(target, prompts) -> int:
+    """How many prompts' tokens or log-prob bits change between alone and all together."""
+    alone = [target.generate_prompts([prompt], 8)[0] for prompt in prompts]
+    among = target.generate_prompts(prompts, 8)
+    assert [s.prompt for s in alone] == [s.prompt for s in among] and all(len(s.tokens) == 8 for s in among)
+    return sum(a.tokens != b.tokens or not torch.equal(a.logprobs.view(torch.int32), b.logprobs.view(torch.int32))
+               for a, b in zip(alone, among))
+
+
 def test_our_target_keeps_each_prompt_s_bits_among_prompts_and_the_fast_contract_does_not(fresh_seed):
     """generate_prompts through our engine, each of 8 prompts alone and all together: C02's
     outside comparison passes the consistent contract and fails the fast one (its negative
-    control, on a stack we know; one prompt alone stayed put in a third of seeds, 8 in none of 240)."""
-    prompts = _random_prompts(fresh_seed, 8, 4, 40)
-    moved = {}
-    for contract, target in _our_cut_targets():
-        alone = [target.generate_prompts([prompt], 8)[0] for prompt in prompts]
-        among = target.generate_prompts(prompts, 8)
-        assert [s.prompt for s in alone] == [s.prompt for s in among] and all(len(s.tokens) == 8 for s in among)
-        moved[contract] = sum(a.tokens != b.tokens or not torch.equal(a.logprobs.view(torch.int32),
-                                                                      b.logprobs.view(torch.int32))
-                              for a, b in zip(alone, among))
-    assert moved["consistent"] == 0 and moved["fast"] > 0, moved
+    control, on a stack we know). Greedy decoding makes the fast contract's move depend on the
+    draw and the machine's BLAS (here 1-7 of 8 prompts moved per draw; on one CI machine none
+    once): its control redraws, up to four draws, and the consistent contract holds on each."""
+    (_, consistent), (_, fast) = _our_cut_targets()
+    draws = []
+    for draw in range(4):
+        prompts = _random_prompts(fresh_seed + draw, 8, 4, 40)
+        draws.append({"consistent": _prompts_moved(consistent, prompts), "fast": _prompts_moved(fast, prompts)})
+        if draws[-1]["fast"]:
+            break
+    print(f"prompts moved of 8, per draw: {draws}")
+    assert all(d["consistent"] == 0 for d in draws) and draws[-1]["fast"] > 0, draws
 
 
 def test_c03_on_the_transformers_target_compares_decode_with_fresh_prefills(tmp_path, checkpoint):
