@@ -14,6 +14,7 @@ from kernels.ops import (
     block_topk,
     embedding,
     expert_gemm,
+    gated_delta,
     gated_norm,
     hyper_connection,
     linear,
@@ -39,12 +40,14 @@ FAMILIES = {
     "ssm_scan": ssm_scan, "gated_norm": gated_norm, "router": router, "topk": topk, "expert_gemm": expert_gemm,
     "moe_combine": moe_combine, "relu2_mlp": relu2_mlp, "weight_quant": weight_quant, "act_quant": act_quant,
     "hyper_connection": hyper_connection, "rope_interleaved": rope_interleaved, "window_compress": window_compress,
-    "block_topk": block_topk, "sink_attention": sink_attention,
+    "block_topk": block_topk, "sink_attention": sink_attention, "gated_delta": gated_delta,
     # a package's second table of variants, with its own signature, is a family of its own
     "hc_mix_out": SimpleNamespace(VARIANTS=hyper_connection.MIX_OUT, CALL_KEYWORDS=frozenset()),
     "hc_head": SimpleNamespace(VARIANTS=hyper_connection.HEAD, CALL_KEYWORDS={"hc_eps", "norm_eps"}),
     "block_score": SimpleNamespace(VARIANTS=block_topk.SCORERS, CALL_KEYWORDS={"scale"}),
     "hash_topk": SimpleNamespace(VARIANTS=topk.HASH, CALL_KEYWORDS={"scaling"}),
+    "sigmoid_gate": SimpleNamespace(VARIANTS=activation.SIGMOID_GATE, CALL_KEYWORDS=frozenset()),
+    "gated_norm_after": SimpleNamespace(VARIANTS=gated_norm.GATE_AFTER, CALL_KEYWORDS={"eps"}),
 }
 """family -> its package, kernels/ops/<family>/, whose VARIANTS and CALL_KEYWORDS are its table (or,
 for a package's second table, the table and its call keywords)."""

@@ -101,3 +101,34 @@ def test_a_fast_variant_refuses_rows_a_consistent_call_kept():
     _, kept = consistent(*(t[:CHUNK + 3] for t in rows), DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM), chunk_size=CHUNK)
     with pytest.raises(ValueError, match="cannot fold 3 rows"):
         fast_recurrent(*(t[CHUNK + 3:CHUNK + 4] for t in rows), kept, chunk_size=CHUNK)
+
+
+def test_region_form_keeps_the_sequence_s_bits_across_calls_and_makes_the_gates_alike(fresh_seed):
+    """The variant a contract binds (region.py): the gates made from raw a, b, each segment on its
+    sequence's state in a store; prefill then decode row by row equals the whole sequence, bit for
+    bit, under the consistent variant, and the fast decode differs from its prefill."""
+    from kernels.models.batch import Segment
+    from kernels.models.mamba_state import delta_store
+    from kernels.ops.gated_delta import VARIANTS
+    generator = torch.Generator().manual_seed(fresh_seed)
+    q, k, v = _inputs(fresh_seed)[:3]
+    a, b = torch.randn(LENGTH, HEADS, generator=generator), torch.randn(LENGTH, HEADS, generator=generator)
+    A_log, dt_bias = torch.rand(HEADS, generator=generator) * 2, torch.rand(HEADS, generator=generator) - 3
+
+    def run(variant, cuts):
+        store = delta_store(conv_rows=3, conv_dim=8, num_heads=HEADS, key_dim=KEY_DIM, value_dim=VALUE_DIM,
+                            dtype=torch.float32)
+        out = []
+        for lo, hi in zip([0, *cuts], [*cuts, LENGTH]):
+            segment = Segment(seq_id=5, start=lo, length=hi - lo, row=0, case="engine_decode")
+            out.append(VARIANTS[variant](*(t[lo:hi] for t in (q, k, v, a, b)), (segment,), store, A_log, dt_bias,
+                                         chunk_size=CHUNK))
+        return torch.cat(out), store.held(5)
+
+    whole, state = run("consistent", [])
+    stepped, stepped_state = run("consistent", [CHUNK + 3, *range(40, LENGTH)])
+    assert first_bit_difference(stepped, whole) is None, fresh_seed
+    assert first_bit_difference(stepped_state.ssm, state.ssm) is None and stepped_state.position == LENGTH
+    prefill, _ = run("fast_chunked", [])
+    decode, _ = run("fast_recurrent", [])
+    assert first_bit_difference(decode, prefill) is not None, "the fast recurrence matched the chunked prefill"

@@ -25,3 +25,9 @@ def consistent(gate, up):
         return activation_triton.consistent(gate, up)
     gate32 = gate.float()
     return (gate32 * position_independent_sigmoid(gate32) * up.float()).to(gate.dtype)
+
+
+def sigmoid_gate(x, gate):
+    """x * sigmoid(gate) in fp32 with the position-independent sigmoid, rounded once (gate [M, N]
+    or [M, 1], broadcast over x's columns)."""
+    return (x.float() * position_independent_sigmoid(gate.float())).to(x.dtype)

@@ -11,3 +11,8 @@ def fast(gate, up):
         import kernels.ops.activation.triton as activation_triton
         return activation_triton.fast(gate, up)
     return F.silu(gate) * up
+
+
+def sigmoid_gate(x, gate):
+    """x * sigmoid(gate) in the activation dtype, as transformers' Qwen3.5 runs it (two roundings)."""
+    return x * torch.sigmoid(gate.to(x.dtype))

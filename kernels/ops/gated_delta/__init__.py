@@ -4,11 +4,11 @@ y_t = S_t^T q_t, S [K, V] in fp32. The chunked form solves a chunk's Q updates w
 lower-triangular system (the UT transform). Consistency as ssm_scan's: chunks at absolute positions,
 S kept at the last boundary, the unfinished chunk's rows kept and re-played zero-padded to Q rows;
 a padded row has g = beta = 0, so it moves neither the decay nor S. Fast: chunks from the call's
-first row with everything folded, or the one-step recurrence. Reference: gates/reference/gated_delta.py.
-No model binds it yet: the qwen3_5 family will (not in kernels/ops/registry.py until then).
+first row with everything folded, or the one-step recurrence. The variants a contract binds take
+a case group's segments and make the gates (region.py). Reference: gates/reference/gated_delta.py.
 """
-from kernels.ops.gated_delta import consistent, fast
+from kernels.ops.gated_delta import region
 
-VARIANTS = {"fast_chunked": fast.fast_chunked, "fast_recurrent": fast.fast_recurrent,
-            "consistent": consistent.consistent}
+VARIANTS = {"fast_chunked": region.fast_chunked, "fast_recurrent": region.fast_recurrent,
+            "consistent": region.consistent}
 CALL_KEYWORDS = {"chunk_size"}

@@ -1,11 +1,12 @@
-"""router.fast: the GEMM in the activation dtype (the kernel follows M), torch's sigmoid or
-sqrt(softplus) in fp32 (their vector bodies and scalar tails round differently)."""
+"""router.fast: the GEMM in the activation dtype (the kernel follows M), torch's sigmoid,
+sqrt(softplus) or softmax in fp32 (their vector bodies and scalar tails round differently)."""
 import torch
 import torch.nn.functional as F
 
 from kernels.ops.linear.fast import fast as linear_fast
 
-SCORES = {"sigmoid": torch.sigmoid, "sqrtsoftplus": lambda logits: torch.sqrt(F.softplus(logits))}
+SCORES = {"sigmoid": torch.sigmoid, "sqrtsoftplus": lambda logits: torch.sqrt(F.softplus(logits)),
+          "softmax": lambda logits: torch.softmax(logits, dim=-1)}
 
 
 def router_fast(x, w, *, scoring="sigmoid"):

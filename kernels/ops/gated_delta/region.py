@@ -1,0 +1,51 @@
+"""gated_delta as a model region calls it: one case group's rows (q, k [M, Hk, K], v [M, H, V] after
+the short conv, the raw decay and beta projections a, b [M, H]), each segment on the state its
+sequence's store opens (conv rows, S, the folded count and the kept rows: MambaSequenceState's
+fields), with the gates made here: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), in
+fp32. The consistent forms take the position-independent softplus and sigmoid (torch's vector
+bodies and scalar tails round differently); the fast ones take torch's, and round y to q's dtype
+as transformers' Qwen3.5 does.
+"""
+import torch
+import torch.nn.functional as F
+
+from kernels.ops.activation.consistent import position_independent_sigmoid, position_independent_softplus
+from kernels.ops.gated_delta import consistent as consistent_forms
+from kernels.ops.gated_delta import fast as fast_forms
+from kernels.ops.gated_delta.forms import DeltaState
+
+
+def _gates(a, b, A_log, dt_bias, softplus, sigmoid):
+    """(g, beta) [M, H] fp32."""
+    return -torch.exp(A_log.float()) * softplus(a.float() + dt_bias.float()), sigmoid(b.float())
+
+
+def _each_segment(form, rows, segments, store, chunk_size):
+    """form over each segment on its sequence's state, the state moved on in place; y in row order."""
+    outputs = []
+    for segment in segments:
+        state = store.open(segment)
+        y, after = form(*(t[segment.rows] for t in rows), DeltaState(state.ssm, state.folded, state.pending),
+                        chunk_size=chunk_size)
+        state.ssm, state.folded, state.pending = after.ssm, after.folded, after.pending
+        outputs.append(y)
+    return torch.cat(outputs)
+
+
+def consistent(q, k, v, a, b, segments, store, A_log, dt_bias, *, chunk_size):
+    """Chunks at absolute positions, the unfinished chunk kept and re-played: y [M, H, V] fp32."""
+    g, beta = _gates(a, b, A_log, dt_bias, position_independent_softplus, position_independent_sigmoid)
+    return _each_segment(consistent_forms.consistent, (q, k, v, g, beta), segments, store, chunk_size)
+
+
+def _fast(form):
+    def fast(q, k, v, a, b, segments, store, A_log, dt_bias, *, chunk_size):
+        g, beta = _gates(a, b, A_log, dt_bias, F.softplus, torch.sigmoid)
+        return _each_segment(form, (q, k, v, g, beta), segments, store, chunk_size).to(q.dtype)
+    fast.__name__ = form.__name__
+    fast.__doc__ = f"{form.__doc__} y rounded to q's dtype."
+    return fast
+
+
+fast_chunked = _fast(fast_forms.fast_chunked)
+fast_recurrent = _fast(fast_forms.fast_recurrent)
