@@ -48,6 +48,15 @@ REGION_FAMILY = {
     "block_topk": "block_topk",
     "sink_attention": "sink_attention",
     "hash_topk": "hash_topk",
+    # Qwen3.5: Gated DeltaNet layers, the gated attention's output gate, the shared expert's gate
+    "gdn_in_proj": "linear",
+    "gdn_conv": "ssm_conv",
+    "gated_delta": "gated_delta",
+    "gdn_norm": "gated_norm_after",
+    "gdn_out_proj": "linear",
+    "attn_gate": "sigmoid_gate",
+    "shared_gate_proj": "linear",
+    "shared_gate": "sigmoid_gate",
 }
 
 # Regions whose variants split one computation between them and must be switched together:

@@ -11,7 +11,7 @@ import torch
 
 from kernels.models.deepseek_state import CompressedStore
 from kernels.models.mamba_pool import PooledMambaStore
-from kernels.models.mamba_state import MambaStateStore
+from kernels.models.mamba_state import MambaStateStore, delta_store
 from kernels.models.state import KVStore
 from kernels.ops.quant import kv_decode, kv_encode
 
@@ -204,6 +204,7 @@ class EngineCache:
     def __init__(self, paged: PagedKVCache):
         self.paged = paged
         self._mamba: dict[int, MambaStateStore] = {}
+        self._delta: dict[int, MambaStateStore] = {}
         self._compressed: dict[int, CompressedStore] = {}
 
     def kv(self, layer: int) -> PagedLayerKV:
@@ -213,6 +214,12 @@ class EngineCache:
         if layer not in self._mamba:
             self._mamba[layer] = PooledMambaStore(**shape)
         return self._mamba[layer]
+
+    def delta(self, layer: int, **shape) -> MambaStateStore:
+        """The layer's Gated DeltaNet states, one per sequence (no slot pools, so no decode graph)."""
+        if layer not in self._delta:
+            self._delta[layer] = delta_store(**shape)
+        return self._delta[layer]
 
     def compressed(self, layer: int) -> CompressedStore:
         return self._compressed.setdefault(layer, CompressedStore(self.paged.kv_format))
@@ -237,11 +244,11 @@ class EngineCache:
 
     def release(self, seq_id: int) -> None:
         self.paged.release(seq_id)
-        for store in (*self._mamba.values(), *self._compressed.values()):
+        for store in (*self._mamba.values(), *self._delta.values(), *self._compressed.values()):
             store.release(seq_id)
 
     def clear(self) -> None:
         self.paged.clear()
-        for store in self._mamba.values():
+        for store in (*self._mamba.values(), *self._delta.values()):
             store.clear()
         self._compressed.clear()

@@ -8,7 +8,7 @@ import torch
 
 from kernels.models.deepseek_state import CompressedStore
 from kernels.models.mamba_pool import PooledMambaStore
-from kernels.models.mamba_state import MambaStateStore
+from kernels.models.mamba_state import MambaStateStore, delta_store
 from kernels.ops.quant import kv_round_trip
 
 
@@ -83,6 +83,12 @@ class TransientCache:
         """The layer's Mamba state store, made on first use with the model's shapes."""
         if layer not in self._mamba:
             self._mamba[layer] = self._store_type(**shape)
+        return self._mamba[layer]
+
+    def delta(self, layer: int, **shape) -> MambaStateStore:
+        """The layer's Gated DeltaNet state store (one state per sequence), made on first use."""
+        if layer not in self._mamba:
+            self._mamba[layer] = delta_store(**shape)
         return self._mamba[layer]
 
     def compressed(self, layer: int) -> CompressedStore:
