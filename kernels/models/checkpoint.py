@@ -1,16 +1,18 @@
 """A transformers save_pretrained directory as (config, weights), the loader picked by config.json's
-model_type (qwen3 -> hf_checkpoint.py, nemotron_h -> hf_nemotron.py, deepseek_v4 -> hf_deepseek.py),
+model_type (qwen3 -> hf_checkpoint.py, nemotron_h -> hf_nemotron.py, deepseek_v4 -> hf_deepseek.py,
+qwen3_5_moe and its text model -> hf_qwen3_5.py),
 so a command can take `--checkpoint DIR` without being told the family. An unsupported architecture
 is refused by name (require_model_type's table), never loaded as another."""
 from pathlib import Path
 
 from kernels.models.hf_checkpoint import read_config_json, require_model_type
 
-FAMILY_OF_MODEL_TYPE = {"qwen3": "qwen3", "nemotron_h": "nemotron", "deepseek_v4": "deepseek"}
+FAMILY_OF_MODEL_TYPE = {"qwen3": "qwen3", "nemotron_h": "nemotron", "deepseek_v4": "deepseek",
+                        "qwen3_5_moe_text": "qwen3_5", "qwen3_5_moe": "qwen3_5"}
 
 
 def checkpoint_family(directory) -> str:
-    """Our family name (qwen3, nemotron, deepseek) for the checkpoint's model_type; ValueError otherwise."""
+    """Our family name (qwen3, nemotron, deepseek, qwen3_5) for the checkpoint's model_type; ValueError otherwise."""
     path = Path(directory)
     hf_config = read_config_json(path)
     try:  # names the architecture (Qwen3-MoE, Llama, ...) where it is known
@@ -27,7 +29,9 @@ def load_checkpoint(directory, dtype: str | None = None) -> tuple:
         from kernels.models.hf_checkpoint import load_hf_checkpoint as load
     elif family == "nemotron":
         from kernels.models.hf_nemotron import load_hf_nemotron as load
-    else:
+    elif family == "deepseek":
         from kernels.models.hf_deepseek import load_hf_deepseek as load
+    else:
+        from kernels.models.hf_qwen3_5 import load_hf_qwen3_5 as load
     config, model = load(directory, dtype)
     return config, {name: tensor.detach() for name, tensor in model.state_dict().items()}

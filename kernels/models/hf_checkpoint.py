@@ -37,8 +37,9 @@ def checkpoint_dtype(hf_config: dict, override: str | None):
     return dtype
 
 
-SUPPORTED_MODEL_TYPES = ("qwen3", "nemotron_h", "deepseek_v4")
-"""The transformers model_type values a loader exists for (this module, hf_nemotron.py, hf_deepseek.py)."""
+SUPPORTED_MODEL_TYPES = ("qwen3", "nemotron_h", "deepseek_v4", "qwen3_5_moe", "qwen3_5_moe_text")
+"""The transformers model_type values a loader exists for (this module, hf_nemotron.py, hf_deepseek.py,
+hf_qwen3_5.py)."""
 _UNSUPPORTED = {"qwen3_moe": "Qwen3-MoE", "qwen3_next": "Qwen3-Next", "qwen3_5_moe": "Qwen3.5-MoE",
                 "qwen2": "Qwen2", "llama": "Llama", "deepseek_v3": "DeepSeek-V3", "deepseek_v4": "DeepSeek-V4"}
 
