@@ -16,8 +16,9 @@ from gates.compare import bit_view
 from kernels.contract.regions import REGION_FAMILY
 
 ROW_FAMILIES = ("embedding", "norm", "linear", "rope", "activation", "gated_norm", "router", "topk", "relu2_mlp",
-                "act_quant", "logprob", "sampler")
-WIDENED_FAMILIES = ("norm", "gated_norm")  # fp32 reductions rounded once: fp32 rows show their order
+                "act_quant", "logprob", "sampler", "sigmoid_gate", "gated_norm_after")
+# fp32 reductions rounded once: fp32 rows show their order
+WIDENED_FAMILIES = ("norm", "gated_norm", "gated_norm_after")
 CALL_SIZES = (1, 2, 3, 5, 8, 13, 16, 17, 31, 64)
 
 

@@ -56,9 +56,10 @@ def cut_config(result: dict, out_path: Path):
         cut_layer = None if layer is None else layer - lo
     else:  # layers 0 .. layer + 1: earlier layers stay, they feed the divergent one
         keep = 2 if layer is None else layer + 2
-        if "layer_pattern" in mapping:  # deepseek: one character per layer, the first num_hash_layers hash-routed
-            mapping["layer_pattern"] = mapping["layer_pattern"][:keep]
-            mapping["num_hash_layers"] = min(mapping.get("num_hash_layers", 0), len(mapping["layer_pattern"]))
+        if "layer_pattern" in mapping:  # deepseek, qwen3_5: one character per layer (deepseek's first
+            mapping["layer_pattern"] = mapping["layer_pattern"][:keep]  # num_hash_layers hash-routed)
+            if "num_hash_layers" in mapping:
+                mapping["num_hash_layers"] = min(mapping["num_hash_layers"], len(mapping["layer_pattern"]))
         else:
             mapping["num_layers"] = min(mapping["num_layers"], keep)
         cut_layer = layer
