@@ -76,7 +76,7 @@ def qwen3_5_config_from_hf(hf: dict, dtype: str | None = None) -> Qwen3_5Config:
         **{ours: number(hf, theirs, int) for ours, theirs in (
             ("linear_num_key_heads", "linear_num_key_heads"), ("linear_num_value_heads", "linear_num_value_heads"),
             ("linear_key_head_dim", "linear_key_head_dim"), ("linear_value_head_dim", "linear_value_head_dim"),
-            ("linear_conv_kernel", "linear_conv_kernel_dim"), ("num_experts", "num_experts"),
+            ("linear_conv_kernel", "linear_conv_kernel_dim"), ("n_routed_experts", "num_experts"),
             ("num_experts_per_tok", "num_experts_per_tok"), ("moe_intermediate_size", "moe_intermediate_size"),
             ("shared_expert_intermediate_size", "shared_expert_intermediate_size"),
             ("max_position", "max_position_embeddings"))},
@@ -106,9 +106,9 @@ def weight_sources(config: Qwen3_5Config, fused_experts: bool = False) -> dict:
             sources[f"layers.{index}.experts_down"] = ("cat", [experts + "down_proj"])
         else:
             sources[f"layers.{index}.experts_gate_up"] = ("stack_pairs", [
-                f"{experts}{e}.{w}_proj.weight" for e in range(config.num_experts) for w in ("gate", "up")])
+                f"{experts}{e}.{w}_proj.weight" for e in range(config.n_routed_experts) for w in ("gate", "up")])
             sources[f"layers.{index}.experts_down"] = ("stack", [
-                f"{experts}{e}.down_proj.weight" for e in range(config.num_experts)])
+                f"{experts}{e}.down_proj.weight" for e in range(config.n_routed_experts)])
     return sources
 
 

@@ -59,10 +59,10 @@ class Qwen3_5Layer(nn.Module):
         self.input_norm = _param(c.hidden_size, dtype=dt)
         self.mixer = DeltaNetBlock(c) if mixer == "linear_attention" else AttentionBlock(c)
         self.post_norm = _param(c.hidden_size, dtype=dt)
-        self.router = _param(c.num_experts, c.hidden_size, dtype=dt)
-        self.register_buffer("router_bias", torch.zeros(c.num_experts, dtype=torch.float32))  # no selection bias
-        self.experts_gate_up = _param(c.num_experts, 2 * c.moe_intermediate_size, c.hidden_size, dtype=dt)
-        self.experts_down = _param(c.num_experts, c.hidden_size, c.moe_intermediate_size, dtype=dt)
+        self.router = _param(c.n_routed_experts, c.hidden_size, dtype=dt)
+        self.register_buffer("router_bias", torch.zeros(c.n_routed_experts, dtype=torch.float32))  # no selection bias
+        self.experts_gate_up = _param(c.n_routed_experts, 2 * c.moe_intermediate_size, c.hidden_size, dtype=dt)
+        self.experts_down = _param(c.n_routed_experts, c.hidden_size, c.moe_intermediate_size, dtype=dt)
         self.shared_gate_up = _param(2 * c.shared_expert_intermediate_size, c.hidden_size, dtype=dt)
         self.shared_down = _param(c.hidden_size, c.shared_expert_intermediate_size, dtype=dt)
         self.shared_gate = _param(1, c.hidden_size, dtype=dt)
@@ -173,7 +173,7 @@ class Qwen3_5Model(LanguageModel):
         c = self.config
         scores = dispatch("router", case, index, x, layer.router, scoring="softmax")
         ids, weights = dispatch("topk", case, index, scores, layer.router_bias, top_k=c.num_experts_per_tok,
-                                scaling=1.0)
+                                scaling=c.routed_scaling_factor)
         slots = dispatch("expert_gemm", case, index, x, ids, weights, layer.experts_gate_up, layer.experts_down,
                          swiglu_limit=math.inf)
         gate, up = dispatch("gate_up_proj", case, index, x, layer.shared_gate_up).chunk(2, dim=-1)

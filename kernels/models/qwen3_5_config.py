@@ -43,8 +43,8 @@ class Qwen3_5Config:
     """Short conv width over q, k, v."""
     chunk_size: int
     """The delta rule's chunk Q (absolute chunk boundaries under the consistent contract)."""
-    num_experts: int
-    """Routed experts E."""
+    n_routed_experts: int
+    """Routed experts E (transformers' num_experts; named as the other families name it)."""
     num_experts_per_tok: int
     """Experts per token (top-k of the softmax, renormalised)."""
     moe_intermediate_size: int
@@ -59,6 +59,8 @@ class Qwen3_5Config:
     """lm_head shares the embedding table."""
     dtype: str
     """Parameter and activation dtype."""
+    routed_scaling_factor: float = 1.0
+    """The renormalised routing weights times this (the release: 1)."""
     init_std: float = 0.02
     """Std of seeded random init."""
     kv_cache_dtype: str = "auto"
@@ -81,7 +83,7 @@ class Qwen3_5Config:
             raise ValueError(f"kv_cache_dtype: {self.kv_cache_dtype!r}: only 'auto' for qwen3_5")
         for name in ("hidden_size", "vocab_size", "num_heads", "num_kv_heads", "head_dim", "linear_num_key_heads",
                      "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel",
-                     "chunk_size", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                     "chunk_size", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
                      "shared_expert_intermediate_size", "max_position"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be a positive integer")
@@ -89,11 +91,11 @@ class Qwen3_5Config:
             raise ValueError("num_heads: must be a multiple of num_kv_heads")
         if self.linear_num_value_heads % self.linear_num_key_heads:
             raise ValueError("linear_num_value_heads: must be a multiple of linear_num_key_heads")
-        if self.num_experts_per_tok > self.num_experts:
-            raise ValueError("num_experts_per_tok: more than num_experts")
+        if self.num_experts_per_tok > self.n_routed_experts:
+            raise ValueError("num_experts_per_tok: more than n_routed_experts")
         if not 0 < self.partial_rotary_factor <= 1 or self.rotary_dim % 2:
             raise ValueError("partial_rotary_factor: must give an even rotary width in (0, head_dim]")
-        for name in ("rms_norm_eps", "rope_theta", "init_std"):
+        for name in ("rms_norm_eps", "rope_theta", "routed_scaling_factor", "init_std"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be positive")
 
@@ -108,6 +110,11 @@ class Qwen3_5Config:
     @property
     def mixers(self) -> tuple:
         return tuple(MIXERS[c] for c in self.layer_pattern)
+
+    @property
+    def intermediate_size(self) -> int:
+        """The width SiLU(gate) * up runs at outside the routed experts: the shared expert's."""
+        return self.shared_expert_intermediate_size
 
     @property
     def rotary_dim(self) -> int:
