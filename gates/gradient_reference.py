@@ -15,6 +15,7 @@ import torch
 from gates.reference import activation as ref_activation
 from gates.reference import attention as ref_attention
 from gates.reference import block_topk as ref_block_topk
+from gates.reference import gated_delta as ref_gated_delta
 from gates.reference import hyper_connection as ref_hc
 from gates.reference import linear as ref_linear
 from gates.reference import logprob as ref_logprob
@@ -28,7 +29,8 @@ from gates.reference import window_compress as ref_window_compress
 
 KINK_BAND = 1e-4  # dt = clamp(softplus(.), min=time_step_min) has a kink: draws this near it are redrawn
 LINEAR_REGIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "ssm_in_proj", "ssm_out_proj",
-                  "q_a_proj", "q_b_proj", "kv_proj", "o_a_proj", "o_b_proj", "compress_proj", "index_proj")
+                  "q_a_proj", "q_b_proj", "kv_proj", "o_a_proj", "o_b_proj", "compress_proj", "index_proj",
+                  "gdn_in_proj", "gdn_out_proj", "shared_gate_proj")
 
 
 class ReferenceDispatch:
@@ -100,6 +102,22 @@ class ReferenceDispatch:
 
     def ssm_norm(self, layer, y, z, w, *, eps, group_size):
         return ref_ssm.gated_norm(y, z, w, eps, group_size)
+
+    gdn_conv = ssm_conv
+
+    def gated_delta(self, layer, q, k, v, a, b, segments, store, A_log, dt_bias, *, chunk_size):
+        if any(s.start != 0 for s in segments):
+            raise ValueError("the reference runs the delta rule over whole sequences from position 0")
+        return torch.cat([ref_gated_delta.gated_delta(q[s.rows], k[s.rows], v[s.rows], a[s.rows], b[s.rows], A_log,
+                                                      dt_bias) for s in segments])
+
+    def gdn_norm(self, layer, y, z, w, *, eps):
+        return ref_ssm.gate_after_norm(y, z, w, eps)
+
+    def attn_gate(self, layer, x, gate):
+        return x.double() * torch.sigmoid(gate.double())
+
+    shared_gate = attn_gate
 
     def router(self, layer, x, w, *, scoring="sigmoid"):
         return ref_moe.router(x, w, scoring)

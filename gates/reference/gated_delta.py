@@ -18,3 +18,9 @@ def delta_rule(q, k, v, g, beta, eps=1e-6):
         state = state + k[t][:, :, None] * delta[:, None, :]
         outputs.append(torch.einsum("hk,hkv->hv", q[t], state))
     return torch.stack(outputs)
+
+
+def gated_delta(q, k, v, a, b, A_log, dt_bias, eps=1e-6):
+    """The layer's rule from its raw inputs: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)."""
+    g = -torch.exp(A_log.double()) * torch.nn.functional.softplus(a.double() + dt_bias.double())
+    return delta_rule(q, k, v, g, torch.sigmoid(b.double()), eps)

@@ -11,8 +11,10 @@ import torch
 
 
 def router(x, w, scoring="sigmoid"):
-    """[M, H] x [E, H] -> scores [M, E]: sigmoid, or sqrt(softplus) (DeepSeek-V4)."""
+    """[M, H] x [E, H] -> scores [M, E]: sigmoid, sqrt(softplus) (DeepSeek-V4) or softmax (Qwen3.5)."""
     logits = x.double() @ w.double().T
+    if scoring == "softmax":
+        return torch.softmax(logits, dim=-1)
     return torch.sigmoid(logits) if scoring == "sigmoid" else torch.sqrt(torch.nn.functional.softplus(logits))
 
 

@@ -33,3 +33,10 @@ def gated_norm(y, z, w, eps, group_size):
     grouped = h.reshape(*h.shape[:-1], -1, group_size)
     normed = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + eps)
     return normed.reshape(h.shape) * w.double()
+
+
+def gate_after_norm(y, z, w, eps):
+    """Gated DeltaNet's output norm per value head [..., V]: y / RMS(y) * w * silu(z), float64."""
+    y64 = y.double()
+    normed = y64 * torch.rsqrt(y64.pow(2).mean(-1, keepdim=True) + eps)
+    return normed * w.double() * torch.nn.functional.silu(z.double())
