@@ -1,6 +1,6 @@
-"""Qwen3.5 on the CPU cut (issue 27): the engine under continuous batching, with prompts and
-decodes crossing the Gated DeltaNet's chunk boundaries (chunk 16) and prefill chunks mixing with
-decodes, against the trainer's packed micro-batches: under the consistent contract every sampled
+"""Qwen3.5 on the CPU cut (issue 27): the engine under continuous batching, 64 sequences x 96 new
+tokens, every decode crossing 5+ of the Gated DeltaNet's chunk boundaries (chunk 16) and prefill
+chunks mixing with decodes, against the trainer's packed micro-batches of 5: under the consistent contract every sampled
 token's log-prob is equal bit for bit (|dp| and k3 KL exactly 0); the fast contract (chunked
 prefill from each call's first row, the one-step recurrence in decode, transformers' gates and
 norms) differs on the same kind of workload, with its size printed. The configs load and refuse
@@ -21,19 +21,19 @@ CONFIG = load_model_config("qwen3_5-cut")
 
 def test_consistent_engine_equals_trainer_bit_for_bit(fresh_seed):
     weights, contract = seeded_weights(CONFIG, fresh_seed % 1000), load_contract("consistent")
-    workload = Workload(num_sequences=16, new_tokens=40, max_prompt_len=60, arrival_spread=24, seed=fresh_seed)
-    completions, engine = rollout(CONFIG, contract, weights, workload, EngineShape(tokens_per_step=48, max_running=8))
+    workload = Workload(num_sequences=64, new_tokens=96, max_prompt_len=60, arrival_spread=40, seed=fresh_seed)
+    completions, engine = rollout(CONFIG, contract, weights, workload, EngineShape(tokens_per_step=48, max_running=16))
     assert engine.step_phases[("decode", "prefill")] > 0, "no mixed step"
     chunk = CONFIG.chunk_size
-    crossed = [len(c.request.prompt) // chunk < (len(c.request.prompt) + len(c.tokens)) // chunk for c in completions]
-    assert all(crossed), "a sequence decoded without crossing a chunk boundary"
+    crossed = [(len(c.request.prompt) + len(c.tokens)) // chunk - len(c.request.prompt) // chunk for c in completions]
+    assert min(crossed) >= 5, f"a sequence's decode crossed only {min(crossed)} chunk boundaries"
     engine_logprobs = [c.logprob_tensor for c in completions]
     trainer_logprobs = score(CONFIG, contract, weights, completions, micro_batch_size=5)
     for index, (rollout_lp, trainer_lp) in enumerate(zip(engine_logprobs, trainer_logprobs)):
         assert_bitwise_equal(rollout_lp, trainer_lp, f"seed {fresh_seed}: sequence {index}")
     stats = mismatch_stats(engine_logprobs, trainer_logprobs)
     print(f"seed {fresh_seed}: {stats}")
-    assert stats["num_tokens"] == 16 * 40 and stats["max_abs_dp"] == stats["k3_kl"] == 0.0, stats
+    assert stats["num_tokens"] == 64 * 96 and stats["max_abs_dp"] == stats["k3_kl"] == 0.0, stats
 
 
 def test_fast_contract_differs_negative_control(fresh_seed):
