@@ -5,8 +5,6 @@ relu^2 experts, a shared expert) or a relu^2 MLP. ONE definition for both runtim
 goes through `dispatch(region, case, layer, ...)`; attention, conv and scan run once per case over
 its segments, against paged KV and pooled Mamba state in the engine, transient ones in the trainer.
 """
-import math
-
 import torch
 from torch import nn
 
@@ -14,6 +12,7 @@ from kernels.models.batch import call_per_case
 from kernels.models.lm_head import LanguageModel
 from kernels.models.nemotron_config import NemotronConfig
 from kernels.models.recompute import run_layer
+from kernels.models.state_space_init import state_space_value
 
 
 def _param(*shape, dtype):
@@ -97,14 +96,9 @@ class NemotronModel(LanguageModel):
         with torch.no_grad():
             for name, p in self.named_parameters():
                 leaf = name.rsplit(".", 1)[-1]
-                u = torch.rand(p.shape, generator=g, dtype=torch.float64)
-                if leaf == "A_log":
-                    p.copy_(torch.log(1 + 15 * u))
-                elif leaf == "dt_bias":  # inverse softplus of dt ~ log-uniform in [1e-3, 1e-1]
-                    dt = torch.exp(math.log(1e-3) + u * (math.log(1e-1) - math.log(1e-3)))
-                    p.copy_(dt + torch.log(-torch.expm1(-dt)))
-                elif leaf == "conv_weight":
-                    p.copy_(u - 0.5)
+                value = state_space_value(leaf, torch.rand(p.shape, generator=g, dtype=torch.float64), (1.0, 16.0))
+                if value is not None:
+                    p.copy_(value)
                 elif p.dim() == 1:
                     p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
                 else:

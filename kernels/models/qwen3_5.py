@@ -17,6 +17,7 @@ from kernels.models.batch import call_per_case
 from kernels.models.lm_head import LanguageModel
 from kernels.models.qwen3_5_config import Qwen3_5Config
 from kernels.models.recompute import run_layer
+from kernels.models.state_space_init import state_space_value
 
 
 def _param(*shape, dtype):
@@ -94,14 +95,9 @@ class Qwen3_5Model(LanguageModel):
         with torch.no_grad():
             for name, p in self.named_parameters():
                 leaf = name.rsplit(".", 1)[-1]
-                u = torch.rand(p.shape, generator=g, dtype=torch.float64)
-                if leaf == "A_log":
-                    p.copy_(torch.log(0.01 + 15.99 * u))
-                elif leaf == "dt_bias":  # inverse softplus of dt ~ log-uniform in [1e-3, 1e-1]
-                    dt = torch.exp(math.log(1e-3) + u * (math.log(1e-1) - math.log(1e-3)))
-                    p.copy_(dt + torch.log(-torch.expm1(-dt)))
-                elif leaf == "conv_weight":
-                    p.copy_(u - 0.5)
+                value = state_space_value(leaf, torch.rand(p.shape, generator=g, dtype=torch.float64), (0.01, 16.0))
+                if value is not None:
+                    p.copy_(value)
                 elif leaf == "gated_norm":
                     p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
                 elif p.dim() == 1:
