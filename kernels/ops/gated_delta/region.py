@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from kernels.ops.activation.consistent import position_independent_sigmoid, position_independent_softplus
-from kernels.ops.gated_delta import consistent as consistent_forms
-from kernels.ops.gated_delta import fast as fast_forms
+from kernels.ops.gated_delta.consistent import consistent as consistent_sequence
+from kernels.ops.gated_delta.fast import fast_chunked as fast_chunked_sequence
+from kernels.ops.gated_delta.fast import fast_recurrent as fast_recurrent_sequence
 from kernels.ops.gated_delta.forms import DeltaState
 
 
@@ -35,7 +36,7 @@ def _each_segment(form, rows, segments, store, chunk_size):
 def consistent(q, k, v, a, b, segments, store, A_log, dt_bias, *, chunk_size):
     """Chunks at absolute positions, the unfinished chunk kept and re-played: y [M, H, V] fp32."""
     g, beta = _gates(a, b, A_log, dt_bias, position_independent_softplus, position_independent_sigmoid)
-    return _each_segment(consistent_forms.consistent, (q, k, v, g, beta), segments, store, chunk_size)
+    return _each_segment(consistent_sequence, (q, k, v, g, beta), segments, store, chunk_size)
 
 
 def _fast(form):
@@ -47,5 +48,5 @@ def _fast(form):
     return fast
 
 
-fast_chunked = _fast(fast_forms.fast_chunked)
-fast_recurrent = _fast(fast_forms.fast_recurrent)
+fast_chunked = _fast(fast_chunked_sequence)
+fast_recurrent = _fast(fast_recurrent_sequence)
