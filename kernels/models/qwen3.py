@@ -79,6 +79,15 @@ class Qwen3Config:
         return DTYPES[self.dtype]
 
 
+def residual_norm(dispatch, case, index, hidden, residual, weight, eps):
+    """(norm(hidden + residual), the new residual): the pre-norm with the residual add fused into
+    the norm region, as the Qwen families run it; the first call has no residual yet."""
+    if residual is None:
+        normed, _ = dispatch("norm", case, index, hidden, weight, eps=eps)
+        return normed, hidden
+    return dispatch("norm", case, index, hidden, weight, eps=eps, residual=residual)
+
+
 class Qwen3Layer(nn.Module):
     """One decoder layer's parameters (the arithmetic is in Qwen3Model)."""
 
@@ -140,11 +149,7 @@ class Qwen3Model(LanguageModel):
 
 
     def _norm(self, dispatch, case, index, hidden, residual, weight):
-        eps = self.config.rms_norm_eps
-        if residual is None:
-            normed, _ = dispatch("norm", case, index, hidden, weight, eps=eps)
-            return normed, hidden
-        return dispatch("norm", case, index, hidden, weight, eps=eps, residual=residual)
+        return residual_norm(dispatch, case, index, hidden, residual, weight, self.config.rms_norm_eps)
 
     def _attention(self, dispatch, batch, index, layer, normed, positions, cache):
         config, case = self.config, batch.case

@@ -15,6 +15,7 @@ from torch import nn
 
 from kernels.models.batch import call_per_case
 from kernels.models.lm_head import LanguageModel
+from kernels.models.qwen3 import residual_norm
 from kernels.models.qwen3_5_config import Qwen3_5Config
 from kernels.models.recompute import run_layer
 from kernels.models.state_space_init import state_space_value
@@ -122,11 +123,7 @@ class Qwen3_5Model(LanguageModel):
         return normed
 
     def _norm(self, dispatch, case, index, hidden, residual, weight):
-        eps = self.config.rms_norm_eps
-        if residual is None:
-            normed, _ = dispatch("norm", case, index, hidden, _centred(weight), eps=eps)
-            return normed, hidden
-        return dispatch("norm", case, index, hidden, _centred(weight), eps=eps, residual=residual)
+        return residual_norm(dispatch, case, index, hidden, residual, _centred(weight), self.config.rms_norm_eps)
 
     def _attention(self, dispatch, batch, index, block, normed, cache):
         c, case, rows = self.config, batch.case, normed.shape[0]
