@@ -50,6 +50,9 @@ class ReferenceDispatch:
 
     for_segment = selecting_rows
 
+    def keeps_unfinished_chunk(self, region, case):
+        return None  # the reference scans whole sequences and keeps no state
+
     def fused(self, chain, case, layer, *args, **kwargs):
         return None  # no fused launch: the model calls each region's reference formula
 

@@ -10,6 +10,7 @@ from gates.reference import ssm as reference
 from kernels.models.batch import Segment
 from kernels.models.mamba_pool import PooledMambaStore
 from kernels.models.mamba_state import MambaStateStore
+from kernels.ops import ssm_scan
 from kernels.ops.gated_norm.consistent import consistent as gated_norm_consistent
 from kernels.ops.ssm_conv.consistent import consistent as ssm_conv_consistent
 from kernels.ops.ssm_conv.fast import fast_conv1d, fast_window_sum
@@ -42,6 +43,12 @@ def _store(dtype, store_type=MambaStateStore):
                       state_size=STATE, num_groups=GROUPS, chunk_size=CHUNK, dtype=dtype)
 
 
+def settle(scan, segments, store):
+    """What the model does after a scan door: the sequences moved to their segments' ends."""
+    variant = next(name for name, form in ssm_scan.VARIANTS.items() if form is scan)
+    store.settle(segments, keeps_unfinished_chunk=variant in ssm_scan.KEEPS_UNFINISHED_CHUNK)
+
+
 def _door_calls(inputs, segments, rows, store, conv, scan):
     """The conv and scan doors over `segments` (rows numbered from 0), on `rows` of the inputs;
     the gated-norm outputs."""
@@ -51,6 +58,7 @@ def _door_calls(inputs, segments, rows, store, conv, scan):
     y = scan(x.reshape(num_rows, HEADS, HEAD_DIM), B.reshape(num_rows, GROUPS, STATE),
              C.reshape(num_rows, GROUPS, STATE), inputs["dt_raw"][rows], segments, store,
              inputs["dt_bias"], inputs["A_log"], inputs["D"], chunk_size=CHUNK)
+    settle(scan, segments, store)
     return gated_norm_consistent(y.reshape(num_rows, -1), inputs["z"][rows], inputs["norm_w"], eps=1e-5,
                                  group_size=HEADS * HEAD_DIM // GROUPS)
 
@@ -107,6 +115,7 @@ def test_consistent_scan_agrees_with_the_float64_recurrence(fresh_seed):
     args = (x.reshape(LENGTH, HEADS, HEAD_DIM), B.reshape(LENGTH, GROUPS, STATE), C.reshape(LENGTH, GROUPS, STATE))
     y = ssm_scan_consistent(*args, inputs["dt_raw"], segments, store, inputs["dt_bias"], inputs["A_log"],
                             inputs["D"], chunk_size=CHUNK)
+    settle(ssm_scan_consistent, segments, store)
     expected = reference.scan(*args, inputs["dt_raw"], inputs["dt_bias"], inputs["A_log"], inputs["D"])
     error = float((y.double() - expected).abs().max() / expected.abs().max())
     print(f"conv rel error {conv_error:.2e}, scan rel error {error:.2e} (tolerance {REFERENCE_TOLERANCE})")
@@ -211,8 +220,10 @@ def test_decode_graph_tables_serve_the_pools_and_advance_after_the_replay(fresh_
     for seq, length in enumerate(lengths):
         x, dt_raw = torch.randn(length, HEADS, HEAD_DIM, generator=g), torch.randn(length, HEADS, generator=g)
         B, C = (torch.randn(length, GROUPS, STATE, generator=g) for _ in range(2))
-        ssm_scan_consistent(x, B, C, dt_raw, (Segment(seq, 0, length, 0, "engine_prefill"),), store,
-                            torch.zeros(HEADS), torch.zeros(HEADS), torch.ones(HEADS), chunk_size=CHUNK)
+        prefill = (Segment(seq, 0, length, 0, "engine_prefill"),)
+        ssm_scan_consistent(x, B, C, dt_raw, prefill, store, torch.zeros(HEADS), torch.zeros(HEADS),
+                            torch.ones(HEADS), chunk_size=CHUNK)
+        settle(ssm_scan_consistent, prefill, store)
     slots = [store.held(seq).slot for seq in range(3)]
     dummy = tuple(Segment(-1 - row, 0, 1, row, "engine_graph") for row in range(3))
     with ExitStack() as serving:
@@ -220,7 +231,7 @@ def test_decode_graph_tables_serve_the_pools_and_advance_after_the_replay(fresh_
         served_slots, served_buffered = store.decode_tables(dummy)
         assert served_slots.tolist() == [store.scratch_slot] * 3 and served_buffered.tolist() == [0] * 3
         assert not store.holds_buffered_rows(dummy)
-        store.advance(dummy, buffered=True)  # what the consistent scan door does
+        store.settle(dummy, keeps_unfinished_chunk=True)  # what the model does after the consistent scan
     assert tables.recorded_advances() == [True] and store.scratch_slot not in slots
     assert [store.held(seq).position for seq in range(3)] == list(lengths), "capture moved no sequence"
     real = tuple(Segment(seq, length, 1, seq, "engine_graph") for seq, length in enumerate(lengths))

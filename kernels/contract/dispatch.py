@@ -13,6 +13,7 @@ from typing import Any
 
 from kernels.layout import expert_parallel, tensor_parallel
 from kernels.layout.tensor_parallel import COLUMN_REGIONS, ROW_REGIONS
+from kernels.ops import registry
 from kernels.ops.fusions import fused_for
 
 
@@ -64,6 +65,10 @@ class RegionDispatch:
         output = self.contract.op(region, case)(*args, **kwargs)
         self.notify(region, case, layer, args, kwargs, output)
         return output
+
+    def keeps_unfinished_chunk(self, region: str, case: str) -> bool:
+        """Whether the stateful region's bound implementation keeps its unfinished chunk's rows."""
+        return registry.keeps_unfinished_chunk(self.contract.binding(region, case).impl)
 
     def fused(self, chain: tuple, case: str, layer, *args, **kwargs):
         """The regions of `chain` in one launch (kernels/ops/fusions.py) when the contract binds

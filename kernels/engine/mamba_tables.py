@@ -1,7 +1,7 @@
 """The Mamba side of a decode graph (kernels/engine/graphs.py): every Mamba layer's row slots
 and rows buffered as static device buffers, served to the layer's pooled store while a graph
-is captured and filled from the real sequences before each replay; the doors' position
-bookkeeping, recorded at capture, applied to the real sequences after it.
+is captured and filled from the real sequences before each replay; the model's settle of the
+positions, recorded at capture, applied to the real sequences after it.
 """
 from contextlib import ExitStack
 
@@ -42,7 +42,7 @@ class MambaTables:
         self._captured_pools = self._pool_addresses(stores)
 
     def recorded_advances(self) -> list:
-        """How each store's captured doors advance positions (buffered or folded, None: not at all)."""
+        """How each store's captured forward settled positions (rows kept or folded; None: not at all)."""
         return [store.deferred_advance for store in self._stores()]
 
     def moved(self) -> bool:
@@ -74,7 +74,7 @@ class MambaTables:
         """What the replayed doors did to the real sequences' positions, on the host."""
         for store, buffered in zip(self._stores(), advances):
             if buffered is not None:
-                store.advance(segments, buffered=buffered)
+                store.settle(segments, keeps_unfinished_chunk=buffered)
 
     @staticmethod
     def _pool_addresses(stores) -> list:

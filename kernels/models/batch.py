@@ -112,6 +112,16 @@ class CaseGroup:
     """[R] long: which batch rows the group's rows are; None when it is the whole batch."""
 
 
+def settle_per_case(dispatch, region: str, batch: TokenBatch, store) -> None:
+    """After a stateful region (a scan) wrote each sequence's state: the runtime moves every
+    sequence to its segment's end, the rows past its last chunk boundary kept or folded as the
+    implementation bound in each case group declares (kernels/ops/registry.py)."""
+    for group in batch.groups:
+        keeps = dispatch.keeps_unfinished_chunk(region, group.case)
+        if keeps is not None:  # None: the dispatch keeps no state (C08's float64 reference)
+            store.settle(group.segments, keeps_unfinished_chunk=keeps)
+
+
 def call_per_case(dispatch, region: str, batch: TokenBatch, layer, row_inputs, *args, **kwargs):
     """`region` once per case group: dispatch(region, case, layer, *row inputs of the group,
     segments, *args, **kwargs), outputs put back in batch row order. A group that is not the

@@ -33,7 +33,7 @@ class PooledMambaStore(MambaStateStore):
         self.scratch_slot: int | None = None
         """A slot no sequence holds: a graph's padding rows read and write it (reserve)."""
         self.deferred_advance: bool | None = None
-        """How the doors of a served forward asked to advance (buffered or folded), not yet applied."""
+        """How a served forward's settle asked to move its sequences (keeps_unfinished_chunk), not yet applied."""
 
     def _fresh(self) -> "PooledState":
         state = PooledState(self, self._take_slot())
@@ -122,23 +122,18 @@ class PooledMambaStore(MambaStateStore):
         finally:
             self._served = None
 
-    def advance(self, segments, *, buffered: bool) -> None:
-        """Each segment's one decoded row is in the state: folded (a recurrence) or buffered,
-        the chunk folded when it completes (a scan that re-plays its chunk)."""
+    def settle(self, segments, *, keeps_unfinished_chunk: bool) -> None:
+        """Each segment's sequence moved to the segment's end after a scan wrote its state: the
+        rows past the last chunk boundary buffered (a scan that re-plays its chunk) or none
+        (every row folded). A served forward's is deferred: the graph's runner applies it to
+        the real sequences after a replay."""
         if self._served is not None and self._served[0] is segments:
-            self.deferred_advance = buffered
+            self.deferred_advance = keeps_unfinished_chunk
             return
         for segment in segments:
-            state = self._states[segment.seq_id]
-            if not buffered:
-                if state.buffered:
-                    raise ValueError(f"sequence {segment.seq_id}: a recurrence cannot fold "
-                                     f"{state.buffered} buffered rows")
-                state.folded += 1
-            elif state.buffered + 1 == self.chunk_size:
-                state.folded, state.buffered = state.folded + self.chunk_size, 0
-            else:
-                state.buffered += 1
+            state, end = self._states[segment.seq_id], segment.start + segment.length
+            state.buffered = end % self.chunk_size if keeps_unfinished_chunk else 0
+            state.folded = end - state.buffered
         self._slot_tables = None
 
     def release(self, seq_id: int) -> None:

@@ -56,6 +56,17 @@ class MambaStateStore:
             raise ValueError(f"sequence {segment.seq_id}: state is at {held}, segment starts at {segment.start}")
         return state
 
+    def settle(self, segments, *, keeps_unfinished_chunk: bool) -> None:
+        """Each segment's sequence moved to the segment's end after a scan wrote its state (S and
+        the rows it kept): the runtime's books, never the op's. ValueError when the rows kept
+        disagree with what the bound variant declares (every row folded, or some kept)."""
+        for segment in segments:
+            state, end = self._states[segment.seq_id], segment.start + segment.length
+            kept = 0 if state.pending is None else state.pending[0].shape[0]
+            if kept and not keeps_unfinished_chunk:
+                raise ValueError(f"sequence {segment.seq_id}: {kept} rows kept by a scan declared to fold every row")
+            state.folded = end - kept
+
     def held(self, seq_id: int) -> MambaSequenceState:
         """The sequence's state as it is (KeyError if none)."""
         return self._states[seq_id]

@@ -8,7 +8,7 @@ its segments, against paged KV and pooled Mamba state in the engine, transient o
 import torch
 from torch import nn
 
-from kernels.models.batch import call_per_case
+from kernels.models.batch import call_per_case, settle_per_case
 from kernels.models.lm_head import LanguageModel
 from kernels.models.nemotron_config import NemotronConfig
 from kernels.models.recompute import run_layer
@@ -149,6 +149,7 @@ class NemotronModel(LanguageModel):
                            B.reshape(rows, c.n_groups, c.ssm_state_size),
                            C.reshape(rows, c.n_groups, c.ssm_state_size), dt_raw), store,
                           layer.dt_bias, layer.A_log, layer.D, chunk_size=c.chunk_size, dt_min=c.time_step_min)
+        settle_per_case(dispatch, "ssm_scan", batch, store)
         gated = dispatch("ssm_norm", case, index, y.reshape(rows, c.mamba_inner), z, layer.gated_norm,
                          eps=c.layer_norm_epsilon, group_size=c.mamba_inner // c.n_groups)
         return self._projection(dispatch, case, index, "ssm_out_proj", gated, layer.out_proj)

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from kernels.models.batch import call_per_case
+from kernels.models.batch import call_per_case, settle_per_case
 from kernels.models.lm_head import LanguageModel
 from kernels.models.qwen3 import residual_norm
 from kernels.models.qwen3_5_config import Qwen3_5Config
@@ -158,6 +158,7 @@ class Qwen3_5Model(LanguageModel):
                            k.reshape(rows, c.linear_num_key_heads, c.linear_key_head_dim),
                            v.reshape(rows, heads, value_dim), a, b), store, block.A_log, block.dt_bias,
                           chunk_size=c.chunk_size)
+        settle_per_case(dispatch, "gated_delta", batch, store)
         normed_y = dispatch("gdn_norm", case, index, y, z.reshape(rows, heads, value_dim), block.gated_norm,
                             eps=c.rms_norm_eps)
         return dispatch("gdn_out_proj", case, index, normed_y.reshape(rows, -1), block.out_proj)

@@ -67,6 +67,14 @@ def implementation(name: str):
     return FAMILY_VARIANTS[family][variant]
 
 
+def keeps_unfinished_chunk(name: str) -> bool:
+    """Whether a stateful implementation leaves its sequences' rows past the last chunk boundary
+    kept in the state (its family's KEEPS_UNFINISHED_CHUNK) rather than folded: the runtime moves
+    each sequence's books by it (kernels/models/mamba_state.py: settle)."""
+    family, _, variant = name.partition(".")
+    return variant in getattr(FAMILIES[family], "KEEPS_UNFINISHED_CHUNK", ())
+
+
 def register_variant(family: str, variant: str, function) -> None:
     """Add an implementation at run time. Nothing in kernels does; the gates register their
     planted faults (gates/faults.py) this way, so a contract can name them."""

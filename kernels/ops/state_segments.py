@@ -1,7 +1,9 @@
 """How a stateful op (the Mamba conv and scan) meets a case group: per segment, each on the
 state its sequence's store opens, or, for a group of one-row segments on a pooled store (the
 engine's), once for every sequence. The store is the runtime's (kernels/models/mamba_state.py,
-mamba_pool.py); an op needs only `open(segment)` and `pooled` of it.
+mamba_pool.py); an op needs only `open(segment)` and `pooled` of it, and writes the state's
+tensors (S, the rows it keeps) but never a sequence's position: the model settles that after the
+call (kernels/models/batch.py: settle_per_case).
 """
 import torch
 

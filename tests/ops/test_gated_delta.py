@@ -109,7 +109,7 @@ def test_region_form_keeps_the_sequence_s_bits_across_calls_and_makes_the_gates_
     bit, under the consistent variant, and the fast decode differs from its prefill."""
     from kernels.models.batch import Segment
     from kernels.models.mamba_state import delta_store
-    from kernels.ops.gated_delta import VARIANTS
+    from kernels.ops.gated_delta import KEEPS_UNFINISHED_CHUNK, VARIANTS
     generator = torch.Generator().manual_seed(fresh_seed)
     q, k, v = _inputs(fresh_seed)[:3]
     a, b = torch.randn(LENGTH, HEADS, generator=generator), torch.randn(LENGTH, HEADS, generator=generator)
@@ -123,6 +123,7 @@ def test_region_form_keeps_the_sequence_s_bits_across_calls_and_makes_the_gates_
             segment = Segment(seq_id=5, start=lo, length=hi - lo, row=0, case="engine_decode")
             out.append(VARIANTS[variant](*(t[lo:hi] for t in (q, k, v, a, b)), (segment,), store, A_log, dt_bias,
                                          chunk_size=CHUNK))
+            store.settle((segment,), keeps_unfinished_chunk=variant in KEEPS_UNFINISHED_CHUNK)  # the model's step
         return torch.cat(out), store.held(5)
 
     whole, state = run("consistent", [])

@@ -12,3 +12,5 @@ from kernels.ops.gated_delta import region
 VARIANTS = {"fast_chunked": region.fast_chunked, "fast_recurrent": region.fast_recurrent,
             "consistent": region.consistent}
 CALL_KEYWORDS = {"chunk_size"}
+KEEPS_UNFINISHED_CHUNK = {"consistent"}
+"""As ssm_scan's: the variants whose state keeps the unfinished chunk's rows."""

@@ -1,7 +1,7 @@
 """gated_delta as a model region calls it: one case group's rows (q, k [M, Hk, K], v [M, H, V] after
 the short conv, the raw decay and beta projections a, b [M, H]), each segment on the state its
-sequence's store opens (conv rows, S, the folded count and the kept rows: MambaSequenceState's
-fields), with the gates made here: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), in
+sequence's store opens (conv rows, S and the kept rows of MambaSequenceState; its position is
+the model's to settle), with the gates made here: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), in
 fp32. The consistent forms take the position-independent softplus and sigmoid (torch's vector
 bodies and scalar tails round differently); the fast ones take torch's, and round y to q's dtype
 as transformers' Qwen3.5 does.
@@ -22,13 +22,13 @@ def _gates(a, b, A_log, dt_bias, softplus, sigmoid):
 
 
 def _each_segment(form, rows, segments, store, chunk_size):
-    """form over each segment on its sequence's state, the state moved on in place; y in row order."""
+    """form over each segment on its sequence's state, S and the kept rows written back; y in row order."""
     outputs = []
     for segment in segments:
         state = store.open(segment)
         y, after = form(*(t[segment.rows] for t in rows), DeltaState(state.ssm, state.folded, state.pending),
                         chunk_size=chunk_size)
-        state.ssm, state.folded, state.pending = after.ssm, after.folded, after.pending
+        state.ssm, state.pending = after.ssm, after.pending
         outputs.append(y)
     return torch.cat(outputs)
 

@@ -12,3 +12,6 @@ from kernels.ops.ssm_scan import consistent, fast
 VARIANTS = {"fast_chunked": fast.fast_chunked, "fast_recurrent": fast.fast_recurrent,
             "consistent": consistent.consistent}
 CALL_KEYWORDS = {"chunk_size", "dt_min"}
+KEEPS_UNFINISHED_CHUNK = {"consistent"}
+"""Variants that leave the rows past the last chunk boundary in the state; the others fold every
+row. An op writes the state (S, the rows kept); the runtime moves the sequence's position."""

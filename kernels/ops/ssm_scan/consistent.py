@@ -57,10 +57,8 @@ def _consistent_decode_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D
     row's terms and order are those of consistent_segment's kernels."""
     import kernels.ops.ssm_scan.triton as ssm_scan_triton  # imports Triton: CUDA machines only
     slots, buffered = _write_new_rows(x, B, C, dt_raw, segments, store, dt_bias, dt_min)
-    y = ssm_scan_triton.decode_batch(store.rows, store.ssm, slots, buffered, -torch.exp(A_log.float()), D,
-                                     chunk_size=chunk_size)
-    store.advance(segments, buffered=True)
-    return y
+    return ssm_scan_triton.decode_batch(store.rows, store.ssm, slots, buffered, -torch.exp(A_log.float()), D,
+                                        chunk_size=chunk_size)
 
 
 def _consistent_decode_batch_cpu(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, chunk_size, dt_min):
@@ -82,7 +80,6 @@ def _consistent_decode_batch_cpu(x, B, C, dt_raw, segments, store, dt_bias, A_lo
     completes = (buffered + 1 == chunk_size).nonzero()[:, 0]
     if completes.numel():  # only a completed chunk's state is kept: fold just those sequences
         store.ssm[slots[completes]] = _end_state(*(part[completes] for part in fold), state0[completes])
-    store.advance(segments, buffered=True)
     return y[torch.arange(len(segments), device=x.device), buffered]
 
 
@@ -95,7 +92,6 @@ def consistent_with(scan, x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_si
     y, boundary = scan(rows, state.ssm, A, D, chunk_size=chunk_size, first_row=num_buffered)
     num_complete = (rows[0].shape[0] // chunk_size) * chunk_size
     state.ssm = boundary
-    state.folded += num_complete
     rest = [r[num_complete:] for r in rows]
     state.pending = rest if rest[0].shape[0] else None
     return y

@@ -26,7 +26,7 @@ def _chunked(x, B, C, dt_raw, state, dt_bias, A_log, D, *, chunk_size, dt_min):
     else:
         y, _, end = run_chunks(rows, state.ssm, A, D, chunk_size)
         y = y[num_buffered:]
-    state.ssm, state.folded, state.pending = end, state.folded + rows[0].shape[0], None
+    state.ssm, state.pending = end, None
     return y
 
 
@@ -50,7 +50,7 @@ def _recurrent(x, B, C, dt_raw, state, dt_bias, A_log, D, *, dt_min):
         ch = ct.repeat_interleave(num_heads // num_groups, dim=0)
         s = torch.exp(dtt * A32)[:, None, None] * s + (dtt[:, None] * xt)[:, :, None] * bh[:, None, :]
         outputs.append((s * ch[:, None, :]).sum(dim=-1) + D32[:, None] * xt)
-    state.ssm, state.folded, state.pending = s, state.folded + rows[0].shape[0], None
+    state.ssm, state.pending = s, None
     return torch.stack(outputs)[rows[0].shape[0] - x.shape[0]:]
 
 
@@ -60,13 +60,10 @@ def _recurrent_batch(x, B, C, dt_raw, segments, store, dt_bias, A_log, D, *, dt_
     slots = store.decode_slots(segments)
     if x.is_cuda:  # one pass over the state, in place (kernels/ops/ssm_scan/fast_triton.py)
         from kernels.ops.ssm_scan.fast_triton import state_update  # imports Triton: CUDA machines only
-        y = state_update(store.ssm, slots, x, B, C, dt, A, D)
-        store.advance(segments, buffered=False)
-        return y
+        return state_update(store.ssm, slots, x, B, C, dt, A, D)
     per_group = x.shape[1] // B.shape[1]
     bh, ch = (t.float().repeat_interleave(per_group, dim=1) for t in (B, C))  # [b, H, N]
     xf = x.float()
     s = torch.exp(dt * A)[:, :, None, None] * store.ssm[slots] + (dt[:, :, None] * xf)[..., None] * bh[:, :, None, :]
     store.ssm[slots] = s
-    store.advance(segments, buffered=False)
     return (s * ch[:, :, None, :]).sum(dim=-1) + D.float()[:, None] * xf

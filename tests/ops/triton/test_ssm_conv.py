@@ -82,7 +82,7 @@ def check_ssm_conv_batched_decode_is_the_segment_bits(fresh_seed):
                 slots = slots[[1, 0, 2, 3]]
             rows = torch.cat([xbc[n + t:n + t + 1] for xbc, n in zip(streams, lengths)])
             out = kernel.decode_batch(rows, slots, store.conv, weight, bias)
-            store.advance(segments, buffered=False)
+            store.settle(segments, keeps_unfinished_chunk=False)
             for seq in outputs:
                 outputs[seq].append(out[seq:seq + 1])
         return [torch.cat(parts) for _, parts in sorted(outputs.items())], store

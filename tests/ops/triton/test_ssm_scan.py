@@ -132,6 +132,7 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
                 lambda *a, **k: ssm_scan_consistent.consistent_with(ssm_triton.consistent, *a, **k), segment, store,
                 tuple(inputs[key][:h] for key in ("x", "B", "C", "dt_raw")), shared["dt_bias"], shared["A_log"],
                 shared["D"], chunk_size=s["chunk"]))
+            store.settle(segment, keeps_unfinished_chunk=True)  # the model's step after the scan
         if disturb is not None:
             slot = store.held(disturb).slot
             store.ssm[slot] = 2 * store.ssm[slot]
@@ -145,6 +146,7 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
                 y = ssm_scan_consistent._consistent_decode_batch(*new, segments, store, shared["dt_bias"],
                                                                  shared["A_log"], shared["D"], chunk_size=s["chunk"],
                                                                  dt_min=0.0)
+                store.settle(segments, keeps_unfinished_chunk=True)
             for seq in rows:
                 rows[seq].append(y[seq:seq + 1])
         return [torch.cat(parts) for _, parts in sorted(rows.items())], store
@@ -192,6 +194,7 @@ def _served_decode(store, segments, new, shared, chunk_size, seed):
         assert tables.fill(segments, size, [True])
         y = ssm_scan_consistent._consistent_decode_batch(*rows, padded, store, shared["dt_bias"], shared["A_log"],
                                                          shared["D"], chunk_size=chunk_size, dt_min=0.0)
+        store.settle(padded, keeps_unfinished_chunk=True)  # the model's step: recorded, not applied
     assert tables.recorded_advances() == [True], "the consistent decode buffers its row"
     tables.advance(segments, tables.recorded_advances())
     return y[:len(segments)]
