@@ -7,7 +7,7 @@
 #   bash benchmarks/gpu_gates.sh OUT_DIR [GATES]      (GATES default: all, e.g. C1,C2,C7)
 #
 # GATES may name `plants`: the faults planted in the consistent CUDA kernels
-# (tests/test_triton_plants.py, each through the gate meant for it, 4 at a time) run beside
+# (tests/gates/test_triton_plants.py, each through the gate meant for it, 4 at a time) run beside
 # the untimed phase; every one of them must fail its gate, and locate must name its region
 # (BITWISE_PLANTS_WORKERS: pytest workers, default 4; BITWISE_PLANTS_SELECT: a pytest -k).
 # The whole file takes longer than one device call (30 tests; nemotron's three C02 plants
@@ -57,7 +57,7 @@ names=""
 python3 benchmarks/gemm_mixed_table.py --out "$work/gemm-mixed.json" | tee -a "$work/summary.txt"
 export BITWISE_GEMM_TUNING="$work/gemm-mixed.json"  # the fast contract never reads it
 if [ -n "$plants" ]; then
-    (timeout "$limit" python3 -m pytest tests/test_triton_plants.py -n "${BITWISE_PLANTS_WORKERS:-4}" \
+    (timeout "$limit" python3 -m pytest tests/gates/test_triton_plants.py -n "${BITWISE_PLANTS_WORKERS:-4}" \
         -k "${BITWISE_PLANTS_SELECT:-}" -p no:cacheprovider -rA -s -v \
         >"$work/plants.log" 2>&1; echo $? >"$work/plants.exit") &
     names="$names plants"

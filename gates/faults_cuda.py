@@ -4,7 +4,7 @@ split picked per batch), meant for C02 (batch invariance). Each plant runs the s
 kernel with one argument changed, so the gate sees the constant and nothing else: forward faults
 for the engine's cases, on CUDA only (bound elsewhere they refuse with the reason). The attention
 walk's and the scan's constants are planted by existing variants bound to one case
-(tests/test_triton_plants.py lists them all). Registered by gates/faults.py's register_all.
+(tests/gates/test_triton_plants.py lists them all). Registered by gates/faults.py's register_all.
 """
 import importlib
 

@@ -16,8 +16,8 @@ trainer from the seeded weights, the engine from the weights the trainer's worke
 weight sync sends them; this process, which writes the verdict, loads no module of the code
 under test (a condition). Negative control: a trainer with other weights, another contract or
 another transport fails the identity condition, another transport also the comm condition
-(tests/test_gate_c00_c10.py); a missing or altered frozen record fails the baseline
-condition (tests/test_freeze_profile.py).
+(tests/gates/test_gate_c00_c10.py); a missing or altered frozen record fails the baseline
+condition (tests/harness/test_freeze_profile.py).
 """
 import tempfile
 

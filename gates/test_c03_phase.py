@@ -17,7 +17,7 @@ What the phases are: gates/phase_runs.py. The longest sequence runs past three o
 widest key blocks the contract's attention pins (block_kv, tokens_per_split;
 BITWISE_C03_KEY_BLOCKS changes the count), and a key block past any wider integer constant its
 attention pins (a context threshold: a split that starts at long contexts is met, its
-negative control tests/test_gate_c01_c03.py); the coverage record says which key blocks and SSM
+negative control tests/gates/test_gate_c01_c03.py); the coverage record says which key blocks and SSM
 chunks the probes crossed, and fewer than 2 of either fails the gate as vacuous. A long
 probe (thousands of tokens, one sequence) is prefilled whole, prefilled then decoded at its
 end, and scored by trainer_fwd: a walk that changes at a context no constant names is met.

@@ -25,7 +25,7 @@ module of the code under test (a condition). Negative control:
 the planted fault `attention.planted_graph_baked_block_kv` (gates/faults.py: the walk's key
 block chosen on the host from the step's longest context, which a capture bakes at its dummy
 context) fails it on the GPU (benchmarks/gpu_gates.sh runs it); a scanned source that calls
-torch.compile fails it anywhere (tests/test_gate_c04_c09.py).
+torch.compile fails it anywhere (tests/gates/test_gate_c04_c09.py).
 """
 import ast
 from pathlib import Path

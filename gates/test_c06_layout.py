@@ -17,7 +17,7 @@ its namespace's loopback alone); this process compares what the worker hands bac
 bits; the updates' reduced gradients as per-parameter digests) and writes the verdict, and
 loads no module of the code under test (a condition).
 Negative control: layouts that reduce in rank order (the fast contract, or the consistent
-regions with the fast layout arithmetic) fail it (tests/test_gate_c06.py).
+regions with the fast layout arithmetic) fail it (tests/gates/test_gate_c06.py).
 """
 import torch
 

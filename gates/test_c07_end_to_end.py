@@ -10,7 +10,7 @@ engine and the trainer each run in their own worker (gates/candidate.py): the tr
 worker receives only the tokens, and this process, which writes the verdict, loads no module
 of the code under test (a condition). Negative controls: the fast contract fails it, so does
 linear.planted_thread_split_k (a reduction split per thread), and contexts that stop short of
-the key block fail its crossing condition (tests/test_gate_c01_c03.py). An outside target
+the key block fail its crossing condition (tests/gates/test_gate_c01_c03.py). An outside target
 (`--target transformers`, gates/target.py) runs it through generate and score; the step and
 block conditions are n/a there, with the reason.
 """

@@ -40,10 +40,10 @@ it ran on and the GPU's clocks (gates/timing_state.py). A model the frozen commi
 (a family added since) is n/a with the reason, never a pass: the model is the harness's to name
 and the frozen tree cannot change, so a candidate cannot make its own model vanish there.
 Negative controls: a planted slow path (every linear computed four times, the same bits)
-fails it with two busy processes beside it (tests/test_c10_under_load.py, where the
+fails it with two busy processes beside it (tests/gates/test_c10_under_load.py, where the
 consistent path must not fail under the same load); so do a floor out of reach
-(tests/test_gate_c00_c10.py), a missing frozen baseline, and cheats in the candidate's
-kernels (tests/test_c10_cheats.py): a patched clock with a slow path, outputs replayed
+(tests/gates/test_gate_c00_c10.py), a missing frozen baseline, and cheats in the candidate's
+kernels (tests/gates/test_c10_cheats.py): a patched clock with a slow path, outputs replayed
 from the warm run, the fast path taken when timed.
 """
 import os

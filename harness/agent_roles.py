@@ -27,7 +27,7 @@ RULES = ("""Rules (the harness checks them and fails gate C00 on any violation):
 BRIEFS = {
     "baseline": """You are the BASELINE agent of a bitwise-align run on model {model}.
 Make the fast path as fast as a real engine would run it, keeping it correct against the
-float64 references (`python -m pytest tests/test_ops_reference.py -q`). Your territory under
+float64 references (`python -m pytest tests/ops/test_ops_reference.py -q`). Your territory under
 kernels/ is {territory}; a change elsewhere under kernels/ is reported as tampering. When you are
 done, say so: the harness freezes your last commit as the new baseline and puts it up for
 human review.

@@ -126,6 +126,32 @@ def test_modules_are_small_and_say_what_they_are(package):
         assert path.stem not in {"utils", "common", "helpers", "misc"}, f"{path}: name it for what it holds"
 
 
+TEST_AREAS = ("ops", "models", "engine", "trainer", "contract", "layout", "gates", "harness")
+"""tests/<area>/ holds the tests of kernels/<area>/ or of the top-level package <area>/."""
+PROJECT_WIDE_TESTS = {"test_conventions.py", "test_guides.py", "test_skill.py"}
+
+
+def misplaced_tests(tests_root, project_root) -> list:
+    """Test modules outside the folder that mirrors what they test."""
+    misplaced = []
+    for path in sorted(tests_root.rglob("test_*.py")):
+        parts = path.relative_to(tests_root).parts
+        area_exists = (project_root / "kernels" / parts[0]).is_dir() or (project_root / parts[0]).is_dir()
+        if (parts[0] not in PROJECT_WIDE_TESTS) if len(parts) == 1 else (parts[0] not in TEST_AREAS or not area_exists):
+            misplaced.append(str(path.relative_to(tests_root)))
+    return misplaced
+
+
+def test_tests_mirror_the_tree(tmp_path):
+    assert misplaced_tests(ROOT / "tests", ROOT) == []
+    (tmp_path / "tests" / "ops").mkdir(parents=True)
+    (tmp_path / "kernels" / "ops").mkdir(parents=True)
+    for name in ("tests/test_norm.py", "tests/ops/test_norm.py", "tests/misc/test_x.py", "tests/test_conventions.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text('"""x"""\n')
+    assert misplaced_tests(tmp_path / "tests", tmp_path) == ["misc/test_x.py", "test_norm.py"]
+
+
 def test_readme_test_command_is_what_ci_runs():
     readme = (ROOT / "README.md").read_text().splitlines()
     commands = [line for line in readme if line.startswith(".venv/") or line.startswith("python3 -m venv")]

@@ -2,7 +2,7 @@
 
 A layer keeps only its inputs and runs again in backward, calling the same region implementations
 on the same inputs with autograd recording as before; every consistent one is deterministic (gate
-C01), so backward sees the bits it would have saved (tests/test_trainer_memory.py). Observers see
+C01), so backward sees the bits it would have saved (tests/trainer/test_trainer_memory.py). Observers see
 the layer's calls again. Off unless Trainer(recompute_layers=True); never under no_grad.
 """
 import torch

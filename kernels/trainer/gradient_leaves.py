@@ -5,7 +5,7 @@ A step's micro-batches are cut into `num_leaves` contiguous leaves, leaf j takin
 its micro-batches' gradients left to right in fp32 into one accumulator; the leaves add in the
 pairwise tree by index (kernels/layout/tree.py). So one process holds one accumulator and at most
 log2(num_leaves) + 1 partials per parameter, and replicas owning whole leaves add the same numbers
-in the same order. Reference: the fold then tree_sum written out (tests/test_trainer_memory.py).
+in the same order. Reference: the fold then tree_sum written out (tests/trainer/test_trainer_memory.py).
 """
 from kernels.trainer.micro_batch import leaf, micro_batches
 

@@ -5,7 +5,7 @@ A tiny random model with every block type (Mamba-2, attention, MoE, relu^2 MLP) 
 non-zero router selection bias. Weights must load bit for bit; float32 logits of a packed
 batch must match HF's per-sequence logits within LOGIT_TOLERANCE under both contracts;
 unsupported configs and broken checkpoints must fail with the field or file named.
-CPU, no network: `python -m pytest tests/test_hf_nemotron_parity.py -q`.
+CPU, no network: `python -m pytest tests/models/test_hf_nemotron_parity.py -q`.
 """
 import dataclasses
 import json

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from harness.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from tests.test_report import CHROMIUM, CHROMIUM_FLAGS
+from tests.harness.test_report import CHROMIUM, CHROMIUM_FLAGS
 
 SHORT = ["--steps", "4", "--prompts", "2", "--group-size", "4", "--new-tokens", "8"]
 

@@ -3,7 +3,7 @@ config.json, and how it refuses what it cannot run: a config the model cannot ru
 missing, null or mistyped fields, unsupported architectures), broken checkpoints (missing
 files, truncated or misshapen tensors, a tensor in two files) and `harness diff --checkpoint`
 mistakes must fail with the path and the problem named, in one line.
-Tiny random models, CPU, no network: `python -m pytest tests/test_hf_checkpoint_config.py -q`.
+Tiny random models, CPU, no network: `python -m pytest tests/models/test_hf_checkpoint_config.py -q`.
 """
 import json
 import os

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.fake_messages_server import FakeMessagesServer, text, tool_use
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLANTED = "    engine_decode: {impl: activation.fast}\n"
 
 

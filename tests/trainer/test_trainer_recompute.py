@@ -9,7 +9,7 @@ import torch
 from gates.compare import assert_bitwise_equal
 from kernels.models.config import load_model_config
 from kernels.trainer.micro_batch import leaf
-from tests.test_trainer_memory import _peak_saved, leaf_inputs
+from tests.trainer.test_trainer_memory import _peak_saved, leaf_inputs
 
 
 def _update(config, seed, recompute, micro_batch=4):

@@ -27,7 +27,7 @@ from harness.profile_worker import OUTSIDE, DoorClock
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAST_SOURCE = "kernels/ops/padding.py"  # an op module the fast path runs, at this path in every layout
 # baseline-cuda-v5's commit, from its record (3b71de3:baseline/frozen-cuda.json)
 BASELINE_CUDA_V5 = "e3b81dc7deba14ad4828ad39668fecd0e7859d6a"

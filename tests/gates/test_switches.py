@@ -9,7 +9,7 @@ import pytest
 from gates.switches import SWITCHES, help_text, switch
 from kernels.ops import gemm_tuning
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAMED = re.compile(r"BITWISE_[A-Z0-9_]*[A-Z0-9]")
 
 

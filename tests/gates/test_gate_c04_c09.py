@@ -1,9 +1,9 @@
 """Gates C04-C09 run through `harness gates`: under the consistent contract C04, C08 and C09
-pass on both model cuts and C05 is n/a with its reason (C06 has tests/test_gate_c06.py); the
+pass on both model cuts and C05 is n/a with its reason (C06 has tests/gates/test_gate_c06.py); the
 fast contract fails C04 (Top-K ties, batch-seeded sampler) and C09 (engine != trainer);
 planted faults fail their own conditions: C04 the tie-break, the combine order and a
 rounding done twice in decode, C08 the wrong SiLU gradient (its quantized-weight plants:
-tests/test_gate_c08_quantized.py), C09 a resume that loses the RNG
+tests/gates/test_gate_c08_quantized.py), C09 a resume that loses the RNG
 state. Also: the tie check fails as vacuous on inputs without ties, and C05's compile scan
 finds torch.compile.
 """

@@ -5,8 +5,8 @@ Weights must load bit for bit (fused rows equal the HF rows they came from); flo
 of a packed batch must match HF's per-sequence logits within LOGIT_TOLERANCE under both
 contracts; RoPE must match at positions up to 8k (ROPE_TOLERANCE of exact, transformers' own
 fp32 drift stated and bounded); `harness diff --checkpoint` runs the checkpoint's weights.
-The loader's config reading and its refusals of broken checkpoints: tests/test_hf_checkpoint_config.py.
-Tiny random models, CPU, no network: `python -m pytest tests/test_hf_parity.py -q`.
+The loader's config reading and its refusals of broken checkpoints: tests/models/test_hf_checkpoint_config.py.
+Tiny random models, CPU, no network: `python -m pytest tests/models/test_hf_parity.py -q`.
 """
 import json
 import os

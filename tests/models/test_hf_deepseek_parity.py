@@ -120,7 +120,7 @@ def test_the_gates_take_a_deepseek_checkpoint(checkpoint, tmp_path):
     """`--checkpoint DIR` picks the family from model_type: engine == trainer (C07) on the
     checkpoint's weights under the consistent contract. (C07 and C02 both caught the 2-column GEMM
     fault this float32 shape met first; the fast contract's C07 failure is
-    tests/test_deepseek_end_to_end.py's negative control.)"""
+    tests/harness/test_deepseek_end_to_end.py's negative control.)"""
     from harness.cli import main
     from harness.exit_codes import EXIT_OK
     directory = str(checkpoint[0])

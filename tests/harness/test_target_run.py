@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from harness.cli import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_OK, main
-from tests.test_report import CHROMIUM, CHROMIUM_FLAGS
+from tests.harness.test_report import CHROMIUM, CHROMIUM_FLAGS
 from tests.tiny_checkpoints import save_tiny_qwen3
 
 

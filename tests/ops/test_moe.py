@@ -1,7 +1,7 @@
 """The Nemotron-H MoE ops (kernels/ops/router/, topk/, expert_gemm/, moe_combine/, relu2_mlp/):
 exact ties, batch invariance, the float64 reference, and the routing weight applied once. The
 fast variants are the negative controls.
-Run with `python -m pytest tests/test_moe.py -s` to see the measured counts and errors.
+Run with `python -m pytest tests/ops/test_moe.py -s` to see the measured counts and errors.
 """
 from types import SimpleNamespace
 
@@ -27,7 +27,7 @@ SCALING = 2.5
 ROW_MULTIPLE = 8
 SIZES = (1, 3, 7, 16, 64)
 NUM_TOKENS = 64
-# max |out - ref| / max |ref| against the float64 reference. tests/test_ops_reference.py allows
+# max |out - ref| / max |ref| against the float64 reference. tests/ops/test_ops_reference.py allows
 # 1e-2 for one bf16 op; a MoE output passes four bf16 roundings (up-projection, relu², slot
 # output, the sum), and 1e-2 failed about 1 seed in 100 (measured: max 1.31e-2 over 301 seeds,
 # both contracts). What catches a routing weight applied twice or never is the fitted factor

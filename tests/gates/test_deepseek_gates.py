@@ -25,7 +25,7 @@ from harness.stages import run as run_stage
 from kernels.contract import load_contract
 from kernels.models.batch import TokenBatch
 from kernels.models.config import load_model_config
-from tests.test_gate_c04_c09 import _failed, _gates, _planted, _sized
+from tests.gates.test_gate_c04_c09 import _failed, _gates, _planted, _sized
 
 BLOCK_RULE = _sized("deepseek", "block_topk follows the unique key (score, then the larger position), blocks by "
                     "position descending, -1 past them")

@@ -9,7 +9,7 @@ from gates.mismatch import mismatch_stats
 from gates.workload import EngineShape, Workload, rollout, score, seeded_weights
 from kernels.contract import load_contract
 from kernels.models.config import load_model_config
-from tests.test_deepseek import BlocksSeen
+from tests.models.test_deepseek import BlocksSeen
 
 CONFIG = load_model_config("deepseek-cut")
 

@@ -12,7 +12,7 @@ from harness.exit_codes import EXIT_DIFFERENT
 from harness.pristine import Isolation
 from harness.stages import agents as agents_stage
 from harness.workspace import agent_clone, open_repo
-from tests.test_agents_stage import _repo
+from tests.harness.test_agents_stage import _repo
 
 
 def _commit(repo, message, *args):

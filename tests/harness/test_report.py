@@ -30,7 +30,7 @@ DIFF_WORKLOAD = Workload(num_sequences=6, new_tokens=8)
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SYNTHETIC = "synthetic test input written by tests/test_report.py"
+SYNTHETIC = "synthetic test input written by tests/harness/test_report.py"
 SYNTHETIC_C09_PER_STEP = [0.0004, 0.0011, 0.0007, 0.0013, 0.0002, 0.0009]
 SYNTHETIC_THROUGHPUT = {"baseline": [181.0, 176.5, 183.25], "consistent": [172.5, 170.0, 174.75],
                         "median_baseline": 181.0, "median_consistent": 172.5, "ratio": 0.953}

@@ -3,7 +3,7 @@ straight-through estimator fails the gradients, FP8 weight scales one ulp off fa
 quantized weights; the plain cut, which quantizes nothing, passes both.
 """
 from harness.cli import EXIT_DIFFERENT
-from tests.test_gate_c04_c09 import _failed, _gates, _planted
+from tests.gates.test_gate_c04_c09 import _failed, _gates, _planted
 
 
 def test_c08_catches_a_quantized_weight_without_its_straight_through_estimator(tmp_path):

@@ -13,7 +13,7 @@ from kernels.models.mamba_pool import PooledMambaStore
 from kernels.models.mamba_state import MambaStateStore
 from kernels.ops import registry, ssm_scan
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BOOKS = {"folded", "buffered"}
 HEADS, HEAD_DIM, GROUPS, STATE, CHUNK = 2, 4, 1, 8, 8
 

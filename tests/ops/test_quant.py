@@ -2,7 +2,7 @@
 (gates/reference/quant.py), bit for bit: crafted hazards that each test proves it exercised,
 then fresh random inputs per granularity; batch invariance of the consistent W4A16 and W8A8
 GEMMs, with the fast W8A8 (per-tensor activation scale) as the negative control; the STE.
-`python -m pytest tests/test_quant.py -s` prints the negative-control counts.
+`python -m pytest tests/ops/test_quant.py -s` prints the negative-control counts.
 """
 import math
 
