@@ -16,14 +16,12 @@ raw samples, the commit and the environment go to benchmarks/results/cpu_linear-
 import argparse
 import json
 import statistics
-import subprocess
 import time
 
 import torch
 import torch.nn.functional as F
-from raw_output import write_raw  # benchmarks/ is sys.path[0] when run as a script
+from raw_output import provenance, write_raw  # benchmarks/ is sys.path[0] when run as a script
 
-from kernels.contract.identity import deployment_fingerprint
 from kernels.ops.linear.consistent import consistent as linear_consistent
 from kernels.ops.padding import pad_to_multiple
 
@@ -68,9 +66,7 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     torch.manual_seed(0)
-    results = {"environment": deployment_fingerprint(),
-               "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
-               "samples_us": {}, "invariant": {}}
+    results = {**provenance(), "samples_us": {}, "invariant": {}}
     print(f"{'shape':<28}{'M':>5}" + "".join(f"{v:>12}" for v in VARIANTS)
           + "".join(f"{v + '/plain':>16}" for v in VARIANTS if v != "plain"))
     for label, (k_dim, n_dim) in SHAPES.items():

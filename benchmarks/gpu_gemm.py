@@ -17,7 +17,6 @@ the L2 cache does not hold them. Raw samples, the environment and the commit go 
 import argparse
 import functools
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kernels.ops.linear.cuda as linear_cuda  # noqa: E402
+from benchmarks.raw_output import provenance  # noqa: E402
 from kernels.ops.linear.triton import consistent  # noqa: E402
 
 SHAPES = {  # name: (N, K)
@@ -147,13 +147,11 @@ def main() -> None:
     m_sweep, splits = [int(v) for v in args.m.split(",")], [int(v) for v in args.splits.split(",")]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
-    environment = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name(),
-                   "cuda": torch.version.cuda, "commit": commit}
+    run = provenance()
     records, rows = [], []
     for name in args.shapes.split(","):
         rows += run_shape(name, *SHAPES[name], records, m_sweep, splits, args.launch_table)
-        (out / "gpu_gemm.json").write_text(json.dumps({"environment": environment, "samples": records}, indent=1))
+        (out / "gpu_gemm.json").write_text(json.dumps({**run, "samples": records}, indent=1))
     print(f"{'shape':<22}{'splits':>7}{'M':>7}  {'best variant':<28}{'ours us':>9}{'cuBLAS us':>10}"
           f"{'ratio':>7}  invariant")
     for name, splits, m, config, ms, cublas_ms, ratio, invariant in rows:

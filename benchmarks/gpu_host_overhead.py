@@ -15,7 +15,6 @@ Raw samples (REPEATS per op), the environment and the commit go to DIR/gpu_host_
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kernels.ops.linear.cuda as linear_cuda  # noqa: E402
 import kernels.ops.linear.triton as linear_triton  # noqa: E402
 import kernels.ops.norm.triton as norm_triton  # noqa: E402
+from benchmarks.raw_output import provenance  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
 from kernels.ops.linear.fast import fast as linear_fast  # noqa: E402
 
@@ -177,9 +177,7 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--rows", default="8,2048")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
-    environment = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name(),
-                   "cuda": torch.version.cuda, "commit": commit, "calls": CALLS, "repeats": REPEATS}
+    run = {**provenance(), "calls": CALLS, "repeats": REPEATS}
     records = []
     for m in map(int, args.rows.split(",")):
         for name, call in ops(m).items():
@@ -189,8 +187,8 @@ def main() -> int:
         records.append({"op": name, "m": rows, "host_us": host_us(call), "synced_us": synced_us(call)})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_host_overhead.json").write_text(json.dumps({"environment": environment, "samples": records}, indent=1))
-    print(f"host us per call, median of {REPEATS} x {CALLS} calls ({environment['gpu']}, {commit})")
+    (out / "gpu_host_overhead.json").write_text(json.dumps({**run, "samples": records}, indent=1))
+    print(f"host us per call, median of {REPEATS} x {CALLS} calls ({run['environment']['device']}, {run['commit']})")
     for record in records:
         synced = f"{statistics.median(record['synced_us']):8.1f} synced" if "synced_us" in record else ""
         print(f"  M={record['m']:>5}  {record['op']:<50} {statistics.median(record['host_us']):8.1f} {synced}")

@@ -19,7 +19,6 @@ consistent_batched, consistent_paged and the fast contract's split_kv_paged vs S
 import argparse
 import json
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kernels.ops.attention.fast as attention_fast  # noqa: E402
 import kernels.ops.attention.triton as attention_triton  # noqa: E402
+from benchmarks.raw_output import provenance  # noqa: E402
 from gates.reference.attention import causal_gqa  # noqa: E402
 from kernels.engine.cache import PagedKVCache  # noqa: E402
 from kernels.models.batch import Segment  # noqa: E402
@@ -232,10 +232,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     generator, rng = torch.Generator(device=DEVICE).manual_seed(args.seed), random.Random(args.seed)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
-    gpu = torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE
-    environment = {"torch": torch.__version__, "triton": triton.__version__, "gpu": gpu, "cuda": torch.version.cuda,
-                   "commit": commit, "seed": args.seed}
+    run = {**provenance(), "seed": args.seed}
     log, timings = Log(), []
     check_row_sum(log, generator)
     for block_kv in [int(b) for b in args.block_kv.split(",")]:
@@ -246,7 +243,7 @@ def main() -> int:
             timings += [time_decode(model, b, c, block_kv, generator)
                         for model in MODELS for b in TIMING["batch"] for c in TIMING["context"]]
     (out / "gpu_kernel_check.json").write_text(json.dumps(
-        {"environment": environment, "checks": log.records, "decode_timing": timings}, indent=1))
+        {**run, "checks": log.records, "decode_timing": timings}, indent=1))
     print_tables(log, timings)
     print(f"seed {args.seed}; {len(log.records)} checks; {log.failures} required checks with bit mismatches")
     return 1 if log.failures else 0

@@ -14,7 +14,6 @@ import argparse
 import functools
 import json
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kernels.ops.expert_gemm.cuda as moe_cuda  # noqa: E402
 import kernels.ops.expert_gemm.fast_cuda as moe_fast_cuda  # noqa: E402
+from benchmarks.raw_output import provenance  # noqa: E402
 from gates.compare import first_bit_difference  # noqa: E402
 from kernels.ops.expert_gemm.consistent import experts_loop  # noqa: E402
 from kernels.ops.expert_gemm.fast import _relu2, experts_fast_loop  # noqa: E402
@@ -117,13 +117,10 @@ def main() -> int:
         record, mismatches = check_backward(x_all[:tokens], ids_all[:tokens], up, down, gen)
         backward.append(record)
         failures += mismatches
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_moe_check.json").write_text(json.dumps(
-        {"environment": {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name(),
-                         "commit": commit, "seed": args.seed, "shape": SHAPE},
-         "records": records, "backward": backward},
+        {**provenance(), "seed": args.seed, "shape": SHAPE, "records": records, "backward": backward},
         indent=1))
     print(f"seed {args.seed}; {failures} bit mismatches")
     return 1 if failures else 0

@@ -24,12 +24,11 @@ commit and the environment go to benchmarks/results/layout_comm-<device>-<stamp>
 """
 import argparse
 import statistics
-import subprocess
 import time
 
 import torch
 import torch.distributed as dist
-from raw_output import write_raw  # benchmarks/ is sys.path[0] when run as a script
+from raw_output import provenance, write_raw  # benchmarks/ is sys.path[0] when run as a script
 
 from kernels.contract import load_contract
 from kernels.contract.identity import deployment_fingerprint
@@ -158,9 +157,7 @@ def main() -> None:
     if args.device == "cuda":
         degrees = [d for d in degrees if d <= torch.cuda.device_count()]
         print(f"degrees run: {degrees} ({torch.cuda.device_count()} GPUs here)")
-    results = {"commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
-               "dirty": bool(subprocess.run(["git", "status", "--porcelain", "kernels"], capture_output=True,
-                                            text=True).stdout.strip()),
+    results = {**provenance(),
                "device": args.device, "samples_us": {}, "repeats": args.repeats,
                "threads_per_rank": 1, "inner_calls_gpu": GPU_INNER}
     print(f"{'':<3}{'case':<40}{'M':>6}{'deg':>3}{'ours us':>11}{'theirs us':>11}{'ratio':>7}"

@@ -10,7 +10,6 @@ Counts come from a TorchDispatchMode under the region door (RegionDispatch.__cal
 (region, case); raw counts, the workload and the commit go to DIR/op_counts-<time>.json.
 """
 import argparse
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.raw_output import write_raw  # noqa: E402
+from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from gates.workload import EngineShape, Workload, rollout, seeded_weights  # noqa: E402
 from kernels.contract import dispatch as region_door  # noqa: E402
 from kernels.contract import load_contract  # noqa: E402
@@ -74,8 +73,7 @@ def main() -> int:
     workload = Workload(num_sequences=args.sequences, new_tokens=args.new_tokens, arrival_spread=4, seed=1)
     shape = EngineShape(tokens_per_step=4096, max_running=args.sequences)
     counts = {name: count(args.model, name, workload, shape) for name in ("consistent", "fast")}
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
-    write_raw({"commit": commit, "model": args.model, "workload": vars(args),
+    write_raw({**provenance(), "model": args.model, "workload": vars(args),
                "counts": {name: [[*key, n] for key, n in c.items()] for name, c in counts.items()}},
               args.out, "op_counts")
     regions = sorted({key[0] for c in counts.values() for key in c})

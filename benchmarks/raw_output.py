@@ -8,11 +8,13 @@ from pathlib import Path
 
 
 def provenance() -> dict:
-    """The commit (HEAD of the working directory's repository, None outside one) and the
-    deployment fingerprint (torch, Triton, CUDA, device) a measurement was taken on."""
+    """The commit (HEAD of the working directory's repository, None outside one), whether
+    kernels/ differs from it, and the deployment fingerprint (torch, Triton, CUDA, device) a
+    measurement was taken on: every benchmark's one definition of where its figures come from."""
     from kernels.contract.identity import deployment_fingerprint
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    return {"commit": commit or None, "environment": deployment_fingerprint()}
+    changed = subprocess.run(["git", "status", "--porcelain", "kernels"], capture_output=True, text=True).stdout
+    return {"commit": commit or None, "dirty": bool(changed.strip()), "environment": deployment_fingerprint()}
 
 
 def write_raw(results: dict, out, name: str) -> Path:
