@@ -2,7 +2,7 @@
 
     python3 benchmarks/gpu_train_step.py --out DIR [--models qwen3-1.7b,nemotron-wide-cut]
         [--sequences 128] [--prompt-len 150] [--new-tokens 512] [--micro-batch 8]
-        [--head-chunk-rows 1024] [--gradient-leaves 4] [--recompute] [--pairs 2]
+        [--head-chunk-rows 1024] [--gradient-leaves 4] [--recompute] [--optimizer-on-host] [--pairs 2]
         [--contracts fast,consistent] [--profile] [--device cuda|cpu]
 
 Per model: synthetic answers (random prompt and completion tokens, the rollout's log-probs
@@ -18,7 +18,8 @@ that runs out of device memory is recorded as such and the next one runs.
 Issue 23's shape (128 x 662 tokens) on one GPU: one contract per process (two trainers do
 not fit beside each other), e.g. `--models qwen3-1.7b --contracts consistent --micro-batch 8
 --head-chunk-rows 1024 --head-fold-rows 256 --gradient-leaves 2 --pairs 1`, then `fast`;
-add `--recompute` where the activations do not fit (the same bits).
+add `--recompute` where the activations do not fit, `--optimizer-on-host` where the fp32
+masters and Adam moments do not (nemotron-wide-cut: 41 GB of them); both keep the bits.
 """
 import argparse
 import random
@@ -71,7 +72,7 @@ def run_model(name: str, args) -> dict:
     advantages = group_advantages(rewards, GROUP if len(sequences) % GROUP == 0 else 1)
     options = dict(device=args.device, micro_batch_size=args.micro_batch, head_chunk_rows=args.head_chunk_rows,
                    head_fold_rows=args.head_fold_rows, gradient_leaves=args.gradient_leaves,
-                   recompute_layers=args.recompute)
+                   recompute_layers=args.recompute, optimizer_on_host=args.optimizer_on_host)
     contracts = args.contracts.split(",")
     trainers = {c: Trainer(config, load_contract(c), weights=weights, **options) for c in contracts}
     old = trainers["consistent" if "consistent" in trainers else contracts[0]].score(sequences)
@@ -119,6 +120,8 @@ def main() -> int:
     parser.add_argument("--gradient-leaves", type=int, default=GRADIENT_LEAVES,
                         help="the update's fixed gradient leaves (fp32 gradient memory: 1 + log2 of it)")
     parser.add_argument("--recompute", action="store_true", help="per-layer activation recompute (same bits)")
+    parser.add_argument("--optimizer-on-host", action="store_true",
+                        help="fp32 masters and Adam moments in pinned host memory (same bits, 12 B a parameter)")
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--profile", action="store_true",
                         help="one more step per contract under torch's profiler: its top kernels and host ops")

@@ -29,9 +29,10 @@ class Trainer:
     def __init__(self, config, contract, *, seed=0, weights=None, lr=1e-3, weight_decay=0.0,
                  micro_batch_size=8, layout="packed", observers=(), device="cpu", parallel=None,
                  head_chunk_rows=None, head_fold_rows=FOLD_ROWS, gradient_leaves=GRADIENT_LEAVES,
-                 recompute_layers=False):
-        """Seeded random weights, or a copy of `weights` (a state dict) when given; the model,
-        its fp32 master weights and the optimizer state live on `device`."""
+                 recompute_layers=False, optimizer_on_host=False):
+        """Seeded random weights, or a copy of `weights` (a state dict) when given; the model
+        lives on `device`, its fp32 master weights and the optimizer state there too or, with
+        optimizer_on_host, in host memory (the same bits: kernels/trainer/optim.py)."""
         contract.require_regions(config.REGIONS)
         self.config = config
         self.model = build_model(config, seed if weights is None else None).to(device)
@@ -39,7 +40,8 @@ class Trainer:
             self.model.load_state_dict(weights, strict=True)
         self.parallel, self.comm = parallel, comm_fingerprint(parallel)  # LayoutGroups (kernels/layout/) or None
         self.dispatch = make_dispatch(contract, observers, parallel, config=config, side="trainer")
-        self.optimizer = MixedPrecisionAdamW(self.model, lr=lr, weight_decay=weight_decay)
+        self.optimizer = MixedPrecisionAdamW(self.model, lr=lr, weight_decay=weight_decay,
+                                             state_on_host=optimizer_on_host)
         self.micro_batch_size = micro_batch_size
         self.layout = layout
         check_chunking(head_chunk_rows, head_fold_rows)
