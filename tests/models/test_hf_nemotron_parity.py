@@ -19,12 +19,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from gates.compare import assert_bitwise_equal
-from kernels.contract import load_contract
-from kernels.contract.dispatch import RegionDispatch
-from kernels.models.batch import TokenBatch
 from kernels.models.hf_nemotron import load_hf_nemotron, nemotron_config_from_hf, weight_sources
 from kernels.models.registry import build_model
-from kernels.models.state import TransientCache
+from tests.models.parity import fixed_sequences, max_diff, packed_logits
 
 transformers = pytest.importorskip("transformers")
 
@@ -36,6 +33,7 @@ LOGIT_TOLERANCE = 1e-5
 PATTERN = "MEM*E-"
 SEQUENCE_LENGTHS = (5, 19, 33)  # chunk 8: inside one chunk, across 2 and 4 boundaries; 33 > block_kv
 VOCAB = 256
+SEQUENCES = fixed_sequences(SEQUENCE_LENGTHS, VOCAB)
 TIME_STEP_MIN = 0.1
 
 
@@ -66,31 +64,12 @@ def checkpoint(tmp_path_factory):
     return directory, hf_model
 
 
-def _sequences():
-    generator = torch.Generator().manual_seed(1)
-    return [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in SEQUENCE_LENGTHS]
-
-
-def _our_logits(model, contract_name, sequences):
-    """Per-sequence [T, V] logits from one packed trainer_fwd batch."""
-    dispatch = RegionDispatch(load_contract(contract_name))
-    batch = TokenBatch.from_sequences([(i, 0, ids) for i, ids in enumerate(sequences)], "trainer_fwd")
-    with torch.no_grad():
-        hidden = model(batch, dispatch, TransientCache(model.config.num_layers))
-        logits = model.logits(hidden, dispatch, "trainer_fwd")
-    return [logits[segment.rows] for segment in batch.segments]
-
-
 @pytest.fixture(scope="module")
 def hf_logits(checkpoint):
     """transformers' [T, V] logits, one sequence at a time, no cache."""
     hf_model = checkpoint[1]
     with torch.no_grad():
-        return [hf_model(input_ids=torch.tensor([ids]), use_cache=False).logits[0] for ids in _sequences()]
-
-
-def _max_diff(ours, theirs):
-    return max(float((a - b).abs().max()) for a, b in zip(ours, theirs))
+        return [hf_model(input_ids=torch.tensor([ids]), use_cache=False).logits[0] for ids in SEQUENCES]
 
 
 def test_checkpoint_files_use_the_release_names(checkpoint):
@@ -127,9 +106,9 @@ def test_live_state_dict_layout_loads_the_same_bits(checkpoint, tmp_path):
 @pytest.mark.parametrize("contract_name", ["fast", "consistent"])
 def test_logits_match_transformers(checkpoint, hf_logits, contract_name):
     _, model = load_hf_nemotron(checkpoint[0], dtype="float32")
-    theirs, ours = hf_logits, _our_logits(model, contract_name, _sequences())
+    theirs, ours = hf_logits, packed_logits(model, contract_name, SEQUENCES)
     scale = max(1.0, max(float(t.abs().max()) for t in theirs))
-    diff = _max_diff(ours, theirs)
+    diff = max_diff(ours, theirs)
     print(f"{contract_name}: max |Δlogit| {diff:.3e} (max |logit| {scale:.3f})")
     assert all(o.dtype == torch.float32 for o in ours)
     assert diff <= LOGIT_TOLERANCE * scale, (
@@ -142,7 +121,7 @@ def test_tolerance_catches_a_dropped_selection_bias(checkpoint, hf_logits):
     for index, kind in enumerate(PATTERN):
         if kind == "E":
             model.layers[index].router_bias.zero_()
-    diff = _max_diff(_our_logits(model, "consistent", _sequences()), hf_logits)
+    diff = max_diff(packed_logits(model, "consistent", SEQUENCES), hf_logits)
     assert diff > 100 * LOGIT_TOLERANCE, f"dropped selection bias went unnoticed: {diff:.3e}"
 
 
@@ -151,7 +130,7 @@ def test_tolerance_catches_a_missing_dt_clamp(checkpoint, hf_logits):
     config, model = load_hf_nemotron(checkpoint[0], dtype="float32")
     unclamped = build_model(dataclasses.replace(config, time_step_min=0.0), seed=None)
     unclamped.load_state_dict(model.state_dict())
-    diff = _max_diff(_our_logits(unclamped, "consistent", _sequences()), hf_logits)
+    diff = max_diff(packed_logits(unclamped, "consistent", SEQUENCES), hf_logits)
     assert diff > 100 * LOGIT_TOLERANCE, f"missing dt clamp went unnoticed: {diff:.3e}"
 
 

@@ -17,13 +17,10 @@ import pytest
 import torch
 
 from gates.compare import assert_bitwise_equal
-from kernels.contract import load_contract
-from kernels.contract.dispatch import RegionDispatch
-from kernels.models.batch import TokenBatch
 from kernels.models.hf_checkpoint import load_hf_checkpoint, weight_sources
-from kernels.models.state import TransientCache
 
 transformers = pytest.importorskip("transformers")
+from tests.models.parity import fixed_sequences, max_diff, packed_logits  # noqa: E402
 from tests.tiny_checkpoints import VOCAB, save_tiny_qwen3  # noqa: E402
 
 # Measured on CPU fp32 (transformers 5.24, sdpa): max |Δlogit| ~2e-6 with max |logit| ~2.7,
@@ -31,6 +28,7 @@ from tests.tiny_checkpoints import VOCAB, save_tiny_qwen3  # noqa: E402
 # headroom, while the negative control below (gate/up fused in the wrong order) is ~1.2.
 LOGIT_TOLERANCE = 1e-5
 SEQUENCE_LENGTHS = (5, 17, 40)  # 40 > block_kv (32): the consistent kernel walks two blocks
+SEQUENCES = fixed_sequences(SEQUENCE_LENGTHS, VOCAB)
 
 
 @pytest.fixture(scope="module")
@@ -49,29 +47,9 @@ def checkpoint(request):
     return request.getfixturevalue(request.param)
 
 
-def _sequences():
-    generator = torch.Generator().manual_seed(1)
-    return [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in SEQUENCE_LENGTHS]
-
-
-def _our_logits(model, contract_name, sequences):
-    """Per-sequence [T, V] logits from one packed trainer_fwd batch."""
-    dispatch = RegionDispatch(load_contract(contract_name))
-    batch = TokenBatch.from_sequences([(i, 0, ids) for i, ids in enumerate(sequences)],
-                                      "trainer_fwd")
-    with torch.no_grad():
-        hidden = model(batch, dispatch, TransientCache(model.config.num_layers))
-        logits = model.logits(hidden, dispatch, "trainer_fwd")
-    return [logits[segment.rows] for segment in batch.segments]
-
-
 def _hf_logits(hf_model, sequences):
     with torch.no_grad():
         return [hf_model(input_ids=torch.tensor([ids])).logits[0] for ids in sequences]
-
-
-def _max_diff(ours, theirs):
-    return max(float((a - b).abs().max()) for a, b in zip(ours, theirs))
 
 
 def test_sharded_checkpoint_has_an_index(untied):
@@ -96,11 +74,11 @@ def test_weights_load_bit_exact(checkpoint):
 def test_logits_match_transformers(checkpoint, contract_name):
     directory, hf_model = checkpoint
     _, model = load_hf_checkpoint(directory, dtype="float32")
-    sequences = _sequences()
+    sequences = SEQUENCES
     theirs = _hf_logits(hf_model, sequences)
-    ours = _our_logits(model, contract_name, sequences)
+    ours = packed_logits(model, contract_name, sequences)
     scale = max(1.0, max(float(t.abs().max()) for t in theirs))
-    diff = _max_diff(ours, theirs)
+    diff = max_diff(ours, theirs)
     assert all(o.dtype == torch.float32 for o in ours)
     assert diff <= LOGIT_TOLERANCE * scale, (
         f"{contract_name}: max |Δlogit| {diff:.3e} > {LOGIT_TOLERANCE:g} * {scale:.3f}")
@@ -113,8 +91,8 @@ def test_tolerance_catches_a_misfused_weight(tied):
     with torch.no_grad():
         gate, up = model.layers[0].gate_up_proj.chunk(2, dim=0)
         model.layers[0].gate_up_proj.copy_(torch.cat([up, gate]))
-    sequences = _sequences()
-    diff = _max_diff(_our_logits(model, "consistent", sequences), _hf_logits(hf_model, sequences))
+    sequences = SEQUENCES
+    diff = max_diff(packed_logits(model, "consistent", sequences), _hf_logits(hf_model, sequences))
     assert diff > 100 * LOGIT_TOLERANCE, f"swapped gate/up went unnoticed: {diff:.3e}"
 
 

@@ -20,12 +20,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from gates.compare import assert_bitwise_equal
-from kernels.contract import load_contract
-from kernels.contract.dispatch import RegionDispatch
-from kernels.models.batch import TokenBatch
 from kernels.models.hf_qwen3_5 import load_hf_qwen3_5, qwen3_5_config_from_hf, weight_sources
 from kernels.models.registry import build_model
-from kernels.models.state import TransientCache
+from tests.models.parity import fixed_sequences, packed_logits
 
 transformers = pytest.importorskip("transformers")
 
@@ -33,6 +30,7 @@ LOGIT_TOLERANCE = 1e-5  # relative to max |logit|; the measured figure is printe
 LAYER_TYPES = ["linear_attention", "full_attention", "linear_attention", "linear_attention"]
 SEQUENCE_LENGTHS = (5, 70, 140)  # the delta rule's chunk is 64: inside one chunk, across 1 and 2 boundaries
 VOCAB = 256
+SEQUENCES = fixed_sequences(SEQUENCE_LENGTHS, VOCAB)
 
 
 @pytest.fixture(scope="module")
@@ -61,26 +59,11 @@ def checkpoint(tmp_path_factory):
     return directory, hf_model
 
 
-def _sequences():
-    generator = torch.Generator().manual_seed(1)
-    return [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in SEQUENCE_LENGTHS]
-
-
-def _our_logits(model, contract_name, sequences):
-    """Per-sequence [T, V] logits from one packed trainer_fwd batch."""
-    dispatch = RegionDispatch(load_contract(contract_name))
-    batch = TokenBatch.from_sequences([(i, 0, ids) for i, ids in enumerate(sequences)], "trainer_fwd")
-    with torch.no_grad():
-        logits = model.logits(model(batch, dispatch, TransientCache(model.config.num_layers)), dispatch,
-                              "trainer_fwd")
-    return [logits[segment.rows] for segment in batch.segments]
-
-
 @pytest.fixture(scope="module")
 def hf_logits(checkpoint):
     """transformers' [T, V] logits, one sequence at a time, no cache."""
     with torch.no_grad():
-        return [checkpoint[1](input_ids=torch.tensor([ids]), use_cache=False).logits[0] for ids in _sequences()]
+        return [checkpoint[1](input_ids=torch.tensor([ids]), use_cache=False).logits[0] for ids in SEQUENCES]
 
 
 def _relative_diff(ours, theirs):
@@ -116,7 +99,7 @@ def test_live_state_dict_layout_loads_the_same_bits(checkpoint, tmp_path):
 @pytest.mark.parametrize("contract_name", ["fast", "consistent"])
 def test_logits_match_transformers(checkpoint, hf_logits, contract_name):
     _, model = load_hf_qwen3_5(checkpoint[0], dtype="float32")
-    diff = _relative_diff(_our_logits(model, contract_name, _sequences()), hf_logits)
+    diff = _relative_diff(packed_logits(model, contract_name, SEQUENCES), hf_logits)
     print(f"{contract_name}: max |Δlogit| / max |logit| = {diff:.3e} (tolerance {LOGIT_TOLERANCE:g})")
     assert diff <= LOGIT_TOLERANCE, (contract_name, diff)
 
@@ -126,7 +109,7 @@ def test_tolerance_catches_a_norm_read_as_a_plain_one(checkpoint, hf_logits):
     _, model = load_hf_qwen3_5(checkpoint[0], dtype="float32")
     with torch.no_grad():
         model.layers[1].input_norm.sub_(1.0)  # 1 + (w - 1) = w: the plain norm's multiply
-    diff = _relative_diff(_our_logits(model, "consistent", _sequences()), hf_logits)
+    diff = _relative_diff(packed_logits(model, "consistent", SEQUENCES), hf_logits)
     assert diff > 100 * LOGIT_TOLERANCE, f"a plain norm went unnoticed: {diff:.3e}"
 
 
@@ -135,7 +118,7 @@ def test_tolerance_catches_rope_over_the_whole_head(checkpoint, hf_logits):
     config, model = load_hf_qwen3_5(checkpoint[0], dtype="float32")
     whole = build_model(dataclasses.replace(config, partial_rotary_factor=1.0), seed=None)
     whole.load_state_dict(model.state_dict())
-    diff = _relative_diff(_our_logits(whole, "consistent", _sequences()), hf_logits)
+    diff = _relative_diff(packed_logits(whole, "consistent", SEQUENCES), hf_logits)
     assert diff > 100 * LOGIT_TOLERANCE, f"RoPE over the whole head went unnoticed: {diff:.3e}"
 
 
