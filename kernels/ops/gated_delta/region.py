@@ -1,10 +1,10 @@
 """gated_delta as a model region calls it: one case group's rows (q, k [M, Hk, K], v [M, H, V] after
 the short conv, the raw decay and beta projections a, b [M, H]), each segment on the state its
-sequence's store opens (conv rows, S and the kept rows of MambaSequenceState; its position is
-the model's to settle), with the gates made here: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), in
-fp32. The consistent forms take the position-independent softplus and sigmoid (torch's vector
-bodies and scalar tails round differently); the fast ones take torch's, and round y to q's dtype
-as transformers' Qwen3.5 does.
+sequence's store opens (conv rows, S and the kept rows of MambaSequenceState; its position is the
+model's to settle), with the gates made here: g = -exp(A_log) * softplus(a + dt_bias), beta =
+sigmoid(b), in fp32. The consistent forms take the position-independent softplus and sigmoid
+(torch's vector bodies and scalar tails round differently); the fast ones take torch's, and round
+y to q's dtype as transformers' Qwen3.5 does.
 """
 import torch
 import torch.nn.functional as F
