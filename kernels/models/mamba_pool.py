@@ -112,7 +112,7 @@ class PooledMambaStore(MambaStateStore):
     @contextmanager
     def serving(self, segments, slots: torch.Tensor, buffered: torch.Tensor):
         """While in it, the doors read these device tables for `segments` (a CUDA graph's
-        static buffers, filled before each replay) and their advance is only recorded in
+        static buffers, filled before each replay) and the model's settle is only recorded in
         deferred_advance: the graph's runner applies it to the real sequences after a replay.
         The served forward counts as one without buffered rows (the fast decode's batched
         recurrence is the one captured; a replay of rows it cannot fold goes eager)."""
