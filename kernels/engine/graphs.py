@@ -80,8 +80,8 @@ class DecodeGraphs:
         if size not in self._graphs:  # every size at once, as serving engines start: no capture mid-run
             for each in sorted(set(self.sizes) - set(self._graphs), reverse=True):  # largest first: one pool
                 self._graphs[each] = self._capture(each)
-        graph, hidden, sampled, advances = self._graphs[size]
-        if not self.mamba.fill(segments, size, advances):
+        graph, hidden, sampled, settles = self._graphs[size]
+        if not self.mamba.fill(segments, size, settles):
             self.eager_steps += 1
             ids = token_ids if torch.is_tensor(token_ids) else torch.tensor(token_ids, dtype=torch.long)
             batch = TokenBatch(ids.to(self.device, non_blocking=True), segments, GRAPH_CASE)
@@ -91,7 +91,7 @@ class DecodeGraphs:
         if head:
             self.head.fill(params_list, draw_indices, size)
         graph.replay()
-        self.mamba.advance(segments, advances)
+        self.mamba.settle(segments, settles)
         self.replays[size] = self.replays.get(size, 0) + 1
         self.padded_replays += count < size
         if not head:
@@ -159,10 +159,10 @@ class DecodeGraphs:
                 hidden = self.model(batch, self.dispatch, self.cache)
                 sampled = None if draw is None else self.head.capture(self.model, self.dispatch, GRAPH_CASE,
                                                                       hidden, draw)
-            advances = self.mamba.recorded_advances()
+            settles = self.mamba.recorded_settles()
         self._pool = graph.pool()
         self._table_key = None  # the dummy rows' tables are in the buffers now
-        return graph, hidden, sampled, advances
+        return graph, hidden, sampled, settles
 
     def _fill_dummy(self, size: int) -> None:
         """Every row a one-token sequence at position 0 in the scratch block."""

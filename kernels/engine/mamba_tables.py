@@ -41,16 +41,16 @@ class MambaTables:
             serving.enter_context(store.serving(segments, slots, buffered))
         self._captured_pools = self._pool_addresses(stores)
 
-    def recorded_advances(self) -> list:
+    def recorded_settles(self) -> list:
         """How each store's captured forward settled positions (rows kept or folded; None: not at all)."""
-        return [store.deferred_advance for store in self._stores()]
+        return [store.deferred_settle for store in self._stores()]
 
     def moved(self) -> bool:
         """Whether a pool moved since the capture (more sequences held than reserved for): the
         graphs read the old tensors and must be captured again."""
         return self._captured_pools is not None and self._pool_addresses(self._stores()) != self._captured_pools
 
-    def fill(self, segments, size: int, advances: list) -> bool:
+    def fill(self, segments, size: int, settles: list) -> bool:
         """Copy the real rows' slots and buffered counts in, padding rows on the scratch slot;
         False (nothing copied) when a store's captured doors fold every row (the fast batched
         recurrence) but a sequence holds buffered rows, which only an eager step can take."""
@@ -58,23 +58,23 @@ class MambaTables:
         if not stores:
             return True
         host = self._staging.next()["tables"][:2 * len(stores) * size].view(2, len(stores), size)
-        for index, (store, advance) in enumerate(zip(stores, advances)):
+        for index, (store, keeps) in enumerate(zip(stores, settles)):
             slots, buffered = store.host_tables(segments)
-            if advance is False and any(buffered):
+            if keeps is False and any(buffered):
                 return False
             host[0, index] = torch.tensor(slots + [store.scratch_slot] * (size - count))
             host[1, index] = torch.tensor(buffered + [0] * (size - count))
-            if advance:
+            if keeps:
                 self.buffered_in_graph += count
                 self.folded_in_graph += sum(b + 1 == store.chunk_size for b in buffered)
         self.tables[:, :, :size].copy_(host, non_blocking=True)
         return True
 
-    def advance(self, segments, advances: list) -> None:
-        """What the replayed doors did to the real sequences' positions, on the host."""
-        for store, buffered in zip(self._stores(), advances):
-            if buffered is not None:
-                store.settle(segments, keeps_unfinished_chunk=buffered)
+    def settle(self, segments, settles: list) -> None:
+        """The captured forward's settle applied to the real sequences' positions, on the host."""
+        for store, keeps in zip(self._stores(), settles):
+            if keeps is not None:
+                store.settle(segments, keeps_unfinished_chunk=keeps)
 
     @staticmethod
     def _pool_addresses(stores) -> list:

@@ -32,7 +32,7 @@ class PooledMambaStore(MambaStateStore):
         self._served = None  # (segments, tables) a CUDA graph's static buffers stand for (serving)
         self.scratch_slot: int | None = None
         """A slot no sequence holds: a graph's padding rows read and write it (reserve)."""
-        self.deferred_advance: bool | None = None
+        self.deferred_settle: bool | None = None
         """How a served forward's settle asked to move its sequences (keeps_unfinished_chunk), not yet applied."""
 
     def _fresh(self) -> "PooledState":
@@ -113,10 +113,10 @@ class PooledMambaStore(MambaStateStore):
     def serving(self, segments, slots: torch.Tensor, buffered: torch.Tensor):
         """While in it, the doors read these device tables for `segments` (a CUDA graph's
         static buffers, filled before each replay) and the model's settle is only recorded in
-        deferred_advance: the graph's runner applies it to the real sequences after a replay.
+        deferred_settle: the graph's runner applies it to the real sequences after a replay.
         The served forward counts as one without buffered rows (the fast decode's batched
         recurrence is the one captured; a replay of rows it cannot fold goes eager)."""
-        self._served, self.deferred_advance = (segments, (slots, buffered)), None
+        self._served, self.deferred_settle = (segments, (slots, buffered)), None
         try:
             yield
         finally:
@@ -128,7 +128,7 @@ class PooledMambaStore(MambaStateStore):
         (every row folded). A served forward's is deferred: the graph's runner applies it to
         the real sequences after a replay."""
         if self._served is not None and self._served[0] is segments:
-            self.deferred_advance = keeps_unfinished_chunk
+            self.deferred_settle = keeps_unfinished_chunk
             return
         for segment in segments:
             state, end = self._states[segment.seq_id], segment.start + segment.length

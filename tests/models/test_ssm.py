@@ -203,11 +203,11 @@ def test_fast_batched_decode_computes_the_recurrence(fresh_seed):
         assert error < FAST_BATCH_TOLERANCE, (seq, error, fresh_seed)
 
 
-def test_decode_graph_tables_serve_the_pools_and_advance_after_the_replay(fresh_seed):
+def test_decode_graph_tables_serve_the_pools_and_settle_after_the_replay(fresh_seed):
     """What a decode graph does with a Mamba layer's pooled store (kernels/engine/mamba_tables.py):
     capture serves static tables to dummy rows (the store's scratch slot, positions untouched,
-    the door's advance only recorded); a replay's fill copies the real rows' slots and buffered
-    counts in, padding on the scratch slot, and the recorded advance moves the real sequences
+    the model's settle only recorded); a replay's fill copies the real rows' slots and buffered
+    counts in, padding on the scratch slot, and the recorded settle moves the real sequences
     on (a completed chunk folded); a captured recurrence cannot take buffered rows (eager);
     a fourth sequence past the reserved three moves the pools (capture again)."""
     from contextlib import ExitStack
@@ -232,12 +232,12 @@ def test_decode_graph_tables_serve_the_pools_and_advance_after_the_replay(fresh_
         assert served_slots.tolist() == [store.scratch_slot] * 3 and served_buffered.tolist() == [0] * 3
         assert not store.holds_buffered_rows(dummy)
         store.settle(dummy, keeps_unfinished_chunk=True)  # what the model does after the consistent scan
-    assert tables.recorded_advances() == [True] and store.scratch_slot not in slots
+    assert tables.recorded_settles() == [True] and store.scratch_slot not in slots
     assert [store.held(seq).position for seq in range(3)] == list(lengths), "capture moved no sequence"
     real = tuple(Segment(seq, length, 1, seq, "engine_graph") for seq, length in enumerate(lengths))
     assert tables.fill(real[:2], 3, [True])
     assert tables.tables[:, 0, :3].tolist() == [slots[:2] + [store.scratch_slot], [CHUNK - 1, 5, 0]]
-    tables.advance(real[:2], [True])
+    tables.settle(real[:2], [True])
     assert [(store.held(seq).folded, store.held(seq).buffered) for seq in range(3)] == [(CHUNK, 0), (0, 6), (CHUNK, 0)]
     assert (tables.buffered_in_graph, tables.folded_in_graph) == (2, 1)
     moved_on = tuple(Segment(seq, store.held(seq).position, 1, seq, "engine_graph") for seq in range(3))

@@ -105,7 +105,7 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
     and Q-1 rows buffered (the last one completes its chunk at the first decode and folds it);
     the states after the decodes are equal too. The first 3 decodes run as a decode graph runs
     them (kernels/engine/mamba_tables.py): tables served from static tensors, two padding rows
-    on the store's scratch slot, the positions advanced afterwards as the doors recorded;
+    on the store's scratch slot, the positions settled afterwards as the capture recorded;
     sequences 3 and 2 complete their chunks there, the others in the plain decodes after.
     The row kernels launched in P-blocks, their loops unrolled, reading 2 values at a time
     instead of 4, give the same bits. Negative
@@ -177,7 +177,7 @@ def check_ssm_scan_batched_decode_is_the_segment_bits(ssm_triton, fresh_seed):
 def _served_decode(store, segments, new, shared, chunk_size, seed):
     """One batched decode as a CUDA graph runs it, through kernels/engine/mamba_tables.py: the
     tables served to the padded segments (two padding rows of random inputs, on the scratch
-    slot), then filled with the real rows' slots and buffered counts; the positions advanced
+    slot), then filled with the real rows' slots and buffered counts; the positions settled
     afterwards as the door recorded."""
     from contextlib import ExitStack
 
@@ -195,8 +195,8 @@ def _served_decode(store, segments, new, shared, chunk_size, seed):
         y = ssm_scan_consistent._consistent_decode_batch(*rows, padded, store, shared["dt_bias"], shared["A_log"],
                                                          shared["D"], chunk_size=chunk_size, dt_min=0.0)
         store.settle(padded, keeps_unfinished_chunk=True)  # the model's step: recorded, not applied
-    assert tables.recorded_advances() == [True], "the consistent decode buffers its row"
-    tables.advance(segments, tables.recorded_advances())
+    assert tables.recorded_settles() == [True], "the consistent decode buffers its row"
+    tables.settle(segments, tables.recorded_settles())
     return y[:len(segments)]
 
 
