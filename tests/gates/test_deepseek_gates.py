@@ -7,7 +7,7 @@ config's state_window); C02's comparison of per-sequence calls keys them within 
 sequence and shows a difference there; C10 is n/a while the frozen CPU baseline predates the family
 (its tree does not ship the model), and so is `harness run`'s profile stage. The rest, C02
 included, pass in `harness gates --model deepseek` (RESULTS.md), and the fast contract's phases and
-engine/trainer bits differ (tests/test_deepseek*.py)."""
+engine/trainer bits differ (tests/models/test_deepseek.py, tests/harness/test_deepseek_end_to_end.py)."""
 import json
 from pathlib import Path
 from types import SimpleNamespace
