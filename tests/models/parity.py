@@ -1,10 +1,14 @@
 """What the transformers parity tests share: fixed token sequences, our per-sequence logits from
-one packed trainer_fwd batch, and the largest absolute difference between two sets of logits."""
+one packed trainer_fwd batch, the largest absolute difference between two sets of logits, and a
+loaded model's weights under an altered config (a negative control's wrong semantics)."""
+import dataclasses
+
 import torch
 
 from kernels.contract import load_contract
 from kernels.contract.dispatch import RegionDispatch
 from kernels.models.batch import TokenBatch
+from kernels.models.registry import build_model
 from kernels.models.state import TransientCache
 
 
@@ -26,3 +30,10 @@ def packed_logits(model, contract_name: str, sequences) -> list:
 
 def max_diff(ours, theirs) -> float:
     return max(float((a - b).abs().max()) for a, b in zip(ours, theirs))
+
+
+def under_config(model, config, **changes):
+    """`model`'s weights in a model built from `config` with `changes`."""
+    altered = build_model(dataclasses.replace(config, **changes), seed=None)
+    altered.load_state_dict(model.state_dict())
+    return altered

@@ -7,7 +7,6 @@ batch must match HF's per-sequence logits within LOGIT_TOLERANCE under both cont
 unsupported configs and broken checkpoints must fail with the field or file named.
 CPU, no network: `python -m pytest tests/models/test_hf_nemotron_parity.py -q`.
 """
-import dataclasses
 import json
 import os
 import shutil
@@ -20,8 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from gates.compare import assert_bitwise_equal
 from kernels.models.hf_nemotron import load_hf_nemotron, nemotron_config_from_hf, weight_sources
-from kernels.models.registry import build_model
-from tests.models.parity import fixed_sequences, max_diff, packed_logits
+from tests.models.parity import fixed_sequences, max_diff, packed_logits, under_config
 
 transformers = pytest.importorskip("transformers")
 
@@ -128,8 +126,7 @@ def test_tolerance_catches_a_dropped_selection_bias(checkpoint, hf_logits):
 def test_tolerance_catches_a_missing_dt_clamp(checkpoint, hf_logits):
     """Negative control: time_step_min must reach the scan (most heads' dt sit below it)."""
     config, model = load_hf_nemotron(checkpoint[0], dtype="float32")
-    unclamped = build_model(dataclasses.replace(config, time_step_min=0.0), seed=None)
-    unclamped.load_state_dict(model.state_dict())
+    unclamped = under_config(model, config, time_step_min=0.0)
     diff = max_diff(packed_logits(unclamped, "consistent", SEQUENCES), hf_logits)
     assert diff > 100 * LOGIT_TOLERANCE, f"missing dt clamp went unnoticed: {diff:.3e}"
 

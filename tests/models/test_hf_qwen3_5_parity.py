@@ -8,7 +8,6 @@ must match transformers' per-sequence logits within LOGIT_TOLERANCE under both c
 negative controls (the zero-centred norm read as a plain one, RoPE over the whole head) must fail
 it; a multimodal release's names load the same bits; unsupported settings are named.
 """
-import dataclasses
 import json
 import os
 import shutil
@@ -21,8 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from gates.compare import assert_bitwise_equal
 from kernels.models.hf_qwen3_5 import load_hf_qwen3_5, qwen3_5_config_from_hf, weight_sources
-from kernels.models.registry import build_model
-from tests.models.parity import fixed_sequences, packed_logits
+from tests.models.parity import fixed_sequences, packed_logits, under_config
 
 transformers = pytest.importorskip("transformers")
 
@@ -116,8 +114,7 @@ def test_tolerance_catches_a_norm_read_as_a_plain_one(checkpoint, hf_logits):
 def test_tolerance_catches_rope_over_the_whole_head(checkpoint, hf_logits):
     """Negative control: RoPE turning every dim (partial_rotary_factor ignored) must fail the tolerance."""
     config, model = load_hf_qwen3_5(checkpoint[0], dtype="float32")
-    whole = build_model(dataclasses.replace(config, partial_rotary_factor=1.0), seed=None)
-    whole.load_state_dict(model.state_dict())
+    whole = under_config(model, config, partial_rotary_factor=1.0)
     diff = _relative_diff(packed_logits(whole, "consistent", SEQUENCES), hf_logits)
     assert diff > 100 * LOGIT_TOLERANCE, f"RoPE over the whole head went unnoticed: {diff:.3e}"
 
