@@ -2,7 +2,7 @@
 an inner dim of many rows serially, in an order fixed by D) and then over heads one at a time; the
 selection by a stable descending sort of the blocks in reversed order (ties to the larger position),
 then the chosen k sorted by position, descending, so the attention that follows sums them in one
-order whatever the phase."""
+order whatever the phase. On CUDA the scores are one Triton kernel for both runtimes (triton.py)."""
 import torch
 
 from kernels.ops.block_topk.forms import visible, with_sentinel
@@ -10,6 +10,9 @@ from kernels.ops.block_topk.forms import visible, with_sentinel
 
 def score_consistent(q, keys, weights, *, scale):
     """q [T, H, D], keys [S, D], weights [T, H] -> [T, S] fp32, each entry independent of T and S."""
+    if q.device.type == "cuda":
+        import kernels.ops.block_topk.triton as block_topk_triton  # imports Triton: CUDA machines only
+        return block_topk_triton.score(q, keys, weights, scale=scale)
     q32, k32, w32 = q.float(), keys.float(), weights.float()
     total = None
     for head in range(q32.shape[1]):
