@@ -133,3 +133,29 @@ def test_region_form_keeps_the_sequence_s_bits_across_calls_and_makes_the_gates_
     prefill, _ = run("fast_chunked", [])
     decode, _ = run("fast_recurrent", [])
     assert first_bit_difference(decode, prefill) is not None, "the fast recurrence matched the chunked prefill"
+
+
+def test_a_batched_decode_step_is_each_sequence_s_own_bits(fresh_seed):
+    """decode_rows (one batched chunk() call for a step's sequences) == each sequence decoded
+    alone, at every place in its chunk: its first row, mid-chunk, the row that completes it (S
+    folded) and the one after; outputs, S and the kept rows bit for bit. Negative control: the
+    same rows decoded by the fast recurrence differ."""
+    from kernels.ops.gated_delta.consistent import decode_rows
+    rows = _inputs(fresh_seed)
+    before = [CHUNK - 1, 0, 5, CHUNK, 2 * CHUNK - 1, CHUNK + 7, 3 * CHUNK - 1, 40]  # rows each sequence holds
+    states = [consistent(*(t[:n] for t in rows), DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM), chunk_size=CHUNK)[1]
+              if n else DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM) for n in before]
+    new = tuple(torch.stack([t[n] for n in before]) for t in rows)
+    batched, after = decode_rows(*new, states, chunk_size=CHUNK)
+    for i, (state, n) in enumerate(zip(states, before)):
+        alone, expected = consistent(*(t[i:i + 1] for t in new), state, chunk_size=CHUNK)
+        assert first_bit_difference(batched[i], alone[0]) is None, (n, fresh_seed)
+        assert first_bit_difference(after[i].ssm, expected.ssm) is None, (n, fresh_seed)
+        assert after[i].folded == expected.folded == (n + 1) // CHUNK * CHUNK
+        assert (after[i].pending is None) == (expected.pending is None) == ((n + 1) % CHUNK == 0)
+        if expected.pending is not None:
+            assert all(first_bit_difference(a, b) is None for a, b in zip(after[i].pending, expected.pending)), n
+    recurrent = torch.cat([fast_recurrent(*(t[i:i + 1] for t in new), s, chunk_size=CHUNK)[0]
+                           for i, s in enumerate(states) if s.pending is None])
+    folded = [i for i, s in enumerate(states) if s.pending is None]
+    assert first_bit_difference(recurrent, batched[folded]) is not None, "the comparison cannot see a decode form"

@@ -33,22 +33,23 @@ def prepared(q, k, v, g, beta):
 
 
 def chunk(q, k, v, g, beta, state0):
-    """One chunk of prepared rows [Q, H, *] from state0 [H, K, V]: (y [Q, H, V], end state)."""
-    qh, kh, vh = (t.transpose(0, 1) for t in (q, k, v))  # [H, Q, K], [H, Q, K], [H, Q, V]
-    gh, bh = g.transpose(0, 1), beta.transpose(0, 1)  # [H, Q]
+    """One chunk of prepared rows [..., Q, H, *] from state0 [..., H, K, V]: (y [..., Q, H, V], end
+    state). Leading dims are independent chunks (a batched decode re-plays one per sequence)."""
+    qh, kh, vh = (t.transpose(-3, -2) for t in (q, k, v))  # [.., H, Q, K], [.., H, Q, K], [.., H, Q, V]
+    gh, bh = g.transpose(-2, -1), beta.transpose(-2, -1)  # [.., H, Q]
     size = gh.shape[-1]
     cum = torch.cumsum(gh, dim=-1)
     later = torch.ones(size, size, dtype=torch.bool, device=q.device).triu(1)
-    decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(later, float("-inf")).exp()  # [H, Qt, Qs]
+    decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(later, float("-inf")).exp()  # [.., H, Qt, Qs]
     k_beta = kh * bh[..., None]
     system = (k_beta @ kh.transpose(-1, -2)) * decay  # its strict lower part is the UT system
     u = torch.linalg.solve_triangular(system, vh * bh[..., None], upper=False, unitriangular=True)
     w = torch.linalg.solve_triangular(system, k_beta * cum.exp()[..., None], upper=False, unitriangular=True)
-    v_new = u - w @ state0  # [H, Q, V]
+    v_new = u - w @ state0  # [.., H, Q, V]
     y = (qh * cum.exp()[..., None]) @ state0 + ((qh @ kh.transpose(-1, -2)) * decay) @ v_new
-    to_end = (cum[..., -1:] - cum).exp()  # [H, Q]
-    end = state0 * cum[..., -1].exp()[:, None, None] + (kh * to_end[..., None]).transpose(-1, -2) @ v_new
-    return y.transpose(0, 1), end
+    to_end = (cum[..., -1:] - cum).exp()  # [.., H, Q]
+    end = state0 * cum[..., -1].exp()[..., None, None] + (kh * to_end[..., None]).transpose(-1, -2) @ v_new
+    return y.transpose(-3, -2), end
 
 
 def step(q, k, v, g, beta, state):
