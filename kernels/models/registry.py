@@ -11,14 +11,14 @@ FAMILIES = {"qwen3": (Qwen3Config, Qwen3Model), "nemotron": (NemotronConfig, Nem
             "deepseek": (DeepseekConfig, DeepseekModel), "qwen3_5": (Qwen3_5Config, Qwen3_5Model)}
 
 # What `--model NAME --size SIZE` loads: the cut runs the CPU gates, full is the real shape,
-# wide-cut is nemotron at full width with 6 layers (GPU benchmarks, C06 on NCCL). deepseek's
-# and qwen3_5's full configs run nowhere yet (no CUDA kernels for their regions): C09 checks that
-# they load.
+# wide-cut is the model at full width with a few layers (GPU gates and benchmarks; nemotron's: C06
+# on NCCL). deepseek's and qwen3_5's full configs run nowhere yet: C09 checks that they load.
 MODEL_CONFIGS = {
     "qwen3": {"cut": "qwen3-cut", "full": "qwen3-1.7b"},
     "nemotron": {"cut": "nemotron-cut", "cut-quant": "nemotron-cut-quant", "wide-cut": "nemotron-wide-cut",
                  "full": "nemotron-30b-a3b"},
-    "deepseek": {"cut": "deepseek-cut", "cut-quant": "deepseek-cut-quant", "full": "deepseek-v4-flash"},
+    "deepseek": {"cut": "deepseek-cut", "cut-quant": "deepseek-cut-quant", "wide-cut": "deepseek-wide-cut",
+                 "full": "deepseek-v4-flash"},
     "qwen3_5": {"cut": "qwen3_5-cut", "full": "qwen3_5-35b-a3b"},
 }
 

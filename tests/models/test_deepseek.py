@@ -111,3 +111,14 @@ def test_fp8_kv_phases_agree_the_engine_keeping_e4m3_codes():
     differing = sum(int((unquantized[s] != reference[s]).any(-1).sum()) for s in reference)
     print(f"seed {seed}: {differing} of {sum(map(len, sequences))} rows' logits move without the FP8 KV round trip")
     assert differing > 0, seed
+
+
+def test_the_wide_cut_is_the_release_at_full_width_with_every_attention_kind():
+    """deepseek-wide-cut (the GPU gates' and benchmarks' size) differs from deepseek-v4-flash only
+    in its layers, experts and hash layers: every width, head, window and format is the release's."""
+    wide, release = load_model_config("deepseek-wide-cut"), load_model_config("deepseek-v4-flash")
+    wide.validate()
+    cut_down = {"layer_pattern", "n_routed_experts", "num_hash_layers"}
+    differing = {f.name for f in dataclasses.fields(wide) if getattr(wide, f.name) != getattr(release, f.name)}
+    assert differing == cut_down, differing
+    assert set(wide.layer_pattern) == {"S", "C", "H"} and wide.n_routed_experts >= wide.num_experts_per_tok
