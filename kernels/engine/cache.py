@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import torch
 
 from kernels.models.deepseek_state import CompressedStore
-from kernels.models.mamba_pool import PooledMambaStore
-from kernels.models.mamba_state import MambaStateStore, delta_store
+from kernels.models.mamba_pool import PooledMambaStore, delta_store
+from kernels.models.mamba_state import MambaStateStore
 from kernels.models.state import KVStore
 from kernels.ops.quant import kv_decode, kv_encode
 
@@ -216,9 +216,9 @@ class EngineCache:
         return self._mamba[layer]
 
     def delta(self, layer: int, **shape) -> MambaStateStore:
-        """The layer's Gated DeltaNet states, one per sequence (no slot pools, so no decode graph)."""
+        """The layer's Gated DeltaNet states in slot pools (a decode step reads them batched)."""
         if layer not in self._delta:
-            self._delta[layer] = delta_store(**shape)
+            self._delta[layer] = delta_store(**shape, pooled=True)
         return self._delta[layer]
 
     def compressed(self, layer: int) -> CompressedStore:

@@ -1,6 +1,7 @@
 """The engine's Mamba-2 state store: every sequence's state in device pools indexed by slot,
 so a decode-only batch reads and writes them all in one op per tensor (the batched forms of
-kernels/ops/ssm_conv/ and ssm_scan/); a segment at a time goes through PooledState.
+kernels/ops/ssm_conv/ and ssm_scan/); a segment at a time goes through PooledState. A Gated
+DeltaNet layer keeps the same pools with its own kept-row shapes (mamba_state.delta_store).
 """
 from contextlib import contextmanager
 
@@ -19,13 +20,15 @@ class PooledMambaStore(MambaStateStore):
     pooled = True
 
     def __init__(self, *, conv_rows, conv_dim, num_heads, head_dim, state_size, num_groups, chunk_size, dtype,
-                 device="cpu"):
+                 device="cpu", row_shapes=None):
         self.chunk_size = chunk_size
         self.conv = torch.zeros(1, conv_rows, conv_dim, dtype=dtype, device=device)
         self.ssm = torch.zeros(1, num_heads, head_dim, state_size, dtype=torch.float32, device=device)
-        self._row_shapes = ((num_heads, head_dim), (num_groups, state_size), (num_groups, state_size), (num_heads,))
+        self._row_shapes = row_shapes or ((num_heads, head_dim), (num_groups, state_size), (num_groups, state_size),
+                                          (num_heads,))
         self.rows: list | None = None
-        """x [slots, Q, H, P], B, C [slots, Q, G, N], dt [slots, Q, H], fp32; made on first use."""
+        """Mamba's x [slots, Q, H, P], B, C [slots, Q, G, N], dt [slots, Q, H] (or `row_shapes`'),
+        fp32; made on first use."""
         self._states: dict[int, PooledState] = {}
         self._free = [0]
         self._slot_tables = None  # (segments, what _decode_tables returns): reused by every door of a forward's layer
@@ -189,3 +192,16 @@ class PooledState:
     @property
     def position(self) -> int:
         return self.folded + self.buffered
+
+
+def delta_store(*, conv_rows, conv_dim, num_heads, key_dim, value_dim, dtype, device="cpu", chunk_size=0,
+                pooled=False) -> MambaStateStore:
+    """A Gated DeltaNet layer's states: conv rows and S [H, K, V] fp32 per sequence, the rows a
+    consistent call keeps in each state (kernels/ops/gated_delta/region.py); pooled (the engine's),
+    in slot pools whose kept rows are the rule's prepared q, k [H, K], v [H, V], g and beta [H]."""
+    shape = dict(conv_rows=conv_rows, conv_dim=conv_dim, num_heads=num_heads, head_dim=key_dim, state_size=value_dim,
+                 num_groups=1, dtype=dtype, device=device)
+    if not pooled:
+        return MambaStateStore(**shape, chunk_size=0)
+    rows = ((num_heads, key_dim), (num_heads, key_dim), (num_heads, value_dim), (num_heads,), (num_heads,))
+    return PooledMambaStore(**shape, chunk_size=chunk_size, row_shapes=rows)

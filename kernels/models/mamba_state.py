@@ -2,7 +2,7 @@
 the conv and scan ops open it from (kernels/ops/state_segments.py), one state per sequence (the
 trainer's: states carry autograd); kernels/models/mamba_pool.py keeps them in slot pools for the
 engine. A Gated DeltaNet layer keeps the same fields (S [H, K, V], its kept rows) per sequence in
-both runtimes (delta_store).
+both runtimes (mamba_pool.delta_store).
 """
 from dataclasses import dataclass
 
@@ -99,10 +99,3 @@ class MambaStateStore:
 
     def clear(self) -> None:
         self._states.clear()
-
-
-def delta_store(*, conv_rows, conv_dim, num_heads, key_dim, value_dim, dtype, device="cpu") -> MambaStateStore:
-    """A Gated DeltaNet layer's per-sequence states: conv rows and S [H, K, V] fp32; the rows a
-    consistent call keeps live in each state (kernels/ops/gated_delta/region.py)."""
-    return MambaStateStore(conv_rows=conv_rows, conv_dim=conv_dim, num_heads=num_heads, head_dim=key_dim,
-                           state_size=value_dim, num_groups=1, chunk_size=0, dtype=dtype, device=device)

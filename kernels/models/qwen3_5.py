@@ -150,7 +150,7 @@ class Qwen3_5Model(LanguageModel):
         qkv, z, b, a = projected.split([c.conv_dim, c.linear_value_dim, heads, heads], dim=-1)
         store = cache.delta(index, conv_rows=c.linear_conv_kernel - 1, conv_dim=c.conv_dim, num_heads=heads,
                             key_dim=c.linear_key_head_dim, value_dim=value_dim, dtype=c.torch_dtype,
-                            device=normed.device)
+                            device=normed.device, chunk_size=c.chunk_size)
         conv = call_per_case(dispatch, "gdn_conv", batch, index, (qkv,), store, block.conv_weight, block.conv_bias)
         q, k, v = conv.split([c.linear_key_dim, c.linear_key_dim, c.linear_value_dim], dim=-1)
         y = call_per_case(dispatch, "gated_delta", batch, index,

@@ -7,8 +7,8 @@ over positions [0, start + length), so attention reads its context by one path i
 import torch
 
 from kernels.models.deepseek_state import CompressedStore
-from kernels.models.mamba_pool import PooledMambaStore
-from kernels.models.mamba_state import MambaStateStore, delta_store
+from kernels.models.mamba_pool import PooledMambaStore, delta_store
+from kernels.models.mamba_state import MambaStateStore
 from kernels.ops.quant import kv_round_trip
 
 
@@ -68,6 +68,7 @@ class TransientCache:
         self._mamba: dict[int, MambaStateStore] = {}
         self._compressed: dict[int, CompressedStore] = {}
         self._store_type = PooledMambaStore if pooled_mamba else MambaStateStore
+        self._pooled = pooled_mamba
 
     @classmethod
     def for_case(cls, config, case: str) -> "TransientCache":
@@ -86,9 +87,9 @@ class TransientCache:
         return self._mamba[layer]
 
     def delta(self, layer: int, **shape) -> MambaStateStore:
-        """The layer's Gated DeltaNet state store (one state per sequence), made on first use."""
+        """The layer's Gated DeltaNet state store (pooled as Mamba's), made on first use."""
         if layer not in self._mamba:
-            self._mamba[layer] = delta_store(**shape)
+            self._mamba[layer] = delta_store(**shape, pooled=self._pooled)
         return self._mamba[layer]
 
     def compressed(self, layer: int) -> CompressedStore:

@@ -108,7 +108,7 @@ def test_region_form_keeps_the_sequence_s_bits_across_calls_and_makes_the_gates_
     sequence's state in a store; prefill then decode row by row equals the whole sequence, bit for
     bit, under the consistent variant, and the fast decode differs from its prefill."""
     from kernels.models.batch import Segment
-    from kernels.models.mamba_state import delta_store
+    from kernels.models.mamba_pool import delta_store
     from kernels.ops.gated_delta import KEEPS_UNFINISHED_CHUNK, VARIANTS
     generator = torch.Generator().manual_seed(fresh_seed)
     q, k, v = _inputs(fresh_seed)[:3]
@@ -159,3 +159,54 @@ def test_a_batched_decode_step_is_each_sequence_s_own_bits(fresh_seed):
                            for i, s in enumerate(states) if s.pending is None])
     folded = [i for i, s in enumerate(states) if s.pending is None]
     assert first_bit_difference(recurrent, batched[folded]) is not None, "the comparison cannot see a decode form"
+
+
+def test_a_decode_step_on_the_engine_s_pools_is_each_sequence_s_own_bits(fresh_seed):
+    """The region's consistent form on the engine's pooled store (decode_pooled: one batched
+    re-play read from and written to the slot pools) == the same step on per-sequence states
+    (decode_rows) == each sequence stepped alone: outputs, S and the kept rows, with sequences at
+    every place in their chunks (first row, middle, completing, the row after). Prefills go
+    through the pools' per-segment views. Negative control: a step that re-plays each chunk
+    without its kept rows (as a fold-everything decode would read them) differs."""
+    from kernels.models.batch import Segment
+    from kernels.models.mamba_pool import delta_store
+    from kernels.ops.gated_delta.region import consistent as region
+    generator = torch.Generator().manual_seed(fresh_seed)
+    q, k, v = _inputs(fresh_seed)[:3]
+    a, b = torch.randn(LENGTH, HEADS, generator=generator), torch.randn(LENGTH, HEADS, generator=generator)
+    A_log, dt_bias = torch.rand(HEADS, generator=generator) * 2, torch.rand(HEADS, generator=generator) - 3
+    before = [CHUNK - 1, 3, CHUNK, 2 * CHUNK - 1, CHUNK + 7, 40]
+
+    def stepped(pooled, together, skip_kept=False):
+        store = delta_store(conv_rows=3, conv_dim=8, num_heads=HEADS, key_dim=KEY_DIM, value_dim=VALUE_DIM,
+                            dtype=torch.float32, chunk_size=CHUNK, pooled=pooled)
+        for seq, n in enumerate(before):  # each sequence's prefill: row n of the inputs comes next
+            segment = Segment(seq_id=seq, start=0, length=n, row=0, case="engine_prefill")
+            region(*(t[:n] for t in (q, k, v, a, b)), (segment,), store, A_log, dt_bias, chunk_size=CHUNK)
+            store.settle((segment,), keeps_unfinished_chunk=True)
+        if skip_kept:
+            for seq in range(len(before)):
+                store.held(seq).buffered = 0  # the rows stay in the pools, unread
+        segments = [Segment(seq_id=seq, start=n if not skip_kept else n - n % CHUNK, length=1, row=seq,
+                            case="engine_decode") for seq, n in enumerate(before)]
+        new = [torch.stack([t[n] for n in before]) for t in (q, k, v, a, b)]
+        groups = [segments] if together else [[s] for s in segments]
+        y = torch.cat([region(*(t[g[0].row:g[-1].row + 1] for t in new), g, store, A_log, dt_bias, chunk_size=CHUNK)
+                       for g in groups])
+        for group in groups:
+            store.settle(group, keeps_unfinished_chunk=True)
+        return y, [store.held(seq) for seq in range(len(before))]
+
+    pooled, pooled_states = stepped(pooled=True, together=True)
+    for label, (y, states) in {"per-sequence states": stepped(pooled=False, together=True),
+                               "each alone": stepped(pooled=True, together=False)}.items():
+        assert first_bit_difference(pooled, y) is None, (label, fresh_seed)
+        for mine, theirs, n in zip(pooled_states, states, before):
+            assert first_bit_difference(mine.ssm, theirs.ssm) is None, (label, n, fresh_seed)
+            assert mine.position == theirs.position == n + 1 and mine.folded == theirs.folded
+            assert (mine.pending is None) == (theirs.pending is None) == ((n + 1) % CHUNK == 0), (label, n)
+            if mine.pending is not None:
+                assert all(first_bit_difference(x, y) is None for x, y in zip(mine.pending, theirs.pending)), n
+    blind, _ = stepped(pooled=True, together=True, skip_kept=True)
+    moved = sum(first_bit_difference(blind[i], pooled[i]) is not None for i in range(len(before)))
+    assert moved >= len([n for n in before if n % CHUNK]) - 1, f"skipping the kept rows moved {moved} rows"
