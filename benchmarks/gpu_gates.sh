@@ -65,7 +65,8 @@ fi
 for model in $([ -n "$untimed" ] && echo $models); do
     run "$model-consistent" "$limit" gates --model $model --device cuda --only $untimed \
         --out "$work/$model-consistent" &
-    run "$model-fast" "$limit" gates --model $model --device cuda --contract fast --only $negatives \
+    run "$model-fast" "$limit" gates --model $model --device cuda --contract fast \
+        --only $negatives$([ "$model" = deepseek ] && echo ,C4) \
         --out "$work/$model-fast" &
     names="$names $model-consistent $model-fast"
 done
