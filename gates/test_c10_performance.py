@@ -88,7 +88,7 @@ WARM_UP_SEEDS = 4  # runs of the untimed warm-up process each side starts with o
 # each side's Triton cache: the candidate's workers, confined, can write only theirs
 CACHES = {"candidate": default_triton_cache,
           "baseline": lambda: default_triton_cache().with_name(default_triton_cache().name + "-c10-baseline")}
-GPU_SIZES = {"qwen3": "full", "nemotron": "wide-cut", "deepseek": "wide-cut"}  # full width: a cut times launches
+GPU_SIZES = {"qwen3": "full", "nemotron": "wide-cut", "deepseek": "wide-cut", "qwen3_5": "wide-cut"}  # full width
 
 
 def subject_size(model: str, target: str) -> str:

@@ -19,7 +19,7 @@ MODEL_CONFIGS = {
                  "full": "nemotron-30b-a3b"},
     "deepseek": {"cut": "deepseek-cut", "cut-quant": "deepseek-cut-quant", "wide-cut": "deepseek-wide-cut",
                  "full": "deepseek-v4-flash"},
-    "qwen3_5": {"cut": "qwen3_5-cut", "full": "qwen3_5-35b-a3b"},
+    "qwen3_5": {"cut": "qwen3_5-cut", "wide-cut": "qwen3_5-wide-cut", "full": "qwen3_5-35b-a3b"},
 }
 
 

@@ -54,3 +54,13 @@ def test_the_release_config_loads_and_bad_fields_are_named():
                                   ("partial_rotary_factor", 0.3, "even rotary width")):
         with pytest.raises(ValueError, match=message):
             config_from_mapping(Qwen3_5Config, {**fields, field: value}, "test")
+
+
+def test_the_wide_cut_is_the_release_at_full_width_with_both_layer_kinds():
+    """qwen3_5-wide-cut (the GPU gates' and benchmarks' size) differs from qwen3_5-35b-a3b only in
+    its layers and experts: every width, head, chunk and the shared expert are the release's."""
+    wide, release = load_model_config("qwen3_5-wide-cut"), load_model_config("qwen3_5-35b-a3b")
+    wide.validate()
+    differing = {f.name for f in dataclasses.fields(wide) if getattr(wide, f.name) != getattr(release, f.name)}
+    assert differing == {"layer_pattern", "n_routed_experts"}, differing
+    assert set(wide.layer_pattern) == {"L", "A"} and wide.n_routed_experts >= wide.num_experts_per_tok
