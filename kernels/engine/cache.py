@@ -225,8 +225,10 @@ class EngineCache:
         return self._compressed.setdefault(layer, CompressedStore(self.paged.kv_format))
 
     def mamba_stores(self) -> list:
-        """The Mamba layers' stores made so far, in layer order (a decode graph serves them)."""
-        return [self._mamba[layer] for layer in sorted(self._mamba)]
+        """The slot-pooled stores made so far (Mamba's and Gated DeltaNet's), in layer order: a
+        decode graph serves them."""
+        pooled = {**self._mamba, **self._delta}
+        return [pooled[layer] for layer in sorted(pooled)]
 
     @property
     def num_blocks(self) -> int:

@@ -28,8 +28,6 @@ def graphs_unsupported(config, parallel) -> str | None:
         return "a TP/EP layout across processes: its collectives are not captured"
     if config.family == "deepseek":
         return "deepseek keeps per-sequence keys and compressor states in Python lists: nothing to replay"
-    if config.family == "qwen3_5":
-        return "qwen3_5 keeps Gated DeltaNet states per sequence, not in slot pools: nothing to replay"
     return None
 
 

@@ -210,3 +210,42 @@ def test_a_decode_step_on_the_engine_s_pools_is_each_sequence_s_own_bits(fresh_s
     blind, _ = stepped(pooled=True, together=True, skip_kept=True)
     moved = sum(first_bit_difference(blind[i], pooled[i]) is not None for i in range(len(before)))
     assert moved >= len([n for n in before if n % CHUNK]) - 1, f"skipping the kept rows moved {moved} rows"
+
+
+def test_the_fast_decode_on_the_engine_s_pools_steps_every_sequence_at_once(fresh_seed):
+    """The fast contract's decode (region fast_recurrent) on the engine's pooled store takes one
+    batched recurrence step by tensor ops (recurrent_pooled, what a decode graph captures): each
+    sequence's output and S as its own step on per-sequence states, within the float64
+    recurrence's tolerance; and it refuses rows a consistent prefill kept, as the per-sequence form."""
+    from kernels.models.batch import Segment
+    from kernels.models.mamba_pool import delta_store
+    from kernels.ops.gated_delta.region import consistent as consistent_region
+    from kernels.ops.gated_delta.region import fast_chunked as chunked_region
+    from kernels.ops.gated_delta.region import fast_recurrent as recurrent_region
+    generator = torch.Generator().manual_seed(fresh_seed)
+    q, k, v = _inputs(fresh_seed)[:3]
+    a, b = torch.randn(LENGTH, HEADS, generator=generator), torch.randn(LENGTH, HEADS, generator=generator)
+    A_log, dt_bias = torch.rand(HEADS, generator=generator) * 2, torch.rand(HEADS, generator=generator) - 3
+    before = [3, CHUNK, 2 * CHUNK + 5, 40]
+    new = [torch.stack([t[n] for n in before]) for t in (q, k, v, a, b)]
+
+    def stepped(pooled, prefill=chunked_region):
+        store = delta_store(conv_rows=3, conv_dim=8, num_heads=HEADS, key_dim=KEY_DIM, value_dim=VALUE_DIM,
+                            dtype=torch.float32, chunk_size=CHUNK, pooled=pooled)
+        for seq, n in enumerate(before):
+            segment = Segment(seq_id=seq, start=0, length=n, row=0, case="engine_prefill")
+            prefill(*(t[:n] for t in (q, k, v, a, b)), (segment,), store, A_log, dt_bias, chunk_size=CHUNK)
+            store.settle((segment,), keeps_unfinished_chunk=prefill is consistent_region)
+        segments = [Segment(seq_id=s, start=n, length=1, row=s, case="engine_decode") for s, n in enumerate(before)]
+        y = recurrent_region(*new, segments, store, A_log, dt_bias, chunk_size=CHUNK)
+        return y, [store.held(seq).ssm.clone() for seq in range(len(before))]
+
+    pooled, pooled_states = stepped(pooled=True)
+    alone, alone_states = stepped(pooled=False)
+    scale = float(alone.abs().max())
+    assert float((pooled - alone).abs().max()) <= REFERENCE_TOLERANCE * scale, fresh_seed
+    for mine, theirs in zip(pooled_states, alone_states):
+        assert float((mine - theirs).abs().max()) <= REFERENCE_TOLERANCE * float(theirs.abs().max()), fresh_seed
+    print(f"pooled fast decode vs per-sequence: {(pooled != alone).sum().item()} of {pooled.numel()} values differ")
+    with pytest.raises(ValueError, match="cannot fold"):
+        stepped(pooled=True, prefill=consistent_region)

@@ -1,5 +1,6 @@
 """gated_delta's fast variants, as engines run them: prefill in chunks from the call's first row
-with everything folded (a partial chunk too), and decode by the one-step recurrence."""
+with everything folded (a partial chunk too), and decode by the one-step recurrence (on the
+engine's slot pools, every sequence's step in one batched call: recurrent_pooled)."""
 import torch
 
 from kernels.ops.chunk_scan import run_chunks
@@ -27,3 +28,13 @@ def fast_recurrent(q, k, v, g, beta, state: DeltaState, *, chunk_size: int):
         y, ssm = step(*row, ssm)
         outputs.append(y)
     return torch.stack(outputs), DeltaState(ssm, state.folded + q.shape[0])
+
+
+def recurrent_pooled(q, k, v, g, beta, segments, store):
+    """Engine decode of one row per sequence on the engine's pooled store, by tensor ops alone (a
+    decode graph can capture it): every S read by slot, one batched recurrence step, written back.
+    y [S, H, V] fp32."""
+    slots = store.decode_slots(segments)
+    y, after = step(*prepared(q, k, v, g, beta), store.ssm[slots])
+    store.ssm[slots] = after
+    return y

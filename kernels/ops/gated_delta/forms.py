@@ -53,8 +53,9 @@ def chunk(q, k, v, g, beta, state0):
 
 
 def step(q, k, v, g, beta, state):
-    """One prepared row [H, *] by the recurrence: (y [H, V], the state after it)."""
-    decayed = state * g.exp()[:, None, None]
-    delta = (v - (decayed * k[:, :, None]).sum(-2)) * beta[:, None]  # [H, V]
-    after = decayed + k[:, :, None] * delta[:, None, :]
-    return (after * q[:, :, None]).sum(-2), after
+    """One prepared row [..., H, *] by the recurrence: (y [..., H, V], the state after it).
+    Leading dims are independent sequences (the engine's batched decode)."""
+    decayed = state * g.exp()[..., None, None]
+    delta = (v - (decayed * k[..., :, None]).sum(-2)) * beta[..., None]  # [.., H, V]
+    after = decayed + k[..., :, None] * delta[..., None, :]
+    return (after * q[..., :, None]).sum(-2), after

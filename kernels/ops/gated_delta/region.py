@@ -14,6 +14,7 @@ from kernels.ops.gated_delta.consistent import consistent as consistent_sequence
 from kernels.ops.gated_delta.consistent import decode_pooled, decode_rows
 from kernels.ops.gated_delta.fast import fast_chunked as fast_chunked_sequence
 from kernels.ops.gated_delta.fast import fast_recurrent as fast_recurrent_sequence
+from kernels.ops.gated_delta.fast import recurrent_pooled
 from kernels.ops.gated_delta.forms import DeltaState
 from kernels.ops.state_segments import batched_decode
 
@@ -57,9 +58,11 @@ def consistent(q, k, v, a, b, segments, store, A_log, dt_bias, *, chunk_size):
     return _each_segment(consistent_sequence, rows, segments, store, chunk_size)
 
 
-def _fast(form):
+def _fast(form, pooled=None):
     def fast(q, k, v, a, b, segments, store, A_log, dt_bias, *, chunk_size):
         g, beta = _gates(a, b, A_log, dt_bias, F.softplus, torch.sigmoid)
+        if pooled is not None and batched_decode(segments, store) and not store.holds_buffered_rows(segments):
+            return pooled(q, k, v, g, beta, segments, store).to(q.dtype)
         return _each_segment(form, (q, k, v, g, beta), segments, store, chunk_size).to(q.dtype)
     fast.__name__ = form.__name__
     fast.__doc__ = f"{form.__doc__} y rounded to q's dtype."
@@ -67,4 +70,4 @@ def _fast(form):
 
 
 fast_chunked = _fast(fast_chunked_sequence)
-fast_recurrent = _fast(fast_recurrent_sequence)
+fast_recurrent = _fast(fast_recurrent_sequence, pooled=recurrent_pooled)
