@@ -1,7 +1,7 @@
 """The engine's Mamba-2 state store: every sequence's state in device pools indexed by slot,
 so a decode-only batch reads and writes them all in one op per tensor (the batched forms of
 kernels/ops/ssm_conv/ and ssm_scan/); a segment at a time goes through PooledState. A Gated
-DeltaNet layer keeps the same pools with its own kept-row shapes (mamba_state.delta_store).
+DeltaNet layer keeps the same pools with its own kept-row shapes (delta_store, below).
 """
 from contextlib import contextmanager
 

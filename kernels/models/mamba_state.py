@@ -1,8 +1,8 @@
 """A Mamba-2 layer's per-sequence state (conv rows, SSM state, buffered rows) and the store
 the conv and scan ops open it from (kernels/ops/state_segments.py), one state per sequence (the
 trainer's: states carry autograd); kernels/models/mamba_pool.py keeps them in slot pools for the
-engine. A Gated DeltaNet layer keeps the same fields (S [H, K, V], its kept rows) per sequence in
-both runtimes (mamba_pool.delta_store).
+engine. A Gated DeltaNet layer keeps the same fields (S [H, K, V], its kept rows): per sequence in
+the trainer, in the engine's slot pools (mamba_pool.delta_store).
 """
 from dataclasses import dataclass
 
