@@ -7,7 +7,7 @@ The attention core (64 heads of 512, entries: window 128 + Top-512, a fifth mask
 alone == in batches of 2..256 at both ends == the trainer's autograd forward. The indexer's block
 scores (64 heads of 128 over 2,048 blocks): a query alone == in batches; a block's score the same
 whatever the number of blocks held (a phase holds fewer). Error vs float64 recorded. A CPU smoke
-run under TRITON_INTERPRET=1 may set DEVICE, DTYPE and a small DEEPSEEK shape (gpu_kernel_check's).
+run under TRITON_INTERPRET=1 may set gpu_kernel_check's DEVICE and DTYPE and a small DEEPSEEK here.
 """
 import argparse
 import json
@@ -20,17 +20,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import benchmarks.gpu_kernel_check as k  # noqa: E402
 from benchmarks.raw_output import provenance  # noqa: E402
+from gates.reference.block_topk import scores as exact_scores  # noqa: E402
 from gates.reference.sink_attention import attend as sink_attend  # noqa: E402
 from kernels.ops.block_topk import triton as block_score_triton  # noqa: E402
 from kernels.ops.sink_attention import triton as sink_attention_triton  # noqa: E402
 
 # (heads, head_dim, entries: window 128 + Top-512, rows, indexer heads, its dim, blocks)
-k.DEEPSEEK = (64, 512, 128 + 512, 256, 64, 128, 2048)
+DEEPSEEK = (64, 512, 128 + 512, 256, 64, 128, 2048)
 
 
 def check_deepseek(log, generator):
     """sink_attention and block_score at DeepSeek-V4-Flash's widths: rows alone and in batches."""
-    heads, dim, length, rows, index_heads, index_dim, blocks = k.DEEPSEEK
+    heads, dim, length, rows, index_heads, index_dim, blocks = DEEPSEEK
     q = torch.randn(rows, heads, dim, device=k.DEVICE, generator=generator).to(k.DTYPE)
     entries = torch.randn(rows, length, dim, device=k.DEVICE, generator=generator).to(k.DTYPE)
     valid = torch.rand(rows, length, device=k.DEVICE, generator=generator) < 0.8
@@ -53,8 +54,7 @@ def check_deepseek(log, generator):
     weights = torch.randn(rows, index_heads, device=k.DEVICE, generator=generator)
     scale = index_dim ** -0.5
     scores = block_score_triton.score(iq, keys, weights, scale=scale)
-    exact = (torch.relu(torch.einsum("thd,sd->ths", iq[:8].double(), keys.double())) * scale
-             * weights[:8].double()[:, :, None]).sum(dim=1)
+    exact = exact_scores(iq[:8], keys, weights[:8], scale=scale)
     base = {"op": "blk_score", "dtype": str(k.DTYPE),
             "rel_error_vs_fp64": float((scores[:8].double() - exact).abs().max() / exact.abs().max())}
     for count in (1, 3, rows // 4, rows - 1):

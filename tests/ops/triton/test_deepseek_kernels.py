@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gates.compare import first_bit_difference
+from gates.reference.block_topk import scores as exact_scores
 from gates.reference.sink_attention import attend
 from tests.ops.test_sink_attention import HEADS, _laid_out
 from tests.ops.triton.interpreter import DTYPES, import_kernel, run_checks
@@ -132,8 +133,7 @@ def check_scores_follow_neither_the_batch_nor_the_blocks_held(scorer, dtype, fre
     for held in (1, 31, 32, 33, 69):  # a phase that holds fewer blocks
         assert first_bit_difference(scorer.score(q, keys[:held], weights, scale=scale), whole[:, :held]) is None, \
             f"{held} blocks held (seed={fresh_seed})"
-    reference = (torch.relu(torch.einsum("thd,sd->ths", q.double(), keys.double())) * scale
-                 * weights.double()[:, :, None]).sum(dim=1)
+    reference = exact_scores(q, keys, weights, scale=scale)
     error = float((whole.double() - reference).abs().max() / reference.abs().max())
     print(f"block_score {dtype}: {q.shape[0]} tokens, max error {error:.2e} of max |score|")
     assert error <= TOLERANCE[dtype], f"seed={fresh_seed}"
