@@ -19,6 +19,17 @@ from kernels.ops.sink_attention.forms import torch_form
 BLOCK_L = 16
 
 
+@triton.jit
+def _block_scores(q, e_ptr, valid_ptr, token, start, length, head_dim, dims, in_dim, scale, BLOCK_L: tl.constexpr):
+    """(live [BLOCK_L], entries [BLOCK_L, BLOCK_D] fp32, scores [BLOCK_L]) of the entries from `start`:
+    both passes call it, so both read the same scores."""
+    slots = start + tl.arange(0, BLOCK_L)
+    live = tl.load(valid_ptr + token * length + slots, mask=slots < length, other=0) != 0
+    e = tl.load(e_ptr + (token * length + slots[:, None]) * head_dim + dims[None, :],
+                mask=(slots[:, None] < length) & in_dim[None, :], other=0.0).to(tl.float32)
+    return live, e, tl.sum(e * q[None, :], axis=1) * scale
+
+
 @triton.jit(do_not_specialize=["length"])
 def _sink_attention_kernel(q_ptr, e_ptr, valid_ptr, sink_ptr, out_ptr, length, num_heads, head_dim, scale,
                            BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -29,20 +40,14 @@ def _sink_attention_kernel(q_ptr, e_ptr, valid_ptr, sink_ptr, out_ptr, length, n
     sink = tl.load(sink_ptr + head).to(tl.float32)
     top = sink
     for start in range(0, length, BLOCK_L):  # pass one: the max, exact in any order
-        slots = start + tl.arange(0, BLOCK_L)
-        live = tl.load(valid_ptr + token * length + slots, mask=slots < length, other=0) != 0
-        e = tl.load(e_ptr + (token * length + slots[:, None]) * head_dim + dims[None, :],
-                    mask=(slots[:, None] < length) & in_dim[None, :], other=0.0).to(tl.float32)
-        scores = tl.where(live, tl.sum(e * q[None, :], axis=1) * scale, float("-inf"))
-        top = tl.maximum(top, tl.max(scores, axis=0))
+        live, _, scores = _block_scores(q, e_ptr, valid_ptr, token, start, length, head_dim, dims, in_dim, scale,
+                                        BLOCK_L)
+        top = tl.maximum(top, tl.max(tl.where(live, scores, float("-inf")), axis=0))
     sums = tl.zeros((BLOCK_L,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for start in range(0, length, BLOCK_L):  # pass two: the same scores, their weights, in order
-        slots = start + tl.arange(0, BLOCK_L)
-        live = tl.load(valid_ptr + token * length + slots, mask=slots < length, other=0) != 0
-        e = tl.load(e_ptr + (token * length + slots[:, None]) * head_dim + dims[None, :],
-                    mask=(slots[:, None] < length) & in_dim[None, :], other=0.0).to(tl.float32)
-        scores = tl.sum(e * q[None, :], axis=1) * scale
+    for start in range(0, length, BLOCK_L):  # pass two: the weights and the weighted entries, in order
+        live, e, scores = _block_scores(q, e_ptr, valid_ptr, token, start, length, head_dim, dims, in_dim, scale,
+                                        BLOCK_L)
         weights = tl.where(live, tl.exp(scores - top), 0.0)  # a masked entry weighs exactly +0.0
         sums += weights
         acc += tl.sum(weights[:, None] * e, axis=0)
@@ -67,7 +72,7 @@ def launch(q, entries, valid, sinks, *, scale):
 
 
 class _SinkAttention(torch.autograd.Function):
-    """Forward: the kernel. Backward: the torch form (consistent.py) differentiated at the saved inputs."""
+    """Forward: the kernel. Backward: the torch form (forms.py) differentiated at the saved inputs."""
 
     @staticmethod
     def forward(ctx, q, entries, valid, sinks, scale):
