@@ -1,6 +1,5 @@
-"""A Gated DeltaNet decode step on the CPU, side by side: one call per sequence (consistent), every
-sequence's chunk re-played in one batched call on per-sequence states (decode_rows) and on the
-engine's slot pools (decode_pooled).
+"""A Gated DeltaNet decode step on the CPU, side by side: one call per sequence (consistent) and
+every sequence's chunk re-played in one batched call on the engine's slot pools (decode_pooled).
 
     python3 benchmarks/cpu_delta_decode.py [--out DIR] [--sequences 64] [--repeats 20]
 
@@ -21,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.raw_output import provenance, write_raw  # noqa: E402
 from kernels.models.batch import Segment  # noqa: E402
 from kernels.models.mamba_pool import delta_store  # noqa: E402
-from kernels.ops.gated_delta.consistent import consistent, decode_pooled, decode_rows  # noqa: E402
+from kernels.ops.gated_delta.consistent import consistent, decode_pooled  # noqa: E402
 from kernels.ops.gated_delta.forms import DeltaState  # noqa: E402
 
 KEY_HEADS, HEADS, DIM, CHUNK = 2, 4, 16, 16
@@ -61,15 +60,14 @@ def main() -> int:
 
     ways = {"one_by_one": lambda: torch.cat([consistent(*(t[i:i + 1] for t in new), s, chunk_size=CHUNK)[0]
                                              for i, s in enumerate(states)]),
-            "batched": lambda: decode_rows(*new, states, chunk_size=CHUNK)[0],
             "pooled": lambda: decode_pooled(*new, segments, store, chunk_size=CHUNK)}
     outputs = {name: way() for name, way in ways.items()}  # the pools' S moves after this: timing only
     if any(not torch.equal(y.view(torch.int32), outputs["one_by_one"].view(torch.int32)) for y in outputs.values()):
-        print("a batched step's outputs are not the one-by-one bits")
+        print("the pooled step's outputs are not the one-by-one bits")
         return 1
     samples = {name: [] for name in ways}
     for repeat in range(args.repeats):
-        order = list(ways)[repeat % 3:] + list(ways)[:repeat % 3]
+        order = list(ways)[repeat % len(ways):] + list(ways)[:repeat % len(ways)]
         for name in order:
             start = time.perf_counter()
             ways[name]()

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from kernels.ops.activation.consistent import position_independent_sigmoid, position_independent_softplus
 from kernels.ops.gated_delta.consistent import consistent as consistent_sequence
-from kernels.ops.gated_delta.consistent import decode_pooled, decode_rows
+from kernels.ops.gated_delta.consistent import decode_pooled
 from kernels.ops.gated_delta.fast import fast_chunked as fast_chunked_sequence
 from kernels.ops.gated_delta.fast import fast_recurrent as fast_recurrent_sequence
 from kernels.ops.gated_delta.fast import recurrent_pooled
@@ -36,25 +36,13 @@ def _each_segment(form, rows, segments, store, chunk_size):
     return torch.cat(outputs)
 
 
-def _decode_batch(rows, segments, store, chunk_size):
-    """Every segment one row (a decode step): the sequences' chunks re-played in one batched call."""
-    states = [store.open(segment) for segment in segments]
-    y, after = decode_rows(*rows, [DeltaState(s.ssm, s.folded, s.pending) for s in states], chunk_size=chunk_size)
-    for state, new in zip(states, after):
-        state.ssm, state.pending = new.ssm, new.pending
-    return y
-
-
 def consistent(q, k, v, a, b, segments, store, A_log, dt_bias, *, chunk_size):
     """Chunks at absolute positions, the unfinished chunk kept and re-played: y [M, H, V] fp32.
-    A call of one row per sequence re-plays them together (consistent.decode_pooled on the
-    engine's pools, decode_rows on per-sequence states)."""
+    A call of one row per sequence on the engine's pools re-plays them together (decode_pooled)."""
     g, beta = _gates(a, b, A_log, dt_bias, position_independent_softplus, position_independent_sigmoid)
     rows = (q, k, v, g, beta)
     if batched_decode(segments, store):
         return decode_pooled(*rows, segments, store, chunk_size=chunk_size)
-    if len(segments) > 1 and all(segment.length == 1 for segment in segments):
-        return _decode_batch(rows, segments, store, chunk_size)
     return _each_segment(consistent_sequence, rows, segments, store, chunk_size)
 
 
