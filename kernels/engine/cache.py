@@ -203,23 +203,22 @@ class EngineCache:
 
     def __init__(self, paged: PagedKVCache):
         self.paged = paged
-        self._mamba: dict[int, MambaStateStore] = {}
-        self._delta: dict[int, MambaStateStore] = {}
+        self._pooled: dict[int, PooledMambaStore] = {}  # by layer: Mamba's and Gated DeltaNet's
         self._compressed: dict[int, CompressedStore] = {}
 
     def kv(self, layer: int) -> PagedLayerKV:
         return self.paged.kv(layer)
 
     def mamba(self, layer: int, **shape) -> MambaStateStore:
-        if layer not in self._mamba:
-            self._mamba[layer] = PooledMambaStore(**shape)
-        return self._mamba[layer]
+        if layer not in self._pooled:
+            self._pooled[layer] = PooledMambaStore(**shape)
+        return self._pooled[layer]
 
     def delta(self, layer: int, **shape) -> MambaStateStore:
         """The layer's Gated DeltaNet states in slot pools (a decode step reads them batched)."""
-        if layer not in self._delta:
-            self._delta[layer] = delta_store(**shape, pooled=True)
-        return self._delta[layer]
+        if layer not in self._pooled:
+            self._pooled[layer] = delta_store(**shape, pooled=True)
+        return self._pooled[layer]
 
     def compressed(self, layer: int) -> CompressedStore:
         return self._compressed.setdefault(layer, CompressedStore(self.paged.kv_format))
@@ -227,8 +226,7 @@ class EngineCache:
     def mamba_stores(self) -> list:
         """The slot-pooled stores made so far (Mamba's and Gated DeltaNet's), in layer order: a
         decode graph serves them."""
-        pooled = {**self._mamba, **self._delta}
-        return [pooled[layer] for layer in sorted(pooled)]
+        return [self._pooled[layer] for layer in sorted(self._pooled)]
 
     @property
     def num_blocks(self) -> int:
@@ -246,11 +244,11 @@ class EngineCache:
 
     def release(self, seq_id: int) -> None:
         self.paged.release(seq_id)
-        for store in (*self._mamba.values(), *self._delta.values(), *self._compressed.values()):
+        for store in (*self._pooled.values(), *self._compressed.values()):
             store.release(seq_id)
 
     def clear(self) -> None:
         self.paged.clear()
-        for store in (*self._mamba.values(), *self._delta.values()):
+        for store in self._pooled.values():
             store.clear()
         self._compressed.clear()

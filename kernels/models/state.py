@@ -67,7 +67,6 @@ class TransientCache:
         self.kv_format = kv_format
         self._mamba: dict[int, MambaStateStore] = {}
         self._compressed: dict[int, CompressedStore] = {}
-        self._store_type = PooledMambaStore if pooled_mamba else MambaStateStore
         self._pooled = pooled_mamba
 
     @classmethod
@@ -83,7 +82,7 @@ class TransientCache:
     def mamba(self, layer: int, **shape) -> "MambaStateStore":
         """The layer's Mamba state store, made on first use with the model's shapes."""
         if layer not in self._mamba:
-            self._mamba[layer] = self._store_type(**shape)
+            self._mamba[layer] = (PooledMambaStore if self._pooled else MambaStateStore)(**shape)
         return self._mamba[layer]
 
     def delta(self, layer: int, **shape) -> MambaStateStore:
