@@ -52,7 +52,7 @@ def _triton(x, which):
 
 
 def _compare(reference, got):
-    """(mismatches, of them flush-to-zero, up to 5 examples as (input bits, torch bits, triton bits) index)."""
+    """(mismatches, of them flush-to-zero, the mask of the others)."""
     ref_bits, got_bits = reference.view(torch.int32), got.view(torch.int32)
     differ = (ref_bits != got_bits) & ~(torch.isnan(reference) & torch.isnan(got))
     subnormal = (reference != 0) & (reference.abs() < torch.finfo(torch.float32).tiny)
@@ -76,14 +76,13 @@ def main() -> int:
         x = (bits - (1 << 32) * (bits >= 1 << 31)).to(torch.int32).view(torch.float32)
         for name, record in results.items():
             form, exact, approximate = KERNELS[name]
-            reference = form(x)
-            mismatches, flushed, other = _compare(reference, _triton(x, exact))
+            reference, got = form(x), _triton(x, exact)
+            mismatches, flushed, other = _compare(reference, got)
             record["inputs"] += chunk
             record["mismatches"] += mismatches
             record["flush_to_zero"] += flushed
-            for index in other.nonzero()[:5 - len(record["other_examples"]), 0].tolist():
-                pair = (x[index:index + 1], reference[index:index + 1], _triton(x[index:index + 1], exact))
-                record["other_examples"].append([int(t.view(torch.int32)[0]) for t in pair])
+            for index in other.nonzero()[:5 - len(record["other_examples"]), 0].tolist():  # bits of x, torch, Triton
+                record["other_examples"].append([int(t.view(torch.int32)[index]) for t in (x, reference, got)])
             record["approximation_mismatches"] += _compare(reference, _triton(x, approximate))[0]
         print(f"{start + chunk:>11} inputs: " + "; ".join(
             f"{n} {r['mismatches']} differ ({r['flush_to_zero']} flush-to-zero), tl.{n} {r['approximation_mismatches']}"
