@@ -57,17 +57,30 @@ def norm_triton_lanes_by_rows(x, w, *, eps, residual=None):
 
 
 def logprob_triton_block_by_rows(logits, targets, temperatures, *, full=False):
-    """The consistent log-prob, but the Triton row sum over the vocabulary at a quarter of its
-    BLOCK when the call has fewer than SMALL_CALL rows (the sum of exp in another order)."""
+    """The consistent log-prob, but its Triton sum over the vocabulary at a quarter of its BLOCK
+    when the call has fewer than SMALL_CALL rows (the sum of exp in another order). In a tree
+    from before the fused row kernel (kernels/ops/logprob/rows_triton.py), the row sum's BLOCK."""
     _require_cuda(logits, "logprob.planted_triton_block_by_rows")
-    from kernels.ops import reduction_triton
     x = kernel_module("logprob.forms", "logprob").scaled(logits, temperatures)
+    rows = logits.reshape(-1, logits.shape[-1]).shape[0]
+    try:
+        rows_triton = importlib.import_module("kernels.ops.logprob.rows_triton")
+    except ModuleNotFoundError:
+        return _logprob_row_sum_block_by_rows(x, targets, rows, full)
+    block, num_warps = rows_triton.consistent_launch(logits.shape[-1])
+    launch = (max(16, block // 4), num_warps) if rows < SMALL_CALL else None
+    lse, logp = rows_triton.consistent_rows(logits, None if full else targets, temperatures, launch=launch)
+    return x - lse[:, None] if full else logp
+
+
+def _logprob_row_sum_block_by_rows(x, targets, rows, full):
+    from kernels.ops import reduction_triton
     row_max = x.amax(dim=-1, keepdim=True)
-    rows = torch.exp(x - row_max).reshape(-1, x.shape[-1]).contiguous()
-    block, num_warps = reduction_triton.block_for(rows.shape[1])
-    if rows.shape[0] < SMALL_CALL:
+    exps = torch.exp(x - row_max).reshape(-1, x.shape[-1]).contiguous()
+    block, num_warps = reduction_triton.block_for(exps.shape[1])
+    if rows < SMALL_CALL:
         block = max(16, block // 4)
-    lse = row_max + torch.log(reduction_triton.launch(rows, block, num_warps).reshape(row_max.shape))
+    lse = row_max + torch.log(reduction_triton.launch(exps, block, num_warps).reshape(row_max.shape))
     return x - lse if full else (x.gather(-1, targets[:, None]) - lse)[:, 0]
 
 

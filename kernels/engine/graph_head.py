@@ -1,14 +1,15 @@
 """The head of a decode graph (kernels/engine/graphs.py): lm_head, the draw and the log-prob.
 
 Captured after the forward, so a replay waits on nothing until its tokens are collected. The draw
-is the sampler's tensor form (`variant.draw`), its eager arithmetic after truncation, on logits
-scaled once by the temperatures: an untruncated row gets the eager bits (gate C5). Top-k / top-p
-rows are drawn again from the captured logits; full log-prob rows and untensored samplers go eager.
+is the sampler's tensor form (`variant.draw`), its eager arithmetic after truncation, given the raw
+logits and the temperatures (it scales them with the bits of logprob.forms.scaled): an untruncated
+row gets the eager bits (gate C5). The draw and the log-prob each read the logits as they come, so
+no scaled [B, V] copy is written. Top-k / top-p rows are drawn again from the captured logits;
+full log-prob rows and untensored samplers go eager.
 """
 import torch
 
 from kernels.engine.pinned import StagingSets
-from kernels.ops.logprob.forms import scaled
 from kernels.ops.sampler.forms import row_tensors, truncates
 from kernels.ops.transfer import to_device
 
@@ -35,9 +36,8 @@ class GraphHead:
         size = hidden.shape[0]
         temperatures = self.temperatures[:size]
         logits = model.logits(hidden, dispatch, case)
-        x = scaled(logits, temperatures)  # once, for the draw and the log-prob (the same bits as each scaling alone)
-        tokens = draw(x, self.greedy[:size], self.keys[:size])
-        return tokens, dispatch("logprob", case, None, x, tokens, None), logits
+        tokens = draw(logits, self.greedy[:size], self.keys[:size], temperatures)
+        return tokens, dispatch("logprob", case, None, logits, tokens, temperatures), logits
 
     def redraw_truncated(self, dispatch, case: str, captured, params_list, draw_indices):
         """(tokens, log-probs) of the step's rows, the rows that truncate drawn again by the

@@ -75,8 +75,8 @@ def test_graph_head_sees_a_draw_that_is_not_the_eager_one(fresh_seed):
     logits, params, draws = _rows(fresh_seed, 64)  # 16 rows drawn in the graph: all agreeing by chance ~1e-13
     drifted = tensor_draw(RegionDispatch(contract), "engine_graph")
 
-    def keyed_off_by_one(x, greedy, keys):
-        return drifted(x, greedy, keys + 1)
+    def keyed_off_by_one(x, greedy, keys, temperatures):
+        return drifted(x, greedy, keys + 1, temperatures)
 
     tokens, _ = _head(contract, logits, params, draws, size=64, draw=keyed_off_by_one)
     assert tokens != _eager(contract, logits, params, draws)[0].tolist(), f"seed {fresh_seed}"

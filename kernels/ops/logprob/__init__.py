@@ -2,9 +2,10 @@
 
 Also the full log-softmax. Engines and trainers usually reach this number by different formulas
 (log_softmax then gather; x[t] - logsumexp(x)): equal algebraically, not bitwise. The consistent
-variant is one formula with one row reduction in a batch-independent order
-(kernels/ops/reduction.py), called by both sides; on CUDA outside autograd its temperature
-division is one Triton pass with the same bits (triton.py). Reference: gates/reference/logprob.py.
+variant is one formula with one row reduction in a batch-independent order, called by both sides:
+on CPU torch ops (kernels/ops/reduction.py), on CUDA one Triton program per row that reads the
+logits as they come (rows_triton.py; the trainer reaches the same kernel through autograd).
+Reference: gates/reference/logprob.py.
 """
 from kernels.ops.logprob import consistent, fast
 

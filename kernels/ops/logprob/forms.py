@@ -1,5 +1,6 @@
-"""The logits over each row's temperature, in fp32: what every logprob variant, the sampler and
-the engine's graph head read (one pass; on CUDA outside autograd one Triton pass, triton.py).
+"""The logits over each row's temperature, in fp32: what the logprob variants' torch forms and the
+eager sampler read (one pass; on CUDA outside autograd one Triton pass, triton.py). The CUDA
+kernels that read raw logits (logprob/rows_triton.py, sampler/triton.py) divide with its bits.
 """
 import torch
 

@@ -45,10 +45,11 @@ def _truncated(x, params_list):
     return x
 
 
-def consistent_draw(x, greedy, keys):
-    """[B] tokens from scaled logits x: Gumbel-max with each row's own key, greedy rows by an
-    exact argmax (ties to the lowest id). Tensors in, tensors out: a decode graph captures it."""
-    return gumbel_argmax(x, keys, greedy)
+def consistent_draw(x, greedy, keys, temperatures=None):
+    """[B] tokens from scaled logits x (or raw logits and their temperatures [B]): Gumbel-max
+    with each row's own key, greedy rows by an exact argmax (ties to the lowest id). Tensors
+    in, tensors out: a decode graph captures it."""
+    return gumbel_argmax(x, keys, greedy, temperatures)
 
 
 def consistent(logits, params_list, draw_indices):

@@ -25,14 +25,14 @@ def _fast_truncated(x, params_list):
     return x
 
 
-def fast_draw(x, greedy, keys):
-    """[B] tokens from scaled logits x as engines draw them: Gumbel-max from one stream keyed
-    by the whole batch (the rows' keys summed, row r takes stream r of it), so a request's
-    draw depends on what else is in the batch and where it sits. Tensors in, tensors out:
-    a decode graph captures it."""
+def fast_draw(x, greedy, keys, temperatures=None):
+    """[B] tokens from scaled logits x (or raw logits and their temperatures [B]) as engines
+    draw them: Gumbel-max from one stream keyed by the whole batch (the rows' keys summed, row
+    r takes stream r of it), so a request's draw depends on what else is in the batch and where
+    it sits. Tensors in, tensors out: a decode graph captures it."""
     batch_key = keys.sum(dtype=torch.int64)
     row_keys = batch_key * GOLDEN + torch.arange(keys.shape[0], dtype=torch.int64, device=keys.device)
-    return gumbel_argmax(x, row_keys, greedy)
+    return gumbel_argmax(x, row_keys, greedy, temperatures)
 
 
 def fast(logits, params_list, draw_indices):

@@ -73,14 +73,18 @@ def race_uniforms(keys, vocab: int):
     return (_shift_right(z, 41).to(torch.float32) + 0.5) * 2.0 ** -23
 
 
-def gumbel_argmax(x, keys, greedy=None):
+def gumbel_argmax(x, keys, greedy=None, temperatures=None):
     """[B] argmax_t (x_t + G_t), G_t = -log(-log(u_t)): a draw from softmax(x) (Gumbel-max);
     ties go to the lowest token id; rows where `greedy` [B] bool is set take argmax_t x_t.
-    On CUDA two Triton passes (kernels/ops/sampler/triton.py: the hash, the noise and the
-    argmax fused over vocabulary chunks, greedy rows in the same launch, then a merge per row)."""
+    temperatures [B]: x is the raw logits, scaled(x, temperatures) first (on CUDA inside the
+    kernel, no copy written). On CUDA two Triton passes (kernels/ops/sampler/triton.py: the
+    hash, the noise and the argmax fused over vocabulary chunks, greedy rows in the same launch,
+    then a merge per row)."""
     if x.device.type == "cuda":
         import kernels.ops.sampler.triton as sampler_triton
-        return sampler_triton.gumbel_argmax(x, keys, greedy)
+        return sampler_triton.gumbel_argmax(x, keys, greedy, temperatures=temperatures)
+    if temperatures is not None:
+        x = scaled(x, temperatures)
     drawn = (x - torch.log(-torch.log(race_uniforms(keys, x.shape[1])))).argmax(dim=-1)
     return drawn if greedy is None else torch.where(greedy, x.argmax(dim=-1), drawn)
 
