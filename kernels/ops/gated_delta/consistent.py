@@ -4,8 +4,8 @@ row's output reads only its chunk's earlier rows and S at the chunk's start, by 
 the same shapes, whether the trainer scans the whole sequence or the engine one row at a time.
 On the engine's slot pools a decode step re-plays every sequence's chunk in one batched call
 (decode_pooled): each leading entry is one sequence's chunk, whose bits equal the call alone
-because CPU BLAS and LAPACK reduce every entry of a batch alike (a measured fact: gates C02, C03,
-C07; not a law).
+because forms.chunk hands the BLAS every entry in one layout, alone or batched, and CPU BLAS and
+LAPACK reduce every entry of a batch alike (a measured fact: gates C02, C03, C07; not a law).
 """
 import torch
 

@@ -34,8 +34,12 @@ def prepared(q, k, v, g, beta):
 
 def chunk(q, k, v, g, beta, state0):
     """One chunk of prepared rows [..., Q, H, *] from state0 [..., H, K, V]: (y [..., Q, H, V], end
-    state). Leading dims are independent chunks (a batched decode re-plays one per sequence)."""
-    qh, kh, vh = (t.transpose(-3, -2) for t in (q, k, v))  # [.., H, Q, K], [.., H, Q, K], [.., H, Q, V]
+    state). Leading dims are independent chunks (a batched decode re-plays one per sequence).
+    The head-major rows are made contiguous first: every GEMM operand is then contiguous or the
+    transpose of a contiguous tensor, so folding the leading dims into the batch is a view for
+    one chunk and for many, and the BLAS sees each entry with one layout (a batch of 8 whose
+    operands needed a copy took another kernel than one chunk alone, on an AMD EPYC's MKL)."""
+    qh, kh, vh = (t.transpose(-3, -2).contiguous() for t in (q, k, v))  # [.., H, Q, K], [.., H, Q, K], [.., H, Q, V]
     gh, bh = g.transpose(-2, -1), beta.transpose(-2, -1)  # [.., H, Q]
     size = gh.shape[-1]
     cum = torch.cumsum(gh, dim=-1)

@@ -69,8 +69,9 @@ def _consistent_decode_batch_cpu(x, B, C, dt_raw, segments, store, dt_bias, A_lo
     are replaced by consistent_segment's zero padding anyway (a stale inf times 0 is a NaN).
     Only the sequences whose chunk completes fold their state (the fold was three quarters of
     the re-play's time). Each sequence's GEMMs are entries of one batched call whose count
-    follows the batch: the bits equal a lone sequence's because MKL's batched GEMM reduces
-    every entry alike, a measured fact (tests/models/test_ssm.py, gates C02 and C03), not a law."""
+    follows the batch: the bits equal a lone sequence's because forms.chunk_outputs gives every
+    entry one layout, alone or batched, and MKL's batched GEMM reduces every entry alike, a
+    measured fact (tests/models/test_ssm.py, gates C02 and C03), not a law."""
     slots, buffered = _write_new_rows(x, B, C, dt_raw, segments, store, dt_bias, dt_min)
     pools = store.row_pools()
     live = torch.arange(chunk_size, device=x.device)[None, :] <= buffered[:, None]  # [S, Q]

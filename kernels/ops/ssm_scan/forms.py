@@ -16,11 +16,14 @@ def chunk(x, B, C, dt, state0, A, D):
 
 
 def chunk_outputs(x, B, C, dt, state0, A, D):
-    """(y [Q, H, P] fp32, what _end_state folds the chunk from): chunk without its state."""
+    """(y [Q, H, P] fp32, what _end_state folds the chunk from): chunk without its state. The
+    head-major rows are made contiguous, so every GEMM operand is contiguous or the transpose of
+    a contiguous tensor and the BLAS sees one layout per entry, one chunk or a batch of them
+    (as gated_delta/forms.py's chunk)."""
     num_heads, num_groups = x.shape[-2], B.shape[-2]
-    Bh = B.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2)  # [H, Q, N]
-    Ch = C.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2)  # [H, Q, N]
-    xh, dth = x.transpose(-3, -2), dt.transpose(-2, -1)  # [H, Q, P], [H, Q]
+    Bh = B.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2).contiguous()  # [H, Q, N]
+    Ch = C.repeat_interleave(num_heads // num_groups, dim=-2).transpose(-3, -2).contiguous()  # [H, Q, N]
+    xh, dth = x.transpose(-3, -2).contiguous(), dt.transpose(-2, -1)  # [H, Q, P], [H, Q]
     cs = torch.cumsum(dth * A[:, None], dim=-1)  # [H, Q]
     causal = torch.ones(cs.shape[-1], cs.shape[-1], dtype=torch.bool, device=cs.device).tril()
     decay = torch.where(causal, torch.exp(cs[..., :, None] - cs[..., None, :]), 0.0)  # [H, Qt, Qs]
