@@ -4,8 +4,9 @@ over a few decode steps of a warmed engine (graphs where the model allows), on C
     python3 benchmarks/gpu_op_sources.py [--model qwen3-1.7b] [--contract fast] [--batch 128]
         [--prompt-len 150] [--steps 4] [--ops aten::arange,aten::cat] [--capture] [--device cpu]
 
-A profile lists kernels by name; a kernel that runs once per sequence in a graphed step (129 of
-`arange_cuda_out` at batch 128, H100, 9e4e9bd) names no caller. This prints, for each op in
+A profile lists kernels by name, not the line that launched them (the 129 `arange_cuda_out` a
+step in gpu_rollout.py's eager "top kernels" at batch 128 were TokenBatch.positions, one per
+sequence: found with this, H100, 0674bc4). This prints, for each op in
 --ops, its calls per step and the innermost frames of this repository that issued them; with
 --capture, those of one graph capture (what every replay then runs).
 """
@@ -59,7 +60,8 @@ def main() -> int:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True,
                                 experimental_config=verbose) as prof:
         if args.capture:  # the ops a replay runs are those its capture ran (warm-ups: twice more)
-            engine.graphs._capture(args.batch)
+            with torch.inference_mode():  # as the engine captures (its Mamba tables are inference tensors)
+                engine.graphs._capture(args.batch)
         else:
             for _ in range(args.steps):
                 engine.step()

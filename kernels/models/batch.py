@@ -11,6 +11,7 @@ from functools import cached_property
 import torch
 
 from kernels.contract.regions import CASES
+from kernels.ops.transfer import to_device
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +61,12 @@ class TokenBatch:
     @cached_property
     def positions(self) -> torch.Tensor:
         """[M] absolute position of each row (built once a forward, as the groups below: every
-        layer asks)."""
+        layer asks), on the host and copied in one go (one arange per segment on a GPU was a
+        kernel launch per sequence of an eager step)."""
         if self.position_ids is not None:
             return self.position_ids
-        device = self.tokens.device
-        return torch.cat([torch.arange(s.start, s.start + s.length, device=device) for s in self.segments])
+        host = torch.cat([torch.arange(s.start, s.start + s.length) for s in self.segments])
+        return to_device(host, self.tokens.device)
 
     @cached_property
     def groups(self) -> tuple:
