@@ -41,10 +41,32 @@ def _close_windows(dispatch, segment, index, store, state, which, kv, gate, modu
         state.index_keys.append(blocks)
 
 
+class _CudaGather(torch.autograd.Function):
+    """rows.index_select(0, flat_ids) on CUDA, its backward a sorted accumulation: index_put_
+    with accumulate sorts the ids (stably) and adds each row's gradients one after another in
+    index order, where index_select's own backward (index_add_) adds them with atomics."""
+
+    @staticmethod
+    def forward(ctx, rows, flat_ids):
+        ctx.save_for_backward(flat_ids)
+        ctx.num_rows = rows.shape[0]
+        return rows.index_select(0, flat_ids)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (flat_ids,) = ctx.saved_tensors
+        grad_rows = grad.new_zeros((ctx.num_rows, *grad.shape[1:]))
+        return grad_rows.index_put_((flat_ids,), grad, accumulate=True), None
+
+
 def _gathered(rows, ids):
-    """rows[ids] by index_select, whose backward adds each row's gradients in index order
-    (advanced indexing's backward adds them with atomics on CPU threads: bits follow the timing)."""
-    return rows.index_select(0, ids.reshape(-1)).reshape(*ids.shape, rows.shape[-1])
+    """rows[ids], each row's gradients added in index order by its backward whatever the timing:
+    on CPU index_select's own (advanced indexing's adds them with atomics on CPU threads), on
+    CUDA _CudaGather's sorted accumulation (index_select's adds them with atomics there)."""
+    flat = ids.reshape(-1)
+    if rows.device.type == "cuda" and torch.is_grad_enabled() and rows.requires_grad:
+        return _CudaGather.apply(rows, flat).reshape(*ids.shape, rows.shape[-1])
+    return rows.index_select(0, flat).reshape(*ids.shape, rows.shape[-1])
 
 
 def _entries(keys, blocks, positions, chosen, config, kind, rate):

@@ -122,3 +122,25 @@ def test_the_wide_cut_is_the_release_at_full_width_with_every_attention_kind():
     differing = {f.name for f in dataclasses.fields(wide) if getattr(wide, f.name) != getattr(release, f.name)}
     assert differing == cut_down, differing
     assert set(wide.layer_pattern) == {"S", "C", "H"} and wide.n_routed_experts >= wide.num_experts_per_tok
+
+
+def test_the_cuda_gathers_backward_adds_each_rows_gradients_in_index_order(fresh_seed):
+    """deepseek_attention._CudaGather (the window and block gathers' backward on CUDA, where
+    index_select's adds with atomics) run on CPU tensors: its gradient is index_select's own, bit
+    for bit (both add a row's gradients in index order), with rows gathered many times over.
+    Negative control: the same sums in the reverse order differ."""
+    from kernels.models.deepseek_attention import _CudaGather
+    generator = torch.Generator().manual_seed(fresh_seed)
+    rows = torch.randn(50, 16, generator=generator)
+    ids = torch.randint(0, 50, (960,), generator=generator)  # each row ~19 times
+    weights = torch.randn(960, 16, generator=generator)
+
+    def gradient(gather, order):
+        leaf = rows.clone().requires_grad_()
+        (gather(leaf, ids[order]) * weights[order]).sum().backward()
+        return leaf.grad
+
+    forward = torch.arange(960)
+    ours = gradient(_CudaGather.apply, forward)
+    assert first_bit_difference(ours, gradient(lambda r, i: r.index_select(0, i), forward)) is None, fresh_seed
+    assert first_bit_difference(ours, gradient(_CudaGather.apply, forward.flip(0))) is not None, fresh_seed
