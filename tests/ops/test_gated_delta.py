@@ -226,3 +226,44 @@ def test_the_fast_decode_on_the_engine_s_pools_steps_every_sequence_at_once(fres
     print(f"pooled fast decode vs per-sequence: {(pooled != alone).sum().item()} of {pooled.numel()} values differ")
     with pytest.raises(ValueError, match="cannot fold"):
         stepped(pooled=True, prefill=consistent_region)
+
+
+def test_the_cpr_benchmarks_chunkwise_decode_is_the_recurrence(fresh_seed):
+    """benchmarks/gpu_cpr_table.py's chunkwise_everywhere decode (each new row through the chunk
+    form, zero-padded, every sequence in one call on the pools) gives the one-step recurrence's
+    outputs and states within fp32 rounding (2e-5 of their largest, printed), after a prefill that
+    folds every row: the table's column is the same function, not a cheaper one."""
+    from benchmarks.gpu_cpr_table import chunkwise_decode
+    from kernels.models.batch import Segment
+    from kernels.models.mamba_pool import delta_store
+    from kernels.ops.gated_delta.region import fast_chunked, fast_recurrent
+    generator = torch.Generator().manual_seed(fresh_seed)
+    q, k, v = _inputs(fresh_seed)[:3]
+    a, b = torch.randn(LENGTH, HEADS, generator=generator), torch.randn(LENGTH, HEADS, generator=generator)
+    A_log, dt_bias = torch.rand(HEADS, generator=generator) * 2, torch.rand(HEADS, generator=generator) - 3
+    sequences, prompt = 4, 10
+
+    def decoded(decode):
+        store = delta_store(conv_rows=3, conv_dim=8, num_heads=HEADS, key_dim=KEY_DIM, value_dim=VALUE_DIM,
+                            dtype=torch.float32, chunk_size=CHUNK, pooled=True)
+        segments = tuple(Segment(seq_id=i, start=0, length=prompt, row=i * prompt, case="engine_prefill")
+                         for i in range(sequences))
+        fast_chunked(*(t[:sequences * prompt] for t in (q, k, v, a, b)), segments, store, A_log, dt_bias,
+                     chunk_size=CHUNK)
+        store.settle(segments, keeps_unfinished_chunk=False)
+        outputs = []
+        for step in range(3):
+            rows = slice(sequences * prompt + step * sequences, sequences * prompt + (step + 1) * sequences)
+            segments = tuple(Segment(seq_id=i, start=prompt + step, length=1, row=i, case="engine_decode")
+                             for i in range(sequences))
+            slots = store.decode_slots(segments)
+            outputs.append(decode(*(t[rows] for t in (q, k, v, a, b)), segments, store, A_log, dt_bias,
+                                  chunk_size=CHUNK))
+            store.settle(segments, keeps_unfinished_chunk=False)
+        return torch.stack(outputs), store.ssm[slots]
+
+    (y, state), (want_y, want_state) = decoded(chunkwise_decode), decoded(fast_recurrent)
+    error = max(float((y - want_y).abs().max() / want_y.abs().max()),
+                float((state - want_state).abs().max() / want_state.abs().max()))
+    print(f"chunkwise decode against the recurrence: {error:.2e} of the largest value")
+    assert error <= 2e-5, fresh_seed
