@@ -1,60 +1,89 @@
 """Log-probs of chosen tokens straight from the logits on CUDA: no [R, V] fp32 copy is written.
 
 x = fp32(l) / t by an IEEE division (div_rn: the bits of forms.scaled), lse = logsumexp(x), and
-logp = x[target] - lse. `consistent_rows`: one program per row walks the vocabulary twice in
-BLOCK-element steps (the row max, then exp(x - max) into a [BLOCK] accumulator, lane i summing
-i, i + BLOCK, ... in order, reduced once by tl.sum); BLOCK and num_warps follow V alone, so a
-row's bits never follow the row count. The engine and the trainer (through an autograd Function,
-logprob/consistent.py) launch this one kernel on logits of one dtype: the same code, the same
-bits. `fast_rows`: as tuned engines fuse it, one online-softmax pass per CHUNK of a row, the
-chunks merged by log-sum-exp. Imports Triton: CUDA machines (or TRITON_INTERPRET=1 tests) only.
+logp = x[target] - lse. `consistent_rows`, in three launches whose order follows V alone: programs
+(row, CHUNK of the vocabulary) take their chunk's max; programs (row, chunk) again take the row's
+max (the maximum of the chunk maxima: a max does not round) and their chunk's sum of exp(x - max)
+(a [BLOCK] accumulator, lane i summing i, i + BLOCK, ... in order, reduced once by tl.sum); one
+program per row adds the chunk sums left to right and takes the log. CHUNK, BLOCK and num_warps
+follow V alone, so a row's bits never follow the row count, and a lone row still spreads over V /
+CHUNK programs. The engine and the trainer (through an autograd Function, logprob/consistent.py)
+launch these kernels on logits of one dtype: the same code, the same bits. `fast_rows`: as tuned
+engines fuse it, one online-softmax pass per chunk, the chunks merged by log-sum-exp. Imports
+Triton: CUDA machines (or TRITON_INTERPRET=1 tests) only.
 """
 import torch
 import triton
 import triton.language as tl
 
 FAST_CHUNK, FAST_BLOCK = 8192, 2048  # the fast pass: tokens per program, tokens per step
+CHUNK = 8192  # the consistent passes' tokens per program (rows shorter than it: one chunk)
 
 
 def consistent_launch(vocab: int) -> tuple:
-    """(BLOCK, num_warps) of a row of `vocab` tokens: a function of V alone. Wide steps keep
-    enough bytes in flight for one program per row to stream its row near the bandwidth."""
-    block = min(16384, triton.next_power_of_2(max(vocab, 16)))
-    return block, 16 if block >= 8192 else 4
+    """(BLOCK, num_warps) of the consistent passes' steps over a row of `vocab` tokens: a
+    function of V alone."""
+    block = min(2048, triton.next_power_of_2(max(vocab, 16)))
+    return block, 8 if block >= 2048 else 4
 
 
 @triton.jit
-def _scaled_block(x_ptr, t, idx, vocab, HAS_T: tl.constexpr):
-    x = tl.load(x_ptr + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
+def _scaled_block(x_ptr, t, idx, end, HAS_T: tl.constexpr):
+    x = tl.load(x_ptr + idx, mask=idx < end, other=float("-inf")).to(tl.float32)
     if HAS_T:
         x = tl.math.div_rn(x, t)
     return x
 
 
 @triton.jit
-def _consistent_kernel(x_ptr, t_ptr, target_ptr, lse_ptr, logp_ptr, vocab,
-                       BLOCK: tl.constexpr, HAS_T: tl.constexpr, HAS_TARGET: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)  # rows * vocab may pass 2**31
-    row_ptr = x_ptr + row * vocab
-    offs = tl.arange(0, BLOCK)
+def _chunk_max_kernel(x_ptr, t_ptr, max_ptr, vocab, num_chunks, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
+                      HAS_T: tl.constexpr):
+    row, chunk = tl.program_id(0).to(tl.int64), tl.program_id(1)  # rows * vocab may pass 2**31
+    row_ptr, offs = x_ptr + row * vocab, tl.arange(0, BLOCK)
     t = 1.0
     if HAS_T:
         t = tl.load(t_ptr + row)
+    end = tl.minimum((chunk + 1) * CHUNK, vocab)
     high = tl.full((BLOCK,), float("-inf"), dtype=tl.float32)
-    for start in range(0, vocab, BLOCK):
-        high = tl.maximum(high, _scaled_block(row_ptr, t, start + offs, vocab, HAS_T))
-    row_max = tl.max(high, axis=0)  # a max does not round: any order gives its bits
+    for start in range(chunk * CHUNK, end, BLOCK):
+        high = tl.maximum(high, _scaled_block(row_ptr, t, start + offs, end, HAS_T))
+    tl.store(max_ptr + row * num_chunks + chunk, tl.max(high, axis=0))
+
+
+@triton.jit
+def _chunk_sum_kernel(x_ptr, t_ptr, max_ptr, sum_ptr, vocab, num_chunks, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
+                      CHUNKS: tl.constexpr, HAS_T: tl.constexpr):
+    row, chunk = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    row_ptr, offs = x_ptr + row * vocab, tl.arange(0, BLOCK)
+    t = 1.0
+    if HAS_T:
+        t = tl.load(t_ptr + row)
+    maxima = tl.load(max_ptr + row * num_chunks + tl.arange(0, CHUNKS), mask=tl.arange(0, CHUNKS) < num_chunks,
+                     other=float("-inf"))
+    row_max = tl.max(maxima, axis=0)
+    end = tl.minimum((chunk + 1) * CHUNK, vocab)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for start in range(0, vocab, BLOCK):
+    for start in range(chunk * CHUNK, end, BLOCK):
         idx = start + offs
-        x = _scaled_block(row_ptr, t, idx, vocab, HAS_T)
-        acc += tl.where(idx < vocab, tl.exp(x - row_max), 0.0)
-    lse = row_max + tl.log(tl.sum(acc, axis=0))
+        acc += tl.where(idx < end, tl.exp(_scaled_block(row_ptr, t, idx, end, HAS_T) - row_max), 0.0)
+    tl.store(sum_ptr + row * num_chunks + chunk, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _row_lse_kernel(x_ptr, t_ptr, target_ptr, max_ptr, sum_ptr, lse_ptr, logp_ptr, vocab, num_chunks,
+                    CHUNKS: tl.constexpr, HAS_T: tl.constexpr, HAS_TARGET: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    maxima = tl.load(max_ptr + row * num_chunks + tl.arange(0, CHUNKS), mask=tl.arange(0, CHUNKS) < num_chunks,
+                     other=float("-inf"))
+    total = tl.load(sum_ptr + row * num_chunks)
+    for chunk in range(1, num_chunks):  # left to right: an order no layout chooses
+        total += tl.load(sum_ptr + row * num_chunks + chunk)
+    lse = tl.max(maxima, axis=0) + tl.log(total)
     tl.store(lse_ptr + row, lse)
     if HAS_TARGET:
-        x_target = tl.load(row_ptr + tl.load(target_ptr + row)).to(tl.float32)
+        x_target = tl.load(x_ptr + row * vocab + tl.load(target_ptr + row)).to(tl.float32)
         if HAS_T:
-            x_target = tl.math.div_rn(x_target, t)
+            x_target = tl.math.div_rn(x_target, tl.load(t_ptr + row))
         tl.store(logp_ptr + row, x_target - lse)
 
 
@@ -111,11 +140,19 @@ def consistent_rows(logits, targets=None, temperatures=None, launch=None):
     logp = torch.empty(rows, dtype=torch.float32, device=logits.device) if targets is not None else None
     if rows and vocab:
         block, num_warps = launch or consistent_launch(vocab)
+        num_chunks = triton.cdiv(vocab, CHUNK)
+        maxima = torch.empty((rows, num_chunks), dtype=torch.float32, device=logits.device)
+        sums = torch.empty_like(maxima)
         t = temperatures.to(logits.device, torch.float32).contiguous() if temperatures is not None else lse
-        _consistent_kernel[(rows,)](logits, t, targets if targets is not None else lse, lse,
-                                    logp if logp is not None else lse, vocab, BLOCK=block,
-                                    HAS_T=temperatures is not None, HAS_TARGET=targets is not None,
-                                    num_warps=num_warps)
+        flags = dict(HAS_T=temperatures is not None)
+        chunks = triton.next_power_of_2(num_chunks)
+        _chunk_max_kernel[(rows, num_chunks)](logits, t, maxima, vocab, num_chunks, CHUNK=CHUNK, BLOCK=block,
+                                              num_warps=num_warps, **flags)
+        _chunk_sum_kernel[(rows, num_chunks)](logits, t, maxima, sums, vocab, num_chunks, CHUNK=CHUNK, BLOCK=block,
+                                              CHUNKS=chunks, num_warps=num_warps, **flags)
+        _row_lse_kernel[(rows,)](logits, t, targets if targets is not None else lse, maxima, sums, lse,
+                                 logp if logp is not None else lse, vocab, num_chunks, CHUNKS=chunks,
+                                 HAS_TARGET=targets is not None, num_warps=1, **flags)
     return lse, logp
 
 

@@ -8,15 +8,13 @@ logic, not GPU bits: benchmarks/gpu_graph_head.py and the CUDA gates check those
 The checks (check_*) run in a child pytest with TRITON_INTERPRET=1 (tests/ops/triton/interpreter.py).
 Negative control: a BLOCK that follows the row count moves a row's bits, and the check sees it.
 """
-import math
-
 import pytest
 import torch
 
 from gates.compare import assert_bitwise_equal, first_bit_difference
 from tests.ops.triton.interpreter import DTYPES, import_kernel, run_checks
 
-VOCABS = (300, 5000, 20000)  # one step with a ragged tail; several 4096 steps; 16384 steps with a tail
+VOCABS = (300, 5000, 20000)  # one ragged step; one chunk of three 2048 steps; three 8192 chunks, the last ragged
 
 
 def test_logprob_row_kernels_under_the_triton_interpreter(fresh_seed):
@@ -29,16 +27,21 @@ def rows():
     return import_kernel("logprob.rows_triton")
 
 
-def _inputs(seed, count, vocab, dtype=torch.float32, spread=4.0):
-    """spread 4: peaked rows; a small spread: flat rows shifted by -log V at temperature 1, so
-    lse is near 0 and its last bits show the summation order (a sum's rounding is lse's
-    absolute error)."""
+def _inputs(seed, count, vocab, dtype=torch.float32):
     gen = torch.Generator().manual_seed(seed)
-    shift = math.log(vocab) if spread < 1 else 0.0
-    logits = (spread * torch.randn(count, vocab, generator=gen) - shift).to(dtype)
+    logits = (4 * torch.randn(count, vocab, generator=gen)).to(dtype)
     targets = torch.randint(0, vocab, (count,), generator=gen)
-    temperatures = 0.5 + torch.rand(count, generator=gen) if spread >= 1 else torch.ones(count)
+    temperatures = 0.5 + torch.rand(count, generator=gen)
     return logits, targets, temperatures
+
+
+def _order_revealing(seed, count, vocab):
+    """Rows whose lse shows any reordering of the sum: one logit at 0, the rest near -12, so S
+    is about 1 + 7e-6 V and its last bit, which carries many terms, is a visible part of lse."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = 0.5 * torch.randn(count, vocab, generator=gen) - 12
+    logits[torch.arange(count), torch.randint(0, vocab, (count,), generator=gen)] = 0.0
+    return logits
 
 
 def _float64_logprob(logits, targets, temperatures):
@@ -50,9 +53,9 @@ def _float64_logprob(logits, targets, temperatures):
 @pytest.mark.parametrize("vocab", VOCABS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def check_consistent_rows_match_float64_and_ignore_the_batch(rows, vocab, dtype, fresh_seed):
-    """Peaked rows and flat ones (whose lse near 0 shows the summation order in its last bits)."""
+    """Peaked rows and rows that reveal the summation order (at temperature 1)."""
     logits, targets, temperatures = _inputs(fresh_seed, 6, vocab, dtype)
-    logits[3:], _, temperatures[3:] = _inputs(fresh_seed + 1, 3, vocab, dtype, spread=0.05)
+    logits[3:], temperatures[3:] = _order_revealing(fresh_seed + 1, 3, vocab).to(dtype), 1.0
     lse, logp = rows.consistent_rows(logits, targets, temperatures)
     want_lse, want_logp = _float64_logprob(logits, targets, temperatures)
     error = max(float((lse.double() - want_lse).abs().max()), float((logp.double() - want_logp).abs().max()))
@@ -124,10 +127,8 @@ def check_the_draw_scales_raw_logits_as_the_scaled_copy(fresh_seed):
 
 def check_consistent_rows_negative_control(rows, fresh_seed):
     """A BLOCK chosen by the number of rows (one row: a small BLOCK) moves a row's bits, and
-    the comparison above sees it (flat rows: lse near 0; log(S)'s own rounding hides most
-    reorderings, so 64 rows)."""
-    logits, _, temperatures = _inputs(fresh_seed, 64, 20000, spread=0.05)  # a row moves ~1 time in 4
-    batch, _ = rows.consistent_rows(logits, None, temperatures)
-    alone = torch.cat([rows.consistent_rows(logits[i:i + 1], None, temperatures[i:i + 1], launch=(256, 1))[0]
-                       for i in range(64)])
+    the comparison above sees it (11-16 of 16 order-revealing rows move)."""
+    logits = _order_revealing(fresh_seed, 16, 20000)
+    batch, _ = rows.consistent_rows(logits)
+    alone = torch.cat([rows.consistent_rows(logits[i:i + 1], launch=(256, 1))[0] for i in range(16)])
     assert first_bit_difference(batch, alone) is not None, f"control did not differ, seed={fresh_seed}"
