@@ -23,7 +23,8 @@ def _rope(dispatch, case, index, x, positions, config, theta, inverse=False):
 def _close_windows(dispatch, segment, index, store, state, which, kv, gate, module, *, config, rate, overlap):
     """A segment's new rows into its sequence's windows (`which`: the compressor's or the indexer's
     state); the blocks they close, normed and rotated at their first positions, kept in the state
-    (the compressor's as the store keeps KV, the indexer's as they are)."""
+    as the store keeps KV (with an FP8 cache: E4M3 codes in the engine, their round trip in the
+    trainer), the indexer's keys too, as vLLM caches them."""
     window = getattr(state, which)
     blocks, after = dispatch("window_compress", segment.case, index, kv, gate, module.position_bias, window,
                              rate=rate, overlap=overlap)
@@ -35,10 +36,7 @@ def _close_windows(dispatch, segment, index, store, state, which, kv, gate, modu
         blocks = dispatch("compress_rope", segment.case, index, blocks[:, None], starts,
                           theta=config.compress_rope_theta, max_position=config.max_position,
                           rope_dim=config.rope_head_dim)[:, 0]
-    if which == "compressor":
-        state.blocks.append(store.kept(segment, blocks))
-    else:
-        state.index_keys.append(blocks)
+    (state.blocks if which == "compressor" else state.index_keys).append(store.kept(segment, blocks))
 
 
 class _CudaGather(torch.autograd.Function):
@@ -145,8 +143,8 @@ def _attend(dispatch, segment, index, layer, store, state, c, kind, rate, q, pos
     keys = store.read(state.keys, q.dtype)
     blocks = store.read(state.blocks, q.dtype) if state.blocks else keys.new_zeros(0, c.head_dim)
     if kind == "csa":
-        scores = dispatch("block_score", case, index, extra["iq"], torch.cat(state.index_keys), extra["iw"],
-                          scale=c.index_head_dim ** -0.5)
+        scores = dispatch("block_score", case, index, extra["iq"], store.read(state.index_keys, extra["iq"].dtype),
+                          extra["iw"], scale=c.index_head_dim ** -0.5)
         chosen = dispatch("block_topk", case, index, scores, positions, top_k=c.index_topk, compress_rate=rate)
     entries, valid = _entries(keys, blocks, positions, chosen, c, kind, rate)
     return dispatch("sink_attention", case, index, q, entries, valid, layer.sinks, scale=c.head_dim ** -0.5)

@@ -2,8 +2,8 @@
 its sliding window of them), and for a compressed layer the compressor's WindowState with the blocks
 it has closed (normed and rotated), and for CSA the indexer's. The trainer's store lives for one
 forward; every phase reaches the same state by the same windows (kernels/ops/window_compress/).
-With an FP8 KV cache the keys and blocks are kept as E4M3 codes in the engine and read by
-dequantizing them into a workspace for the one attention kernel of every phase; the trainer keeps
+With an FP8 KV cache the keys, blocks and indexer keys are kept as E4M3 codes in the engine and
+read by dequantizing them into a workspace for the one kernel of every phase; the trainer keeps
 decode(encode(x)), the same bits, with the gradient straight through (kernels/ops/quant.py).
 """
 from dataclasses import dataclass, field
@@ -23,7 +23,7 @@ class SequenceState:
     """[n, D] closed blocks in window order, as the store keeps them."""
     indexer: WindowState = field(default_factory=WindowState)
     index_keys: list = field(default_factory=list)
-    """[n, index_head_dim] the indexer's closed blocks."""
+    """[n, index_head_dim] the indexer's closed blocks, as the store keeps them."""
 
     @property
     def length(self) -> int:

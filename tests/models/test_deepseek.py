@@ -93,9 +93,10 @@ def test_fast_phases_differ():
 
 
 def test_fp8_kv_phases_agree_the_engine_keeping_e4m3_codes():
-    """The quantized cut (FP8 experts, W8A8 dense projections, FP8 KV): decode and chunked prefill
-    keep E4M3 codes and read them back into one workspace; the trainer keeps their round trip: the
-    same logits bits. The KV round trip is real: without it the same weights give other logits."""
+    """The quantized cut (FP8 experts, W8A8 dense projections, FP8 KV and indexer keys): decode
+    and chunked prefill keep E4M3 codes and read them back into one workspace; the trainer keeps
+    their round trip: the same logits bits. The KV round trip is real: without it the same
+    weights give other logits."""
     seed, quantized = fresh_seed(), load_model_config("deepseek-cut-quant")
     model, sequences = _setup(seed, quantized)
     reference = _phases(model, "consistent", sequences, [(10 ** 6, "trainer_fwd")])
@@ -105,7 +106,8 @@ def test_fp8_kv_phases_agree_the_engine_keeping_e4m3_codes():
         for s in reference:
             assert first_bit_difference(got[s], reference[s]) is None, (seed, name, s)
         kept = cache.compressed(1)._states[0]
-        assert {t.dtype for t in (*kept.keys, *kept.blocks)} == {torch.float8_e4m3fn}, (seed, name)
+        assert {t.dtype for t in (*kept.keys, *kept.blocks, *kept.index_keys)} == {torch.float8_e4m3fn}, (seed, name)
+        assert kept.index_keys, (seed, name)  # layer 1 is a CSA layer: its indexer closed blocks
     model.config = dataclasses.replace(quantized, kv_cache_dtype="auto")
     unquantized = _phases(model, "consistent", sequences, [(10 ** 6, "trainer_fwd")])
     differing = sum(int((unquantized[s] != reference[s]).any(-1).sum()) for s in reference)
