@@ -16,7 +16,7 @@ class _CudaLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, temperatures):
-        from kernels.ops.logprob import rows_triton  # imports Triton: CUDA machines only
+        import kernels.ops.logprob.rows_triton as rows_triton  # imports Triton: CUDA machines only
         lse, _ = rows_triton.consistent_rows(logits.detach(), None, temperatures)
         ctx.save_for_backward(logits, temperatures, lse)
         return lse
@@ -34,7 +34,7 @@ def _on_cuda(logits, targets, temperatures, full):
     if records_graph(logits):
         lse = _CudaLogSumExp.apply(logits, temperatures)
     else:
-        from kernels.ops.logprob import rows_triton  # imports Triton: CUDA machines only
+        import kernels.ops.logprob.rows_triton as rows_triton  # imports Triton: CUDA machines only
         lse, logp = rows_triton.consistent_rows(logits, None if full else targets, temperatures)
         if not full:
             return logp

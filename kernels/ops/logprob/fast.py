@@ -13,7 +13,7 @@ def fast_log_softmax(logits, targets, temperatures, *, full=False):
     chosen token's log-prob alone, in one fused pass (rows_triton.fast_rows)."""
     if (not full and temperatures is not None and logits.device.type == "cuda" and logits.dim() == 2
             and not records_graph(logits)):
-        from kernels.ops.logprob import rows_triton  # imports Triton: CUDA machines only
+        import kernels.ops.logprob.rows_triton as rows_triton  # imports Triton: CUDA machines only
         return rows_triton.fast_rows(logits, targets, temperatures)
     logp = torch.log_softmax(scaled(logits, temperatures), dim=-1)
     return logp if full else logp.gather(-1, targets[:, None])[:, 0]
