@@ -69,17 +69,18 @@ def cell_line(model_name, cell, times_trainer) -> str:
 
 
 def print_kernels(record) -> None:
-    """Each profiled (model, contract): the decode step's top kernels, the profiled decode
-    steps' host ops, and the prefill step's kernels and host ops."""
+    """Each profiled (model, contract): an eager decode step's top kernels, the profiled decode
+    steps' (graphed where the model allows) kernels and host ops, and the prefill step's."""
     for entry in record["kernels"]:
-        print(f"\n{entry['model']} {entry['contract']} decode step, batch {entry['batch']}: top kernels (us, calls)")
+        print(f"\n{entry['model']} {entry['contract']} eager decode step, batch {entry['batch']}: top kernels "
+              f"(us, calls)")
         for row in entry["top"]:
             print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row['kernel']}")
         step = entry["step"]
         print(f"  profiled step ({'graphs' if step['graphs'] else 'eager'}): wall {step['wall_ms']:.2f} ms, "
-              f"GPU kernels {step['gpu_kernel_ms']:.2f} ms; host ops by self time (us, calls):")
-        for row in step["host_self_us"]:
-            print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row['op']}")
+              f"GPU kernels {step['gpu_kernel_ms']:.2f} ms; kernels, then host ops, by self time (us, calls):")
+        for row in step["kernels_us"] + step["host_self_us"]:
+            print(f"  {row['us']:>10.1f} {row['calls']:>6}  {row.get('kernel', row.get('op'))}")
         prefill = step["prefill"]
         print(f"  profiled prefill step: wall {prefill['wall_ms']:.2f} ms, GPU kernels "
               f"{prefill['gpu_kernel_ms']:.2f} ms; kernels, then host ops, by self time (us, calls):")
