@@ -36,13 +36,25 @@ def _scaled_block(x_ptr, t, idx, end, HAS_T: tl.constexpr):
 
 
 @triton.jit
-def _chunk_max_kernel(x_ptr, t_ptr, max_ptr, vocab, num_chunks, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
-                      HAS_T: tl.constexpr):
-    row, chunk = tl.program_id(0).to(tl.int64), tl.program_id(1)  # rows * vocab may pass 2**31
-    row_ptr, offs = x_ptr + row * vocab, tl.arange(0, BLOCK)
+def _temperature(t_ptr, row, HAS_T: tl.constexpr):
     t = 1.0
     if HAS_T:
         t = tl.load(t_ptr + row)
+    return t
+
+
+@triton.jit
+def _row_max(max_ptr, row, num_chunks, CHUNKS: tl.constexpr):
+    """The row's max: the maximum of its chunk maxima (a max does not round)."""
+    chunk = tl.arange(0, CHUNKS)
+    return tl.max(tl.load(max_ptr + row * num_chunks + chunk, mask=chunk < num_chunks, other=float("-inf")), axis=0)
+
+
+@triton.jit
+def _chunk_max_kernel(x_ptr, t_ptr, max_ptr, vocab, num_chunks, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
+                      HAS_T: tl.constexpr):
+    row, chunk = tl.program_id(0).to(tl.int64), tl.program_id(1)  # rows * vocab may pass 2**31
+    row_ptr, offs, t = x_ptr + row * vocab, tl.arange(0, BLOCK), _temperature(t_ptr, row, HAS_T)
     end = tl.minimum((chunk + 1) * CHUNK, vocab)
     high = tl.full((BLOCK,), float("-inf"), dtype=tl.float32)
     for start in range(chunk * CHUNK, end, BLOCK):
@@ -54,13 +66,8 @@ def _chunk_max_kernel(x_ptr, t_ptr, max_ptr, vocab, num_chunks, CHUNK: tl.conste
 def _chunk_sum_kernel(x_ptr, t_ptr, max_ptr, sum_ptr, vocab, num_chunks, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
                       CHUNKS: tl.constexpr, HAS_T: tl.constexpr):
     row, chunk = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    row_ptr, offs = x_ptr + row * vocab, tl.arange(0, BLOCK)
-    t = 1.0
-    if HAS_T:
-        t = tl.load(t_ptr + row)
-    maxima = tl.load(max_ptr + row * num_chunks + tl.arange(0, CHUNKS), mask=tl.arange(0, CHUNKS) < num_chunks,
-                     other=float("-inf"))
-    row_max = tl.max(maxima, axis=0)
+    row_ptr, offs, t = x_ptr + row * vocab, tl.arange(0, BLOCK), _temperature(t_ptr, row, HAS_T)
+    row_max = _row_max(max_ptr, row, num_chunks, CHUNKS)
     end = tl.minimum((chunk + 1) * CHUNK, vocab)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for start in range(chunk * CHUNK, end, BLOCK):
@@ -73,17 +80,14 @@ def _chunk_sum_kernel(x_ptr, t_ptr, max_ptr, sum_ptr, vocab, num_chunks, CHUNK: 
 def _row_lse_kernel(x_ptr, t_ptr, target_ptr, max_ptr, sum_ptr, lse_ptr, logp_ptr, vocab, num_chunks,
                     CHUNKS: tl.constexpr, HAS_T: tl.constexpr, HAS_TARGET: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    maxima = tl.load(max_ptr + row * num_chunks + tl.arange(0, CHUNKS), mask=tl.arange(0, CHUNKS) < num_chunks,
-                     other=float("-inf"))
     total = tl.load(sum_ptr + row * num_chunks)
     for chunk in range(1, num_chunks):  # left to right: an order no layout chooses
         total += tl.load(sum_ptr + row * num_chunks + chunk)
-    lse = tl.max(maxima, axis=0) + tl.log(total)
+    lse = _row_max(max_ptr, row, num_chunks, CHUNKS) + tl.log(total)
     tl.store(lse_ptr + row, lse)
     if HAS_TARGET:
-        x_target = tl.load(x_ptr + row * vocab + tl.load(target_ptr + row)).to(tl.float32)
-        if HAS_T:
-            x_target = tl.math.div_rn(x_target, tl.load(t_ptr + row))
+        target = tl.load(target_ptr + row)
+        x_target = _scaled_block(x_ptr + row * vocab, _temperature(t_ptr, row, HAS_T), target, target + 1, HAS_T)
         tl.store(logp_ptr + row, x_target - lse)
 
 
