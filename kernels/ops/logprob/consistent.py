@@ -1,9 +1,9 @@
 """logprob.consistent: one formula for both sides, x[t] - (max + log(sum exp(x - max))), the row
 sum in a batch-independent order. On CPU the torch form (kernels/ops/reduction.py's row_sum); on
-CUDA the log-sum-exp is one Triton program per row reading the logits as they come
-(rows_triton.py), called by the engine directly and by the trainer through _CudaLogSumExp, whose
-backward is the exact derivative exp(x - lse) / t in torch (gradients are held to a float64
-reference, not to the engine's bits)."""
+CUDA the log-sum-exp is Triton kernels over vocabulary chunks fixed by V, reading the logits as
+they come (rows_triton.py), called by the engine directly and by the trainer through
+_CudaLogSumExp, whose backward is the exact derivative exp(x - lse) / t in torch (gradients are
+held to a float64 reference, not to the engine's bits)."""
 import torch
 
 from kernels.ops.autograd_use import records_graph
