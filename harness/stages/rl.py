@@ -3,7 +3,9 @@ can watch. One update per step on a learnable, exactly scored task (the share of
 in a completion: kernels/trainer/rl_loop.py), per contract: the reward, the engine-vs-trainer
 mismatch (max / mean / std |dp|, k3 KL), the spread of the update's importance ratios and its
 clipped fraction, each phase's time. Each step's record is appended to OUT/<contract>/steps.jsonl
-before the checkpoint is saved, so `--out` resumes where it stopped and replays the same steps.
+before the checkpoint is saved (every `--checkpoint-every` steps and at the last: a full-width
+model's weights, master copy and AdamW moments are ~24 GB), so `--out` resumes at the last
+checkpoint and replays the steps after it, which give the same records (a seeded run).
 `--reuse-rollout-logprobs`: pi_old is the engine's log-probs and the trainer's forward runs only
 on step 0 and a seeded fraction of steps, where the bits must equal the engine's (else the run
 stops with an error): the forward that bitwise consistency makes unnecessary.
@@ -86,7 +88,8 @@ def run_contract(folder: Path, config, contract, settings, args) -> list:
         row = step_record(record, verify if reuse else None)
         with (folder / "steps.jsonl").open("a") as out:  # raw first, then the resume point
             out.write(json.dumps(row, sort_keys=True) + "\n")
-        run.save(folder / "checkpoint")
+        if run.step_index % args.checkpoint_every == 0 or run.step_index == args.steps:
+            run.save(folder / "checkpoint")
         records.append(row)
         mismatch = row["mismatch"]
         print(f"[{contract.name}] step {row['step'] + 1}/{args.steps} reward {row['reward']:.3f} "
@@ -111,13 +114,15 @@ def add_arguments(parser) -> None:
                         help="pi_old = the engine's log-probs; the trainer's forward only on verified steps")
     parser.add_argument("--verify-fraction", type=float, default=0.25,
                         help="with --reuse-rollout-logprobs: the share of steps whose bits are checked (step 0 always)")
+    parser.add_argument("--checkpoint-every", type=int, default=1,
+                        help="save the resume point every N steps (and after the last); a resume replays the rest")
     parser.add_argument("--out", default="runs/rl", help="run directory; an existing one is resumed")
 
 
 def run(args) -> int:
     contracts = {"both": ["consistent", "fast"]}.get(args.contract, [args.contract])
-    if args.steps < 1 or not 0 <= args.verify_fraction <= 1:
-        raise ValueError("--steps must be >= 1 and --verify-fraction within [0, 1]")
+    if args.steps < 1 or args.checkpoint_every < 1 or not 0 <= args.verify_fraction <= 1:
+        raise ValueError("--steps and --checkpoint-every must be >= 1 and --verify-fraction within [0, 1]")
     config = load_model_config(config_name(args.model, args.size))
     settings, out = settings_of(args), Path(args.out)
     asked = {"model": args.model, "size": args.size, "contracts": contracts, "device": args.device,

@@ -1,14 +1,16 @@
 """`harness rl` (harness/stages/rl.py): per-step records for both contracts, the consistent one's
 mismatch exactly 0 at every step and the fast one's not; the reward of the task rises on a
-fixed seed; a resumed run (a step cut off included) gives the uninterrupted run's records; the
-reused rollout log-probs give the recomputing mode's updates bit for bit and are refused under
-the fast contract; the plots are in a report that renders in headless Chromium."""
+fixed seed; a resumed run (a step cut off included, resume points every N steps) gives the
+uninterrupted run's records; the reused rollout log-probs give the recomputing mode's updates bit
+for bit and are refused under the fast contract; the plots are in a report that renders in
+headless Chromium."""
 import json
 import subprocess
 
 import pytest
 
-from harness.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from harness.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, main
+from kernels.trainer.rl_loop import GRPORun
 from tests.harness.test_report import CHROMIUM, CHROMIUM_FLAGS
 
 SHORT = ["--steps", "4", "--prompts", "2", "--group-size", "4", "--new-tokens", "8"]
@@ -63,8 +65,8 @@ def test_the_task_is_learned_on_a_fixed_seed(tmp_path):
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.1
 
 
-def test_a_resumed_run_gives_the_uninterrupted_run_s_records(tmp_path):
-    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+def test_a_resumed_run_gives_the_uninterrupted_run_s_records(tmp_path, monkeypatch):
+    whole, resumed, sparse = tmp_path / "whole", tmp_path / "resumed", tmp_path / "sparse"
     common = ["--contract", "consistent", "--prompts", "2", "--group-size", "2", "--new-tokens", "6"]
     assert main(["rl", *common, "--steps", "5", "--out", str(whole)]) == EXIT_OK
     assert main(["rl", *common, "--steps", "2", "--out", str(resumed)]) == EXIT_OK
@@ -73,6 +75,18 @@ def test_a_resumed_run_gives_the_uninterrupted_run_s_records(tmp_path):
     assert main(["rl", *common, "--steps", "5", "--out", str(resumed)]) == EXIT_OK
     assert _timeless(_records(resumed, "consistent")) == _timeless(_records(whole, "consistent"))
     assert main(["rl", *common, "--lr", "1e-2", "--steps", "5", "--out", str(resumed)]) == EXIT_BAD_INPUT
+
+    # resume points every 2 steps, Ctrl-C in the fourth: three records, the resume point after two
+    step, every_2 = GRPORun.step, ["--steps", "5", "--checkpoint-every", "2", "--out", str(sparse)]
+    with monkeypatch.context() as patched:
+        patched.setattr(GRPORun, "step", lambda run, **kw: (_ for _ in ()).throw(KeyboardInterrupt)
+                        if run.step_index == 3 else step(run, **kw))
+        assert main(["rl", *common, *every_2]) == EXIT_INTERRUPTED
+    state = json.loads((sparse / "consistent" / "checkpoint" / "run_state.json").read_text())
+    assert len(_records(sparse, "consistent")) == 3 and state["step"] == 2
+    assert main(["rl", *common, *every_2]) == EXIT_OK
+    assert _timeless(_records(sparse, "consistent")) == _timeless(_records(whole, "consistent"))
+    assert main(["rl", *common, "--steps", "5", "--checkpoint-every", "0", "--out", str(sparse)]) == EXIT_BAD_INPUT
 
 
 def test_reused_rollout_log_probs_give_the_same_updates_and_are_refused_under_fast(tmp_path, capsys):
