@@ -23,6 +23,7 @@ from gates.mismatch import mismatch_stats
 from harness.exit_codes import EXIT_OK
 from harness.stages import rl_report
 from kernels.contract import load_contract
+from kernels.engine.graphs import graphs_unsupported
 from kernels.models.config import load_model_config
 from kernels.models.registry import config_name
 from kernels.ops.sampler.forms import mix_seed
@@ -31,9 +32,19 @@ from kernels.trainer.rl_loop import GRPORun, GRPOSettings
 CLIP_EPS = 0.2  # kernels/trainer/grpo.py's policy_loss default
 
 
-def settings_of(args) -> GRPOSettings:
-    return GRPOSettings(prompts_per_step=args.prompts, group_size=args.group_size, max_new_tokens=args.new_tokens,
-                        lr=args.lr, seed=args.seed)
+def settings_of(args, config) -> GRPOSettings:
+    """The CPU's shape: few rows a step, so prefill is chunked and steps mix. On CUDA, the shape
+    of a rollout at scale: every sequence of a step running at once with its KV reserved, decode
+    from CUDA graphs, the trainer's memory bounded by the micro-batch (head chunks, recompute)."""
+    settings = GRPOSettings(prompts_per_step=args.prompts, group_size=args.group_size, max_new_tokens=args.new_tokens,
+                            lr=args.lr, seed=args.seed)
+    if args.device != "cuda":
+        return settings
+    rows = args.prompts * args.group_size
+    blocks = rows * -(-(settings.max_prompt_len + args.new_tokens) // 16)
+    return dataclasses.replace(settings, engine_tokens_per_step=max(2048, rows), engine_max_running=rows,
+                               engine_kv_blocks=blocks, cuda_graphs=graphs_unsupported(config, None) is None,
+                               head_chunk_rows=1024, recompute_layers=True)
 
 
 def _spread(values: torch.Tensor) -> dict:
@@ -124,7 +135,7 @@ def run(args) -> int:
     if args.steps < 1 or args.checkpoint_every < 1 or not 0 <= args.verify_fraction <= 1:
         raise ValueError("--steps and --checkpoint-every must be >= 1 and --verify-fraction within [0, 1]")
     config = load_model_config(config_name(args.model, args.size))
-    settings, out = settings_of(args), Path(args.out)
+    settings, out = settings_of(args, config), Path(args.out)
     asked = {"model": args.model, "size": args.size, "contracts": contracts, "device": args.device,
              "reuse_rollout_logprobs": args.reuse_rollout_logprobs, "verify_fraction": args.verify_fraction,
              "settings": dataclasses.asdict(settings)}

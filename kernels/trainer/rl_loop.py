@@ -45,6 +45,18 @@ class GRPOSettings:
     """Requests arrive at random engine steps in [0, this)."""
     engine_tokens_per_step: int = 48
     """Engine token budget per step (forces chunked prefill and mixed steps)."""
+    engine_max_running: int = 16
+    """Sequences the engine runs at once."""
+    engine_kv_blocks: int = 256
+    """KV cache blocks of 16 tokens."""
+    cuda_graphs: bool = False
+    """Decode steps replayed from CUDA graphs (CUDA only)."""
+    micro_batch_size: int = 8
+    """Trainer sequences per forward and backward."""
+    head_chunk_rows: int | None = None
+    """Trainer log-prob rows per vocabulary-head chunk (None: one chunk per micro-batch)."""
+    recompute_layers: bool = False
+    """Trainer per-layer activation recompute (the same bits)."""
 
 
 @dataclass
@@ -85,14 +97,18 @@ class GRPORun:
         """Weights seeded by model_seed, or a copy of `weights` (a state dict) when given."""
         self.config, self.contract, self.settings = config, contract, settings
         self.device = device
-        self.trainer = Trainer(config, contract, seed=model_seed, weights=weights, lr=settings.lr, device=device)
+        self.trainer = Trainer(config, contract, seed=model_seed, weights=weights, lr=settings.lr, device=device,
+                               micro_batch_size=settings.micro_batch_size, head_chunk_rows=settings.head_chunk_rows,
+                               recompute_layers=settings.recompute_layers)
         self.engine = self._new_engine()
         self.step_index = 0
         self.data_position = 0
 
     def _new_engine(self):
-        return Engine(self.config, self.contract, self.trainer.weights(),
-                      max_tokens_per_step=self.settings.engine_tokens_per_step, device=self.device)
+        s = self.settings
+        return Engine(self.config, self.contract, self.trainer.weights(), max_tokens_per_step=s.engine_tokens_per_step,
+                      max_running=s.engine_max_running, num_blocks=s.engine_kv_blocks, cuda_graphs=s.cuda_graphs,
+                      device=self.device)
 
     def _requests(self) -> list:
         s = self.settings
