@@ -33,18 +33,21 @@ CLIP_EPS = 0.2  # kernels/trainer/grpo.py's policy_loss default
 
 
 def settings_of(args, config) -> GRPOSettings:
-    """The CPU's shape: few rows a step, so prefill is chunked and steps mix. On CUDA, the shape
-    of a rollout at scale: every sequence of a step running at once with its KV reserved, decode
-    from CUDA graphs, the trainer's memory bounded by the micro-batch (head chunks, recompute)."""
+    """The CPU's shape: few rows a step, so prefill is chunked and steps mix; on CUDA, at_scale."""
     settings = GRPOSettings(prompts_per_step=args.prompts, group_size=args.group_size, max_new_tokens=args.new_tokens,
                             lr=args.lr, seed=args.seed)
-    if args.device != "cuda":
-        return settings
-    rows = args.prompts * args.group_size
-    blocks = rows * -(-(settings.max_prompt_len + args.new_tokens) // 16)
+    return at_scale(settings, graphs_unsupported(config, None) is None) if args.device == "cuda" else settings
+
+
+def at_scale(settings: GRPOSettings, graphs: bool) -> GRPOSettings:
+    """The shape of a rollout at scale: every sequence of a step running at once with its KV
+    reserved, decode from CUDA graphs (`graphs`), the trainer's memory bounded by the
+    micro-batch (head chunks, per-layer recompute). Under the consistent contract no bit moves."""
+    rows = settings.prompts_per_step * settings.group_size
+    blocks = rows * -(-(settings.max_prompt_len + settings.max_new_tokens) // 16)
     return dataclasses.replace(settings, engine_tokens_per_step=max(2048, rows), engine_max_running=rows,
-                               engine_kv_blocks=blocks, cuda_graphs=graphs_unsupported(config, None) is None,
-                               head_chunk_rows=1024, recompute_layers=True)
+                               engine_kv_blocks=blocks, cuda_graphs=graphs, head_chunk_rows=1024,
+                               recompute_layers=True)
 
 
 def _spread(values: torch.Tensor) -> dict:

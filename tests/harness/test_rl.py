@@ -4,13 +4,20 @@ fixed seed; a resumed run (a step cut off included, resume points every N steps)
 uninterrupted run's records; the reused rollout log-probs give the recomputing mode's updates bit
 for bit and are refused under the fast contract; the plots are in a report that renders in
 headless Chromium."""
+import dataclasses
 import json
 import subprocess
 
 import pytest
 
+from gates.compare import assert_bitwise_equal, int32_bits
 from harness.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, main
-from kernels.trainer.rl_loop import GRPORun
+from harness.stages.rl import at_scale
+from kernels.contract import load_contract
+from kernels.models.config import load_model_config
+from kernels.models.registry import config_name
+from kernels.trainer.chunked_head import FOLD_ROWS
+from kernels.trainer.rl_loop import GRPORun, GRPOSettings
 from tests.harness.test_report import CHROMIUM, CHROMIUM_FLAGS
 
 SHORT = ["--steps", "4", "--prompts", "2", "--group-size", "4", "--new-tokens", "8"]
@@ -109,3 +116,23 @@ def test_reused_rollout_log_probs_give_the_same_updates_and_are_refused_under_fa
 def test_bad_options_are_clear_errors(tmp_path, capsys):
     assert main(["rl", "--steps", "0", "--out", str(tmp_path)]) == EXIT_BAD_INPUT
     assert "--steps" in capsys.readouterr().err
+
+
+def test_the_consistent_run_gives_the_same_steps_at_the_shape_of_a_gpu_run(fresh_seed):
+    """at_scale (what --device cuda runs, graphs aside) moves no bit under the consistent
+    contract: every sequence at once and its KV reserved, head chunks, per-layer recompute."""
+    config, contract = load_model_config(config_name("qwen3", "cut")), load_contract("consistent")
+    cpu = GRPOSettings(prompts_per_step=2, group_size=4, max_new_tokens=20, lr=3e-3, seed=fresh_seed)
+    scale = dataclasses.replace(at_scale(cpu, graphs=False), head_chunk_rows=FOLD_ROWS)  # 160 rows: 3 chunks
+    assert scale.engine_tokens_per_step > 8 * 24 > cpu.engine_tokens_per_step and scale.recompute_layers
+    runs = [GRPORun(config, contract, settings) for settings in (cpu, scale)]
+    for _ in range(2):
+        steps = [run.step(old="trainer") for run in runs]
+        assert sum(len(t) for t in steps[0].update_logprobs) == 8 * 20 > 2 * FOLD_ROWS
+        for field in ("engine_logprobs", "trainer_logprobs", "update_logprobs"):
+            cpu_bits, scale_bits = ([int32_bits(t) for t in getattr(step, field)] for step in steps)
+            assert cpu_bits == scale_bits, field
+        assert steps[0].loss == steps[1].loss
+    weights = [run.trainer.weights() for run in runs]
+    for name, tensor in weights[0].items():
+        assert_bitwise_equal(tensor, weights[1][name], name)
