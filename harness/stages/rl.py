@@ -39,14 +39,21 @@ def settings_of(args, config) -> GRPOSettings:
     return at_scale(settings, graphs_unsupported(config, None) is None) if args.device == "cuda" else settings
 
 
+MICRO_BATCH_TOKENS = 16384  # at most a trainer micro-batch's tokens at scale
+
+
 def at_scale(settings: GRPOSettings, graphs: bool) -> GRPOSettings:
     """The shape of a rollout at scale: every sequence of a step running at once with its KV
     reserved, decode from CUDA graphs (`graphs`), the trainer's memory bounded by the
-    micro-batch (head chunks, per-layer recompute). Under the consistent contract no bit moves."""
-    rows = settings.prompts_per_step * settings.group_size
-    blocks = rows * -(-(settings.max_prompt_len + settings.max_new_tokens) // 16)
+    micro-batch (head chunks, per-layer recompute), which is as large as MICRO_BATCH_TOKENS
+    allows: each costs a Python launch of every kernel of a forward, a recompute and a backward,
+    which dominates short sequences. Under the consistent contract the engine's shape, the head
+    chunks and recompute move no bit; the micro-batch is the gradient's fold unit (a numerics
+    choice of the run, kept in its settings as the rest)."""
+    rows, longest = settings.prompts_per_step * settings.group_size, settings.max_prompt_len + settings.max_new_tokens
     return dataclasses.replace(settings, engine_tokens_per_step=max(2048, rows), engine_max_running=rows,
-                               engine_kv_blocks=blocks, cuda_graphs=graphs, head_chunk_rows=1024,
+                               engine_kv_blocks=rows * -(-longest // 16), cuda_graphs=graphs,
+                               micro_batch_size=max(1, MICRO_BATCH_TOKENS // longest), head_chunk_rows=1024,
                                recompute_layers=True)
 
 

@@ -119,16 +119,20 @@ def test_bad_options_are_clear_errors(tmp_path, capsys):
 
 
 def test_the_consistent_run_gives_the_same_steps_at_the_shape_of_a_gpu_run(fresh_seed):
-    """at_scale (what --device cuda runs, graphs aside) moves no bit under the consistent
-    contract: every sequence at once and its KV reserved, head chunks, per-layer recompute."""
+    """at_scale's engine and trainer memory shape (what --device cuda runs, graphs aside) moves
+    no bit under the consistent contract: every sequence at once with its KV reserved, head
+    chunks, per-layer recompute. The micro-batch is the gradient's fold unit (kernels/trainer/
+    trainer.py), a numerics choice of the run: held equal here."""
     config, contract = load_model_config(config_name("qwen3", "cut")), load_contract("consistent")
-    cpu = GRPOSettings(prompts_per_step=2, group_size=4, max_new_tokens=20, lr=3e-3, seed=fresh_seed)
-    scale = dataclasses.replace(at_scale(cpu, graphs=False), head_chunk_rows=FOLD_ROWS)  # 160 rows: 3 chunks
-    assert scale.engine_tokens_per_step > 8 * 24 > cpu.engine_tokens_per_step and scale.recompute_layers
+    cpu = GRPOSettings(prompts_per_step=2, group_size=4, max_new_tokens=20, lr=3e-3, seed=fresh_seed,
+                       micro_batch_size=4)  # two micro-batches of 80 rows
+    scaled = at_scale(cpu, graphs=False)
+    assert scaled.engine_tokens_per_step > 8 * 24 > cpu.engine_tokens_per_step and scaled.recompute_layers
+    scale = dataclasses.replace(scaled, head_chunk_rows=FOLD_ROWS, micro_batch_size=4)  # 2 head chunks each
     runs = [GRPORun(config, contract, settings) for settings in (cpu, scale)]
     for _ in range(2):
         steps = [run.step(old="trainer") for run in runs]
-        assert sum(len(t) for t in steps[0].update_logprobs) == 8 * 20 > 2 * FOLD_ROWS
+        assert [len(t) for t in steps[0].update_logprobs] == [20] * 8 and 4 * 20 > FOLD_ROWS
         for field in ("engine_logprobs", "trainer_logprobs", "update_logprobs"):
             cpu_bits, scale_bits = ([int32_bits(t) for t in getattr(step, field)] for step in steps)
             assert cpu_bits == scale_bits, field
