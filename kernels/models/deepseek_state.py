@@ -60,5 +60,9 @@ class CompressedStore:
             raise ValueError(f"sequence {segment.seq_id}: a segment at {segment.start}, the state holds {held}")
         return state
 
+    def state(self, seq_id: int) -> SequenceState | None:
+        """What the store holds for a sequence (None: nothing yet)."""
+        return self._states.get(seq_id)
+
     def release(self, seq_id: int) -> None:
         self._states.pop(seq_id, None)

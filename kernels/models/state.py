@@ -65,7 +65,7 @@ class TransientCache:
     def __init__(self, num_layers: int, kv_format: str = "auto", *, pooled_mamba: bool = False):
         self._kv = [ContiguousKV(kv_format) for _ in range(num_layers)]
         self.kv_format = kv_format
-        self._mamba: dict[int, MambaStateStore] = {}
+        self._recurrent: dict[int, MambaStateStore] = {}  # a Mamba or a DeltaNet layer's store, by layer
         self._compressed: dict[int, CompressedStore] = {}
         self._pooled = pooled_mamba
 
@@ -81,15 +81,15 @@ class TransientCache:
 
     def mamba(self, layer: int, **shape) -> "MambaStateStore":
         """The layer's Mamba state store, made on first use with the model's shapes."""
-        if layer not in self._mamba:
-            self._mamba[layer] = (PooledMambaStore if self._pooled else MambaStateStore)(**shape)
-        return self._mamba[layer]
+        if layer not in self._recurrent:
+            self._recurrent[layer] = (PooledMambaStore if self._pooled else MambaStateStore)(**shape)
+        return self._recurrent[layer]
 
     def delta(self, layer: int, **shape) -> MambaStateStore:
         """The layer's Gated DeltaNet state store (pooled as Mamba's), made on first use."""
-        if layer not in self._mamba:
-            self._mamba[layer] = delta_store(**shape, pooled=self._pooled)
-        return self._mamba[layer]
+        if layer not in self._recurrent:
+            self._recurrent[layer] = delta_store(**shape, pooled=self._pooled)
+        return self._recurrent[layer]
 
     def compressed(self, layer: int) -> CompressedStore:
         """The layer's DeepSeek-V4 attention states (kernels/models/deepseek_state.py)."""

@@ -105,7 +105,7 @@ def test_fp8_kv_phases_agree_the_engine_keeping_e4m3_codes():
         got = _phases(model, "consistent", sequences, PHASES[name], cache=cache)
         for s in reference:
             assert first_bit_difference(got[s], reference[s]) is None, (seed, name, s)
-        kept = cache.compressed(1)._states[0]
+        kept = cache.compressed(1).state(0)
         assert {t.dtype for t in (*kept.keys, *kept.blocks, *kept.index_keys)} == {torch.float8_e4m3fn}, (seed, name)
         assert kept.index_keys, (seed, name)  # layer 1 is a CSA layer: its indexer closed blocks
     model.config = dataclasses.replace(quantized, kv_cache_dtype="auto")
