@@ -8,6 +8,8 @@ TRITON_INTERPRET=1 tests) import this file.
 import triton
 import triton.language as tl
 
+from kernels.ops.pdl import launch_options, wait_for_inputs
+
 TILE_ELEMENTS = 4096  # a program copies max(1, TILE_ELEMENTS // row width) rows
 
 
@@ -25,7 +27,9 @@ def _copy_rows(src_ptr, pool_ptr, slots_ptr, block, num_rows, stride_src, stride
 
 @triton.jit
 def _kv_write_kernel(k_ptr, v_ptr, k_pool_ptr, v_pool_ptr, slots_ptr, num_rows, stride_k, stride_v,
-                     stride_k_slot, stride_v_slot, width, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+                     stride_k_slot, stride_v_slot, width, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                     PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     program = tl.program_id(0)
     k_programs = tl.cdiv(num_rows, ROWS)
     if program < k_programs:
@@ -57,5 +61,5 @@ def scatter(key_pool, value_pool, slots, k, v) -> bool:
     if num_rows:
         _kv_write_kernel[(2 * triton.cdiv(num_rows, rows_per_program),)](
             k, v, key_pool, value_pool, slots, num_rows, k.stride(0), v.stride(0), key_pool.stride(0),
-            value_pool.stride(0), width, BLOCK=block, ROWS=rows_per_program, num_warps=4)
+            value_pool.stride(0), width, BLOCK=block, ROWS=rows_per_program, num_warps=4, **launch_options(k.device))
     return True

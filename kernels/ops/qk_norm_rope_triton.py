@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from kernels.ops.norm.triton import _norm_rows, tile
+from kernels.ops.pdl import launch_options, wait_for_inputs
 from kernels.ops.rope.triton import _rotate_rows, _unit_last
 
 
@@ -30,7 +31,8 @@ def _norm_then_rotate(x_ptr, w_ptr, normed_ptr, out_ptr, pos_ptr, cos_ptr, sin_p
 def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, qn_ptr, kn_ptr, q_out_ptr, k_out_ptr, pos_ptr, cos_ptr,
                          sin_ptr, q_rows, k_rows, q_heads, k_heads, stride_qt, stride_qh, stride_kt, stride_kh, eps,
                          log2_theta, HALF: tl.constexpr, NORM_BLOCK: tl.constexpr, ROPE_BLOCK: tl.constexpr,
-                         ROWS: tl.constexpr, FROM_TABLE: tl.constexpr):
+                         ROWS: tl.constexpr, FROM_TABLE: tl.constexpr, PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     program = tl.program_id(0)
     q_programs = tl.cdiv(q_rows, ROWS)
     if program < q_programs:
@@ -64,5 +66,5 @@ def launch(q, k, q_weight, k_weight, positions, *, eps: float, cos_table=None, s
             sin_table if from_table else q, q_rows, k_rows, q_heads, max(1, k.shape[1]), q.stride(0), q.stride(1),
             k.stride(0), k.stride(1), eps, math.log2(theta) if theta > 0 else 0.0, HALF=head_dim // 2,
             NORM_BLOCK=norm_block, ROPE_BLOCK=triton.next_power_of_2(head_dim // 2), ROWS=rows,
-            FROM_TABLE=from_table, num_warps=4)
+            FROM_TABLE=from_table, num_warps=4, **launch_options(q.device))
     return (*normed, *rotated)

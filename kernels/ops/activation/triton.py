@@ -10,13 +10,15 @@ import triton
 import triton.language as tl
 
 from kernels.ops.autograd_use import records_graph
+from kernels.ops.pdl import launch_options, wait_for_inputs
 
 BLOCK = 1024
 
 
 @triton.jit
 def _silu_mul_kernel(gate_ptr, up_ptr, out_ptr, inner, stride_g, stride_u, total, ROUND_SILU: tl.constexpr,
-                     BLOCK: tl.constexpr):
+                     BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < total
     row, col = offs // inner, offs % inner
@@ -37,7 +39,8 @@ def launch(gate, up, round_silu: bool = False):
     total = out.numel()
     if total:
         _silu_mul_kernel[(triton.cdiv(total, BLOCK),)](gate, up, out, gate.shape[1], gate.stride(0), up.stride(0),
-                                                       total, ROUND_SILU=round_silu, BLOCK=BLOCK, num_warps=4)
+                                                       total, ROUND_SILU=round_silu, BLOCK=BLOCK, num_warps=4,
+                                                       **launch_options(gate.device))
     return out
 
 

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.ops.pdl import launch_options, wait_for_inputs
+
 BLOCK_M = 16  # query rows per program, whatever T is (decode pads)
 # (head_dim, dtype) -> (num_warps, num_stages); any other pair uses DEFAULT_LAUNCH. Never keyed by T or C.
 LAUNCH_TABLE = {(128, torch.bfloat16): (4, 2), (128, torch.float16): (4, 2), (64, torch.bfloat16): (4, 2)}
@@ -30,7 +32,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, m_ptr, l_ptr, rows_ptr, length
                       GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_KV: tl.constexpr, VARLEN: tl.constexpr,
                       PAGED: tl.constexpr, MAX_SPLITS: tl.constexpr, IS_FP32: tl.constexpr,
-                      K_ROWS: tl.constexpr):
+                      K_ROWS: tl.constexpr, PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     tile, kv_head = tl.program_id(0), tl.program_id(1)
     seq, split = tl.program_id(2) // MAX_SPLITS, tl.program_id(2) % MAX_SPLITS
     if VARLEN:  # one segment per sequence: its first row, its length and its first position
@@ -158,7 +161,8 @@ def _launch(q, keys, values, *, scale, block_kv, segments=None, table=None, page
         *(m.stride()[:2] if splits is not None else (0, 0)), table.stride(0) if table is not None else 0,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=BLOCK_M,
         BLOCK_KV=block_kv, VARLEN=segments is not None, PAGED=table is not None, MAX_SPLITS=max_splits,
-        IS_FP32=q.dtype == torch.float32, K_ROWS=K_LOAD == "rows", num_warps=num_warps, num_stages=num_stages)
+        IS_FP32=q.dtype == torch.float32, K_ROWS=K_LOAD == "rows", num_warps=num_warps, num_stages=num_stages,
+        **launch_options(q.device))
     return out if splits is None else (out, m, sums)
 
 

@@ -15,6 +15,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.ops.gemm_tuning import KERNELS
+from kernels.ops.pdl import launch_options, wait_for_inputs
 
 SLICE_ALIGN = 128  # K slices start at multiples of this; every BLOCK_K used must divide it
 
@@ -49,7 +50,8 @@ def _grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
                  K_PER_SPLIT: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                 INPUT_PRECISION: tl.constexpr):
+                 INPUT_PRECISION: tl.constexpr, PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     pid_m, pid_n = _grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -64,9 +66,10 @@ def _gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn,
 @triton.jit(do_not_specialize=["M", "num_programs"])
 def _gemm_tma_kernel(x_desc, w_desc, y_desc, M, N, K, num_programs, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, OUT_DTYPE: tl.constexpr,
-                     FLATTEN: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                     FLATTEN: tl.constexpr, INPUT_PRECISION: tl.constexpr, PDL: tl.constexpr):
     """One slice (all of K) per tile, tiles loaded by the tensor memory accelerator; program p
     computes tiles p, p + num_programs, ... (one tile each when the grid covers them all)."""
+    wait_for_inputs(PDL)
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, num_programs, flatten=FLATTEN):
         pid_m, pid_n = _grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
@@ -131,7 +134,7 @@ def _gemm_tma(x, w, y, config, block_k, persistent, precision):
         TensorDescriptor.from_tensor(x, [block_m, block_k]), TensorDescriptor.from_tensor(w, [block_n, block_k]),
         TensorDescriptor.from_tensor(y, [block_m, block_n]), M, N, K, programs, BLOCK_M=block_m,
         BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, OUT_DTYPE=_TL_DTYPES[y.dtype], FLATTEN=persistent,
-        INPUT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
+        INPUT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages, **launch_options(x.device))
     return y
 
 
@@ -179,5 +182,6 @@ def consistent(x, w, *, config, num_splits: int = 1, block_k: int = 64, parallel
         return y
     _gemm_kernel[grid](x, w, y, M, N, K, x.stride(0), w.stride(0), K_PER_SPLIT=k_per_split,
                        NUM_SPLITS=num_splits, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                       GROUP_M=8, INPUT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
+                       GROUP_M=8, INPUT_PRECISION=precision, num_warps=num_warps, num_stages=num_stages,
+                       **launch_options(x.device))
     return y

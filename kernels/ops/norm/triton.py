@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from kernels.ops.autograd_use import records_graph
+from kernels.ops.pdl import launch_options, wait_for_inputs
 
 MAX_BLOCK = 4096
 TILE_ELEMENTS = 2048  # a program holds max(1, TILE_ELEMENTS // BLOCK) rows: 16 rows of a 128-wide head
@@ -55,7 +56,8 @@ def _norm_rows(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, block, num_rows, inner, st
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, num_rows, inner, stride_xa, stride_xb, stride_ra,
                      stride_rb, width, eps, HAS_RESIDUAL: tl.constexpr, NORM_READS_ROUNDED: tl.constexpr,
-                     BLOCK: tl.constexpr, ROWS: tl.constexpr):
+                     BLOCK: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     _norm_rows(x_ptr, res_ptr, w_ptr, out_ptr, h_ptr, tl.program_id(0), num_rows, inner, stride_xa, stride_xb,
                stride_ra, stride_rb, width, eps, HAS_RESIDUAL, NORM_READS_ROUNDED, BLOCK, ROWS)
 
@@ -96,7 +98,8 @@ def launch(x, w, eps: float, residual=None, norm_reads_rounded: bool = True, blo
         _rms_norm_kernel[(triton.cdiv(count, rows_per_program),)](
             rows, res, w, out, h if h is not None else out, count, rows.shape[1], rows.stride(0), rows.stride(1),
             res.stride(0), res.stride(1), width, eps, HAS_RESIDUAL=residual is not None,
-            NORM_READS_ROUNDED=norm_reads_rounded, BLOCK=block, ROWS=rows_per_program, num_warps=4)
+            NORM_READS_ROUNDED=norm_reads_rounded, BLOCK=block, ROWS=rows_per_program, num_warps=4,
+            **launch_options(x.device))
     return out, h
 
 
