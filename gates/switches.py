@@ -2,7 +2,8 @@
 by `harness --help`) and the plumbing the harness sets for the processes it starts. Gates and
 harness read them through `switch(name)`, which knows each default and type and names the
 switch when a value does not parse. The table lives on the judge's side: a default here is
-one the code under test cannot change (kernels/ reads only its own, BITWISE_GEMM_TUNING).
+one the code under test cannot change (kernels/ reads only its own, BITWISE_GEMM_TUNING and
+BITWISE_PDL).
 """
 import os
 import textwrap
@@ -30,6 +31,8 @@ SWITCHES = {s.name: s for s in (
            "failing as vacuous"),
     Switch("BITWISE_GEMM_TUNING", None, str, "a consistent-GEMM tile table (JSON) in place of the shipped one "
            "(read by kernels/ops/gemm_tuning.py; the fast contract never reads it)"),
+    Switch("BITWISE_PDL", "0", int, "1: the decode step's Triton kernels launch with programmatic dependent "
+           "launch on compute capability 9+, the same bits (read by kernels/ops/pdl.py)"),
     Switch("BITWISE_AGENT_MODEL", None, str, "the model the agents run on (default: the backend's own)"),
     Switch("BITWISE_REPRO_CONTRACT", None, str, "the contract a shrunk repro runs (default: the one it was "
            "shrunk under; read by the repro file itself)"),

@@ -22,10 +22,17 @@ def _capable(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
+ENV = "BITWISE_PDL"
+
+
 def enabled(device) -> bool:
-    """BITWISE_PDL=1 and a CUDA device of compute capability 9 or more."""
+    """BITWISE_PDL=1 and a CUDA device of compute capability 9 or more; a value other than 0 or 1
+    is an error naming the switch."""
+    asked = os.environ.get(ENV) or "0"
+    if asked not in ("0", "1"):
+        raise ValueError(f"{ENV}={asked!r}: 0 or 1 (programmatic dependent launch off or on)")
     device = torch.device(device)
-    return (os.environ.get("BITWISE_PDL") == "1" and device.type == "cuda"
+    return (asked == "1" and device.type == "cuda"
             and _capable(device.index if device.index is not None else torch.cuda.current_device()))
 
 

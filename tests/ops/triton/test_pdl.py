@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gates.switches import SWITCHES
 from kernels.ops import pdl
 
 OPS = Path(__file__).resolve().parents[3] / "kernels" / "ops"
@@ -82,3 +83,10 @@ def test_pdl_is_off_on_the_cpu_and_unless_asked(asked, monkeypatch):
     assert pdl.launch_options(torch.device("cpu")) == {"PDL": False, "launch_pdl": False}
     if torch.cuda.is_available() and asked is None:
         assert pdl.launch_options(torch.device("cuda")) == {"PDL": False, "launch_pdl": False}
+
+
+def test_a_bad_value_is_an_error_naming_the_switch(monkeypatch):
+    monkeypatch.setenv("BITWISE_PDL", "yes")
+    with pytest.raises(ValueError, match="BITWISE_PDL='yes': 0 or 1"):
+        pdl.launch_options(torch.device("cpu"))
+    assert pdl.ENV in SWITCHES
