@@ -82,9 +82,8 @@ def main() -> int:
                     completions, steps, total = gpu_rollout.rollout(engines[contract, pdl], config, args.batch,
                                                                     args.prompt_len, args.new_tokens, seed=100 + pair)
                 kept[contract, pdl] = _bits(completions)
-                entry["samples"][f"{contract}/{pdl}"].append({
-                    "tokens_per_s": args.batch * args.new_tokens / total, "total_s": total,
-                    "decode_step_s": [s for phase, s in steps if phase == "decode"]})
+                entry["samples"][f"{contract}/{pdl}"].append(
+                    gpu_rollout.rollout_sample(args.batch, args.new_tokens, steps, total))
             entry["bits_equal"].append({c: kept[c, "off"] == kept[c, "on"] for c in ("fast", "consistent")})
             path.write_text(json.dumps(record, indent=1))  # raw data first, after every round
         print(f"{model_name}, batch {args.batch}, {args.prompt_len} + {args.new_tokens} tokens, {args.pairs} pairs:")

@@ -78,6 +78,13 @@ def rollout(engine, config, batch, prompt_len, new_tokens, seed):
     return completions, steps, wall_s
 
 
+def rollout_sample(batch, new_tokens, steps, total) -> dict:
+    """One timed rollout's raw sample: tokens/s, its seconds, decode steps apart from the rest."""
+    return {"tokens_per_s": batch * new_tokens / total, "total_s": total,
+            "decode_step_s": [s for phase, s in steps if phase == "decode"],
+            "other_steps": [[phase, s] for phase, s in steps if phase != "decode"]}
+
+
 def timed_train_step(config, contract, weights, completions):
     trainer = Trainer(config, contract, weights=weights, device=DEVICE, micro_batch_size=16)
     sequences = scored_sequences(completions)
@@ -224,10 +231,8 @@ def main() -> int:
                     completions, steps, total = rollout(engines[name], config, batch,
                                                         args.prompt_len, args.new_tokens, seed=100 + pair)
                     train_s = timed_train_step(config, contracts[name], weights, completions) if times_trainer else None
-                    cell["samples"][name].append({
-                        "tokens_per_s": batch * args.new_tokens / total, "total_s": total, "train_step_s": train_s,
-                        "decode_step_s": [s for phase, s in steps if phase == "decode"],
-                        "other_steps": [[phase, s] for phase, s in steps if phase != "decode"]})
+                    cell["samples"][name].append({**rollout_sample(batch, args.new_tokens, steps, total),
+                                                  "train_step_s": train_s})
             cell["summary"] = summarize_cell(cell, config, weights, args.prompt_len, args.new_tokens,
                                              record["bandwidth_bytes_per_s"], times_trainer)
             record["cells"].append(cell)
