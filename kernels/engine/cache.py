@@ -163,6 +163,7 @@ class PagedLayerKV(KVStore):
 
     def __init__(self, cache: PagedKVCache, layer: int):
         self.cache, self.layer = cache, layer
+        self._written = None  # (segments, k, v) a fused kernel wrote: write_segments skips those
 
     def _pool(self, pools):
         """This layer's pool as [num_blocks * block_size, Hkv, D] (a view: writes land in it)."""
@@ -173,8 +174,24 @@ class PagedLayerKV(KVStore):
         self._pool(self.cache.keys)[slots] = kv_encode(k, self.cache.kv_format)
         self._pool(self.cache.values)[slots] = kv_encode(v, self.cache.kv_format)
 
+    def write_target(self, segments, v):
+        """On CUDA with pools of the activations' dtype: (v, key pool, value pool, slots) for a
+        kernel that writes the rows before attention (kernels/ops/qk_norm_rope_triton.py)."""
+        if v.device.type != "cuda" or self.cache.kv_format != "auto" or v.dtype != self.cache.keys.dtype:
+            return None
+        return (v, self._pool(self.cache.keys), self._pool(self.cache.values),
+                self.cache.step_tables(segments).write_slots)
+
+    def mark_written(self, segments, k, v) -> None:
+        """A kernel wrote these rows (k, v the very tensors attention gets): write_segments
+        skips them; called with any other tensors or segments it writes as always."""
+        self._written = (segments, k, v)
+
     def write_segments(self, segments, k, v) -> None:
-        """All segments' rows in one scatter per pool (on CUDA one launch for both)."""
+        """All segments' rows in one scatter per pool (on CUDA one launch for both), unless
+        these rows were written already (mark_written)."""
+        if self._written is not None and all(a is b for a, b in zip(self._written, (segments, k, v))):
+            return
         slots = self.cache.step_tables(segments).write_slots
         keys, values = self._pool(self.cache.keys), self._pool(self.cache.values)
         if k.device.type == "cuda" and self.cache.kv_format == "auto":

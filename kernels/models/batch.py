@@ -114,6 +114,13 @@ class CaseGroup:
     """[R] long: which batch rows the group's rows are; None when it is the whole batch."""
 
 
+def whole_batch_segments(batch: TokenBatch):
+    """The segments when one case group is the whole batch (call_per_case then passes the
+    region these very segments), else None."""
+    group = batch.groups[0]
+    return group.segments if group.rows is None else None
+
+
 def settle_per_case(dispatch, region: str, batch: TokenBatch, store) -> None:
     """After a stateful region (a scan) wrote each sequence's state: the runtime moves every
     sequence to its segment's end, the rows past its last chunk boundary kept or folded as the

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from kernels.models.batch import call_per_case
+from kernels.models.batch import call_per_case, whole_batch_segments
 from kernels.models.dtypes import DTYPES
 from kernels.models.lm_head import LanguageModel
 from kernels.models.recompute import run_layer
@@ -161,14 +161,18 @@ class Qwen3Model(LanguageModel):
         k = k.reshape(num_rows, config.num_kv_heads, head_dim)
         v = v.reshape(num_rows, config.num_kv_heads, head_dim)
         rope = {"theta": config.rope_theta, "max_position": config.max_position}
+        kv, segments = cache.kv(index), whole_batch_segments(batch)
+        target = None if segments is None else kv.write_target(segments, v)
         fused = dispatch.fused(QK_NORM_ROPE, case, index, q, k, layer.q_norm, layer.k_norm, positions,
-                               eps=config.rms_norm_eps, **rope)
+                               eps=config.rms_norm_eps, kv_write=target, **rope)
         if fused is None:  # region by region
             q, _ = dispatch("qk_norm", case, index, q, layer.q_norm, eps=config.rms_norm_eps)
             k, _ = dispatch("qk_norm", case, index, k, layer.k_norm, eps=config.rms_norm_eps)
             fused = dispatch("rope", case, index, q, k, positions, **rope)
+        elif target is not None:  # the launch wrote the step's K/V
+            kv.mark_written(segments, fused[1], v)
         q, k = fused
-        attended = call_per_case(dispatch, "attention", batch, index, (q, k, v), cache.kv(index),
+        attended = call_per_case(dispatch, "attention", batch, index, (q, k, v), kv,
                                  scale=head_dim ** -0.5).reshape(num_rows, q_width)
         return dispatch("o_proj", case, index, attended, layer.o_proj)
 

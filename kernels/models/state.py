@@ -26,6 +26,11 @@ class KVStore:
         this store hands out contiguous K/V through read()."""
         return None
 
+    def write_target(self, segments, v):
+        """(v, key pool, value pool, slots) where a kernel before attention may write these
+        rows itself (then mark_written), or None: this store writes them in write_segments."""
+        return None
+
 
 class ContiguousKV(KVStore):
     """One layer's K/V per sequence, appended in position order (trainer side). With an FP8

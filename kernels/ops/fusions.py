@@ -6,6 +6,8 @@ bound to those with no pinned constant; anything else (another variant, a plante
 tensors, autograd recording: backward needs the links' own Functions) runs link by link, the fused
 function returning None. Else it returns (output, links), each link's (region, args, kwargs,
 output), so tracers see every region as if it had run alone (kernels/contract/dispatch.py).
+The q/k norm + RoPE launch may also write the step's K/V (kv_write: the paged store's write_target),
+a copy that attention's region would make: the store then skips it (PagedLayerKV.mark_written).
 """
 from kernels.ops.autograd_use import records_graph
 
@@ -13,7 +15,7 @@ QK_NORM_ROPE = ("qk_norm", "rope")
 
 
 def _qk_norm_rope(from_table: bool):
-    def fused(q, k, q_weight, k_weight, positions, *, eps, theta, max_position):
+    def fused(q, k, q_weight, k_weight, positions, *, eps, theta, max_position, kv_write=None):
         if q.device.type != "cuda" or records_graph(q, k, q_weight, k_weight):
             return None
         from kernels.ops import qk_norm_rope_triton  # imports Triton: CUDA machines only
@@ -24,7 +26,8 @@ def _qk_norm_rope(from_table: bool):
             tables = {"cos_table": cos, "sin_table": sin}
         positions = positions.to(q.device)
         q_normed, k_normed, q_out, k_out = qk_norm_rope_triton.launch(q, k, q_weight, k_weight, positions, eps=eps,
-                                                                      theta=float(theta), **tables)
+                                                                      theta=float(theta), kv_write=kv_write,
+                                                                      **tables)
         links = (("qk_norm", (q, q_weight), {"eps": eps}, (q_normed, None)),
                  ("qk_norm", (k, k_weight), {"eps": eps}, (k_normed, None)),
                  ("rope", (q_normed, k_normed, positions), {"theta": theta, "max_position": max_position},

@@ -51,6 +51,26 @@ def test_paged_cache_reads_back_writes_and_poisons_free_slots(fresh_seed):
     assert cache.num_free_blocks == 6 and torch.isnan(cache.keys).all()
 
 
+def test_rows_a_fused_kernel_wrote_are_not_written_again_and_no_others_are_skipped(fresh_seed):
+    """write_segments skips only the very (segments, k, v) marked written (the fused q/k norm +
+    RoPE wrote them on CUDA); other tensors or segments are written as always. Where no kernel
+    can write (CPU), write_target says so."""
+    torch.manual_seed(fresh_seed)
+    cache = PagedKVCache(num_layers=1, num_blocks=4, block_size=4, num_kv_heads=2, head_dim=8, dtype=torch.float32)
+    cache.reserve(3, 6)
+    segments = (Segment(3, 0, 6, 0, "engine_prefill"),)
+    layer = cache.kv(0)
+    k, v = torch.randn(6, 2, 8), torch.randn(6, 2, 8)
+    assert layer.write_target(segments, v) is None
+    layer.mark_written(segments, k, v)
+    layer.write_segments(segments, k, v)
+    assert cache.keys.isnan().all() and cache.values.isnan().all(), "marked rows were written again"
+    layer.write_segments(segments, k.clone(), v)
+    keys, values = layer.read(segments[0])
+    assert_bitwise_equal(keys, k, "keys of other tensors")
+    assert_bitwise_equal(values, v, "values of other tensors")
+
+
 def test_scheduler_chunks_prefill_and_mixes_it_with_decodes(fresh_seed):
     engine = Engine(CONFIG, load_contract("consistent"), seeded_weights(CONFIG),
                     max_tokens_per_step=16, max_running=4)

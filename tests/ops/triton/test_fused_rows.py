@@ -1,7 +1,7 @@
 """Logic tests of the row kernels on CPU through the Triton interpreter: scaled logits rows
-(logprob/triton.py), fused RMSNorm (+ residual), RoPE, SiLU*up, the fused q/k norm + RoPE and the
-K/V write. A row's bits must not follow the batch, a strided view or the launch; each within
-rounding of float64 or bit-equal to the launches it fuses. They prove logic, not GPU bits:
+(logprob/triton.py), fused RMSNorm (+ residual), RoPE, SiLU*up, the fused q/k norm + RoPE (with the
+K/V write it may take on) and the K/V write. A row's bits must not follow the batch, a strided view
+or the launch; each within rounding of float64 or bit-equal to the launches it fuses. They prove logic, not GPU bits:
 benchmarks/gpu_kernel_check.py checks the bits on the device. The checks (check_*) run in a
 child pytest with TRITON_INTERPRET=1 (tests/ops/triton/interpreter.py says why).
 """
@@ -157,6 +157,40 @@ def check_qk_norm_rope_is_the_three_launches(fused, dtype, head_dim, fresh_seed)
             assert_bitwise_equal(a, b, f"{name}, table={bool(tables)} D={head_dim} seed={fresh_seed}")
     moved = kernel.launch(q, k, q_w, k_w, positions, eps=1e-2, cos_table=cos, sin_table=sin)  # control: eps
     assert first_bit_difference(moved[2], got[2]) is not None, f"the check cannot see the norm seed={fresh_seed}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_qk_norm_rope_writes_the_kv_rows_as_the_scatter(fused, dtype, fresh_seed):
+    """Given the pools, the fused q/k norm + RoPE also lands the rotated k and v (read through
+    the fused qkv's strides) where `pool[slots] = rows` puts them, its four outputs the bits of
+    the launch without the write; slots nobody wrote keep their NaN. Controls: the unrotated k
+    in the expected pool is caught; a pool of another dtype is refused with nothing written."""
+    kernel = import_kernel("qk_norm_rope_triton")
+    gen = torch.Generator().manual_seed(fresh_seed)
+    tokens, q_heads, k_heads, head_dim = 37, 4, 2, 32  # 64 (token, head) rows per program: a partial tile
+    qkv = torch.randn(tokens, (q_heads + 2 * k_heads) * head_dim, generator=gen).to(dtype)
+    q = qkv[:, :q_heads * head_dim].view(tokens, q_heads, head_dim)
+    k = qkv[:, q_heads * head_dim:(q_heads + k_heads) * head_dim].view(tokens, k_heads, head_dim)
+    v = qkv[:, (q_heads + k_heads) * head_dim:].view(tokens, k_heads, head_dim)
+    q_w, k_w = ((1 + 0.1 * torch.randn(head_dim, generator=gen)).to(dtype) for _ in range(2))
+    positions = torch.randint(0, 500, (tokens,), generator=gen)
+    slots = torch.randperm(100, generator=gen)[:tokens]
+    pools = [torch.full((100, k_heads, head_dim), float("nan"), dtype=dtype) for _ in range(2)]
+    plain = kernel.launch(q, k, q_w, k_w, positions, eps=1e-6, theta=1e6)
+    got = kernel.launch(q, k, q_w, k_w, positions, eps=1e-6, theta=1e6, kv_write=(v, *pools, slots))
+    for name, a, b in zip(("normed q", "normed k", "rotated q", "rotated k"), got, plain):
+        assert_bitwise_equal(a, b, f"{name} with the K/V write seed={fresh_seed}")
+    expected = [torch.full_like(p, float("nan")) for p in pools]
+    expected[0][slots], expected[1][slots] = plain[3], v
+    assert_bitwise_equal(pools[0], expected[0], f"keys seed={fresh_seed}")
+    assert_bitwise_equal(pools[1], expected[1], f"values seed={fresh_seed}")
+    unrotated = expected[0].clone()
+    unrotated[slots] = k
+    assert first_bit_difference(pools[0], unrotated) is not None, f"the check cannot see the rotation seed={fresh_seed}"
+    other = [torch.full((100, k_heads, head_dim), float("nan"), dtype=torch.float64) for _ in range(2)]
+    with pytest.raises(ValueError, match="kv_write"):
+        kernel.launch(q, k, q_w, k_w, positions, eps=1e-6, theta=1e6, kv_write=(v, *other, slots))
+    assert other[0].isnan().all() and other[1].isnan().all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
