@@ -22,6 +22,7 @@ from gates.compare import int32_bits
 from gates.mismatch import mismatch_stats
 from harness.exit_codes import EXIT_OK
 from harness.stages import rl_report
+from harness.stages.gates import check_device
 from kernels.contract import load_contract
 from kernels.engine.graphs import graphs_unsupported
 from kernels.models.config import load_model_config
@@ -121,7 +122,7 @@ def run_contract(folder: Path, config, contract, settings, args) -> list:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default="qwen3", help="model family: qwen3 or nemotron")
+    parser.add_argument("--model", default="qwen3", help="model family: qwen3, nemotron, deepseek or qwen3_5")
     parser.add_argument("--size", default="cut", help="shipped size: cut; on a GPU full (qwen3), wide-cut (nemotron)")
     parser.add_argument("--contract", default="both", help="fast, consistent, or both")
     parser.add_argument("--steps", type=int, default=30, help="GRPO steps per contract")
@@ -144,6 +145,11 @@ def run(args) -> int:
     contracts = {"both": ["consistent", "fast"]}.get(args.contract, [args.contract])
     if args.steps < 1 or args.checkpoint_every < 1 or not 0 <= args.verify_fraction <= 1:
         raise ValueError("--steps and --checkpoint-every must be >= 1 and --verify-fraction within [0, 1]")
+    if args.prompts < 1 or args.new_tokens < 1 or args.group_size < 2:
+        raise ValueError(f"--prompts {args.prompts}, --new-tokens {args.new_tokens}, --group-size {args.group_size}: "
+                         "prompts and new tokens must be >= 1 and the group >= 2 (GRPO's advantage compares "
+                         "the answers of one prompt)")
+    check_device(args.device)
     config = load_model_config(config_name(args.model, args.size))
     settings, out = settings_of(args, config), Path(args.out)
     asked = {"model": args.model, "size": args.size, "contracts": contracts, "device": args.device,

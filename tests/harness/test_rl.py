@@ -114,8 +114,14 @@ def test_reused_rollout_log_probs_give_the_same_updates_and_are_refused_under_fa
 
 
 def test_bad_options_are_clear_errors(tmp_path, capsys):
-    assert main(["rl", "--steps", "0", "--out", str(tmp_path)]) == EXIT_BAD_INPUT
-    assert "--steps" in capsys.readouterr().err
+    """Each mistake is one line naming the option, before anything is written."""
+    for bad, named in ((["--steps", "0"], "--steps"), (["--prompts", "0"], "--prompts"),
+                       (["--group-size", "1"], "--group-size"), (["--new-tokens", "0"], "--new-tokens"),
+                       (["--device", "tpu"], "tpu"), (["--model", "nope"], "nope")):
+        assert main(["rl", *bad, "--out", str(tmp_path / "run")]) == EXIT_BAD_INPUT, bad
+        err = capsys.readouterr().err
+        assert named in err and "Traceback" not in err, (bad, err)
+        assert not (tmp_path / "run").exists(), bad
 
 
 def test_the_consistent_run_gives_the_same_steps_at_the_shape_of_a_gpu_run(fresh_seed):
