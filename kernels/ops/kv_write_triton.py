@@ -14,29 +14,32 @@ TILE_ELEMENTS = 4096  # a program copies max(1, TILE_ELEMENTS // row width) rows
 
 
 @triton.jit
-def _copy_rows(src_ptr, pool_ptr, slots_ptr, block, num_rows, stride_src, stride_slot, width,
+def _copy_rows(src_ptr, pool_ptr, slots_ptr, block, num_rows, heads, stride_t, stride_h, width,
                BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    """(token, head) rows block * ROWS .. + ROWS of src (each `width` wide) copied to
+    pool[slots[token], head] of a contiguous [S, heads, width] pool. The write below copies
+    whole token rows (heads = 1); the fused q/k norm + RoPE copies the (token, head) rows it
+    rotated."""
     rows = block * ROWS + tl.arange(0, ROWS).to(tl.int64)
     is_row = rows < num_rows
-    slots = tl.load(slots_ptr + rows, mask=is_row, other=0)
+    token, head = rows // heads, rows % heads
+    slot = tl.load(slots_ptr + token, mask=is_row, other=0)
     offs = tl.arange(0, BLOCK)[None, :]
     mask = is_row[:, None] & (offs < width)
-    values = tl.load(src_ptr + (rows * stride_src)[:, None] + offs, mask=mask)
-    tl.store(pool_ptr + (slots * stride_slot)[:, None] + offs, values, mask=mask)
+    values = tl.load(src_ptr + (token * stride_t + head * stride_h)[:, None] + offs, mask=mask)
+    tl.store(pool_ptr + ((slot * heads + head) * width)[:, None] + offs, values, mask=mask)
 
 
 @triton.jit
-def _kv_write_kernel(k_ptr, v_ptr, k_pool_ptr, v_pool_ptr, slots_ptr, num_rows, stride_k, stride_v,
-                     stride_k_slot, stride_v_slot, width, BLOCK: tl.constexpr, ROWS: tl.constexpr,
-                     PDL: tl.constexpr):
+def _kv_write_kernel(k_ptr, v_ptr, k_pool_ptr, v_pool_ptr, slots_ptr, num_rows, stride_k, stride_v, width,
+                     BLOCK: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr):
     wait_for_inputs(PDL)
     program = tl.program_id(0)
     k_programs = tl.cdiv(num_rows, ROWS)
     if program < k_programs:
-        _copy_rows(k_ptr, k_pool_ptr, slots_ptr, program, num_rows, stride_k, stride_k_slot, width, BLOCK, ROWS)
+        _copy_rows(k_ptr, k_pool_ptr, slots_ptr, program, num_rows, 1, stride_k, 0, width, BLOCK, ROWS)
     else:
-        _copy_rows(v_ptr, v_pool_ptr, slots_ptr, program - k_programs, num_rows, stride_v, stride_v_slot, width,
-                   BLOCK, ROWS)
+        _copy_rows(v_ptr, v_pool_ptr, slots_ptr, program - k_programs, num_rows, 1, stride_v, 0, width, BLOCK, ROWS)
 
 
 def _flat_rows(t):
@@ -60,6 +63,6 @@ def scatter(key_pool, value_pool, slots, k, v) -> bool:
     rows_per_program = max(1, TILE_ELEMENTS // block)
     if num_rows:
         _kv_write_kernel[(2 * triton.cdiv(num_rows, rows_per_program),)](
-            k, v, key_pool, value_pool, slots, num_rows, k.stride(0), v.stride(0), key_pool.stride(0),
-            value_pool.stride(0), width, BLOCK=block, ROWS=rows_per_program, num_warps=4, **launch_options(k.device))
+            k, v, key_pool, value_pool, slots, num_rows, k.stride(0), v.stride(0), width, BLOCK=block,
+            ROWS=rows_per_program, num_warps=4, **launch_options(k.device))
     return True

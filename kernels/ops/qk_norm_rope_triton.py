@@ -5,8 +5,8 @@ program norms ROWS (token, head) rows of q or k with norm/triton.py's row code a
 head width, then after a block barrier rotates them with rope/triton.py's row code: the qk_norm and
 rope outputs of the separate launches, bit for bit; tracers see both (RegionDispatch.fused).
 Given the paged pools, the launch also writes the step's K/V: k's programs copy their rotated rows
-to the key slots after a second barrier, added programs copy v's rows, so attention's K/V write
-(kv_write_triton.py, a copy: no bit moves) is one kernel fewer per layer.
+to the key slots after a second barrier, added programs copy v's rows (kv_write_triton.py's row
+copy), so attention's K/V write (a copy: no bit moves) is one kernel fewer per layer.
 """
 import math
 
@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.ops.kv_write_triton import _copy_rows
 from kernels.ops.norm.triton import _norm_rows, tile
 from kernels.ops.pdl import launch_options, wait_for_inputs
 from kernels.ops.rope.triton import _rotate_rows, _unit_last
@@ -28,21 +29,6 @@ def _norm_then_rotate(x_ptr, w_ptr, normed_ptr, out_ptr, pos_ptr, cos_ptr, sin_p
     tl.debug_barrier()  # the program's normed rows, stored by all its threads, are read back below
     _rotate_rows(normed_ptr, out_ptr, pos_ptr, cos_ptr, sin_ptr, block, num_rows, heads, heads * 2 * HALF, 2 * HALF,
                  log2_theta, HALF, ROPE_BLOCK, ROWS, FROM_TABLE)
-
-
-@triton.jit
-def _rows_to_slots(src_ptr, pool_ptr, slots_ptr, block, num_rows, heads, stride_t, stride_h,
-                   D: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr):
-    """(token, head) rows block * ROWS .. + ROWS of src copied to pool[slots[token], head] (a
-    contiguous [S, heads, D] pool)."""
-    rows = block * ROWS + tl.arange(0, ROWS).to(tl.int64)
-    is_row = rows < num_rows
-    token, head = rows // heads, rows % heads
-    slot = tl.load(slots_ptr + token, mask=is_row, other=0)
-    offs = tl.arange(0, BLOCK)[None, :]
-    mask = is_row[:, None] & (offs < D)
-    values = tl.load(src_ptr + (token * stride_t + head * stride_h)[:, None] + offs, mask=mask)
-    tl.store(pool_ptr + ((slot * heads + head) * D)[:, None] + offs, values, mask=mask)
 
 
 @triton.jit
@@ -64,11 +50,11 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, qn_ptr, kn_ptr, q_
                           stride_kt, stride_kh, eps, log2_theta, HALF, NORM_BLOCK, ROPE_BLOCK, ROWS, FROM_TABLE)
         if WRITE_KV:
             tl.debug_barrier()  # the program's rotated rows, stored by all its threads, are copied below
-            _rows_to_slots(k_out_ptr, k_pool_ptr, slots_ptr, block, k_rows, k_heads, k_heads * 2 * HALF, 2 * HALF,
-                           2 * HALF, ROPE_BLOCK * 2, ROWS)
+            _copy_rows(k_out_ptr, k_pool_ptr, slots_ptr, block, k_rows, k_heads, k_heads * 2 * HALF, 2 * HALF,
+                       2 * HALF, ROPE_BLOCK * 2, ROWS)
     else:
-        _rows_to_slots(v_ptr, v_pool_ptr, slots_ptr, program - q_programs - k_programs, k_rows, k_heads, stride_vt,
-                       stride_vh, 2 * HALF, ROPE_BLOCK * 2, ROWS)
+        _copy_rows(v_ptr, v_pool_ptr, slots_ptr, program - q_programs - k_programs, k_rows, k_heads, stride_vt,
+                   stride_vh, 2 * HALF, ROPE_BLOCK * 2, ROWS)
 
 
 def _check_kv_write(kv_write, k):
