@@ -45,13 +45,11 @@ def main() -> None:
     args = parser.parse_args()
     samples = {"recompute": [], "reuse": []}
     raw = {**provenance(), "args": vars(args), "samples": samples}
-    path = None
+    path = write_raw(raw, args.out, "rl-reuse")  # rewritten after every run: raw first
     for _ in range(args.pairs):
         for mode in samples:
             samples[mode].append(one_run(mode, args))
-            if path is not None:
-                path.unlink()
-            path = write_raw(raw, args.out, "rl-reuse")  # raw first, after every run
+            path.write_text(json.dumps(raw, indent=1))
     per_step = {mode: [sum(step.values()) for run in runs for step in run[1:]] for mode, runs in samples.items()}
     medians = {mode: statistics.median(values) for mode, values in per_step.items()}
     summary = {"median_step_s": medians, "reuse_over_recompute": medians["reuse"] / medians["recompute"],
