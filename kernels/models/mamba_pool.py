@@ -8,6 +8,8 @@ from contextlib import contextmanager
 import torch
 
 from kernels.models.mamba_state import MambaSequenceState, MambaStateStore
+from kernels.ops.gated_delta.consistent import by_rows
+from kernels.ops.gated_delta.forms import kept_row_shapes
 
 
 class PooledMambaStore(MambaStateStore):
@@ -198,10 +200,13 @@ def delta_store(*, conv_rows, conv_dim, num_heads, key_dim, value_dim, dtype, de
                 pooled=False) -> MambaStateStore:
     """A Gated DeltaNet layer's states: conv rows and S [H, K, V] fp32 per sequence, the rows a
     consistent call keeps in each state (kernels/ops/gated_delta/region.py); pooled (the engine's),
-    in slot pools whose kept rows are the rule's prepared q, k [H, K], v [H, V], g and beta [H]."""
+    in slot pools whose kept rows are the row kernel's (forms.KEPT) where the consistent variant
+    runs it (CUDA), else the rule's prepared q, k [H, K], v [H, V], g and beta [H]."""
     shape = dict(conv_rows=conv_rows, conv_dim=conv_dim, num_heads=num_heads, head_dim=key_dim, state_size=value_dim,
                  num_groups=1, dtype=dtype, device=device)
     if not pooled:
         return MambaStateStore(**shape, chunk_size=0)
     rows = ((num_heads, key_dim), (num_heads, key_dim), (num_heads, value_dim), (num_heads,), (num_heads,))
+    if by_rows(device):
+        rows = kept_row_shapes(num_heads, key_dim, value_dim)
     return PooledMambaStore(**shape, chunk_size=chunk_size, row_shapes=rows)

@@ -1,11 +1,12 @@
-"""gated_delta.consistent: chunks of Q rows at absolute positions, the unfinished chunk kept and
-re-played zero-padded to Q rows (one shape for every call), S folded when a chunk completes. A
-row's output reads only its chunk's earlier rows and S at the chunk's start, by the same ops on
-the same shapes, whether the trainer scans the whole sequence or the engine one row at a time.
-On the engine's slot pools a decode step re-plays every sequence's chunk in one batched call
-(decode_pooled): each leading entry is one sequence's chunk, whose bits equal the call alone
-because forms.chunk hands the BLAS every entry in one layout, alone or batched, and CPU BLAS and
-LAPACK reduce every entry of a batch alike (a measured fact: gates C02, C03, C07; not a law).
+"""gated_delta.consistent: chunks of Q rows at absolute positions, S folded when a chunk completes;
+a row's output reads only its chunk's earlier rows and S at the chunk's start, by the same ops,
+whether the trainer scans the whole sequence or the engine one row at a time. On CUDA one Triton
+kernel solves each chunk row by row (triton.py): the kept rows are k, c, u, w, n (forms.KEPT) and a
+decode step computes its one row. On CPU the unfinished chunk's prepared rows are kept and
+re-played zero-padded to Q rows (one shape for every call): a pooled decode re-plays every
+sequence's chunk in one batched call whose entries equal each call alone, because forms.chunk
+hands the BLAS every entry in one layout (a measured fact: gates C02, C03, C07; not a law). The
+row form in torch ops lost on CPU (benchmarks/RESULTS.md: it materialises outer products).
 """
 import torch
 
@@ -13,9 +14,17 @@ from kernels.ops.chunk_scan import after_pending, run_chunks
 from kernels.ops.gated_delta.forms import DeltaState, chunk, prepared
 
 
+def by_rows(device) -> bool:
+    """Whether the consistent variant runs the row kernel here (its kept rows are forms.KEPT's)."""
+    return torch.device(device).type == "cuda"
+
+
 def consistent(q, k, v, g, beta, state: DeltaState, *, chunk_size: int):
     """One sequence's new rows q, k [T, Hk, K], v [T, H, V], g, beta [T, H] after `state`:
     (y [T, H, V] fp32, the state after them)."""
+    if by_rows(q.device):
+        import kernels.ops.gated_delta.triton as delta_triton  # imports Triton: CUDA machines only
+        return delta_triton.consistent(*prepared(q, k, v, g, beta), state, chunk_size=chunk_size)
     rows = after_pending(state.pending, prepared(q, k, v, g, beta))
     y, boundary, _ = run_chunks(chunk, rows, state.ssm, chunk_size)
     total = rows[0].shape[0]
@@ -30,8 +39,12 @@ def decode_pooled(q, k, v, g, beta, segments, store, *, chunk_size: int):
     tensor ops alone (a decode graph can capture it): each new prepared row written after its
     sequence's kept rows in the row pools, every chunk read back zero-padded past it and re-played
     by one batched chunk() call, S written where the chunk completes (unchanged elsewhere). The
-    row counts are the runtime's to settle. y [S, H, V] fp32."""
+    row counts are the runtime's to settle. On CUDA the row kernel's one-row step. y [S, H, V] fp32."""
     slots, held = store.decode_tables(segments)
+    if by_rows(q.device):
+        import kernels.ops.gated_delta.triton as delta_triton  # imports Triton: CUDA machines only
+        return delta_triton.decode_pooled(*prepared(q, k, v, g, beta), slots, held, store.row_pools(), store.ssm,
+                                          chunk_size=chunk_size)
     pools = store.row_pools()
     for pool, row in zip(pools, prepared(q, k, v, g, beta)):
         pool[slots, held] = row

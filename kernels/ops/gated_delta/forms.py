@@ -7,6 +7,14 @@ from dataclasses import dataclass
 import torch
 
 L2_EPS = 1e-6  # as flash-linear-attention's l2norm
+KEPT = ("k", "c", "u", "w", "n")
+"""What a row leaves for its chunk's later rows in the row kernel (triton.py): k [H, K], the chunk's
+cumulative log decay c [H], the UT rows u [H, V] and w [H, K], and n = u - w S0 [H, V]."""
+
+
+def kept_row_shapes(num_heads: int, key_dim: int, value_dim: int) -> tuple:
+    """One kept row's tensor shapes, in KEPT's order (the row kernel's pools)."""
+    return (num_heads, key_dim), (num_heads,), (num_heads, value_dim), (num_heads, key_dim), (num_heads, value_dim)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,139 @@
+"""Logic tests of the consistent Gated DeltaNet row kernel (kernels/ops/gated_delta/triton.py) on
+CPU through the Triton interpreter: one sequence scanned whole, in prefills split before, at and
+after chunk boundaries and row by row gives the same outputs, state and kept rows bit for bit; the
+engine's batched decode on the pools is each sequence's own bits; the backward is the torch chunk
+form's, bit for bit; the float64 recurrence within a stated tolerance. They prove logic, not GPU
+bits (the gates do that on the device). Negative controls: the torch chunk form of the same rule
+(another arithmetic) differs from the kernel's bits; a doubled state slot moves its sequence only.
+"""
+import torch
+
+from gates.compare import assert_bitwise_equal, first_bit_difference
+from tests.ops.triton.interpreter import import_kernel, run_checks
+
+KEY_HEADS, HEADS, KEY_DIM, VALUE_DIM, CHUNK = 2, 4, 16, 8, 16
+LENGTH = 70  # four chunk boundaries crossed, ends mid-chunk
+REFERENCE_TOLERANCE = 1e-4  # relative to max |y|: fp32 rows vs the float64 recurrence
+
+
+def test_gated_delta_kernel_under_the_triton_interpreter(fresh_seed):
+    """Runs this module's check_* functions in a child pytest with TRITON_INTERPRET=1."""
+    run_checks(__file__, fresh_seed)
+
+
+def _raw(seed, length=LENGTH):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(length, KEY_HEADS, KEY_DIM, generator=gen),
+            torch.randn(length, KEY_HEADS, KEY_DIM, generator=gen),
+            torch.randn(length, HEADS, VALUE_DIM, generator=gen),
+            -torch.rand(length, HEADS, generator=gen) * 0.5,  # log decay <= 0
+            torch.rand(length, HEADS, generator=gen))
+
+
+def _in_calls(consistent, rows, cuts):
+    """The prepared rows cut at `cuts`, each piece one call after the state the last left."""
+    from kernels.ops.gated_delta.forms import DeltaState
+    state, outputs = DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM), []
+    for lo, hi in zip([0, *cuts], [*cuts, rows[0].shape[0]]):
+        y, state = consistent(*(t[lo:hi] for t in rows), state, chunk_size=CHUNK)
+        outputs.append(y)
+    return torch.cat(outputs), state
+
+
+def check_gated_delta_phases_agree_bitwise(fresh_seed):
+    """Whole == split before / at / after a boundary == prefill then one row at a time: y, S, the
+    folded count and the kept rows, bit for bit; the float64 recurrence within 1e-4 of max |y|."""
+    rows_kernel = import_kernel("gated_delta.triton")
+    from gates.reference.gated_delta import delta_rule
+    from kernels.ops.gated_delta.forms import prepared
+    raw = _raw(fresh_seed)
+    rows = prepared(*raw)
+    whole, whole_state = _in_calls(rows_kernel.consistent, rows, [])
+    for cuts in ([CHUNK - 1, 40], [CHUNK, 2 * CHUNK], [CHUNK + 1, 3 * CHUNK + 5], list(range(20, LENGTH))):
+        y, state = _in_calls(rows_kernel.consistent, rows, cuts)
+        assert_bitwise_equal(y, whole, f"cuts {cuts[:3]}, seed={fresh_seed}")
+        assert_bitwise_equal(state.ssm, whole_state.ssm, f"S, cuts {cuts[:3]}")
+        assert state.folded == whole_state.folded == LENGTH // CHUNK * CHUNK
+        for mine, theirs in zip(state.pending, whole_state.pending):
+            assert_bitwise_equal(mine, theirs, f"kept rows, cuts {cuts[:3]}")
+    expected = delta_rule(*raw)
+    error = float((whole.double() - expected).abs().max() / expected.abs().max())
+    print(f"gated_delta rows (Triton) vs float64 recurrence: {error:.2e} of max |y| (tolerance {REFERENCE_TOLERANCE})")
+    assert error <= REFERENCE_TOLERANCE, (error, fresh_seed)
+    from kernels.ops.gated_delta.fast import fast_chunked  # negative control: the chunk form, same chunks
+    chunked, _ = fast_chunked(*raw, _empty_state(), chunk_size=CHUNK)
+    assert first_bit_difference(chunked, whole) is not None, "the chunk form gave the row kernel's bits"
+
+
+def _empty_state():
+    from kernels.ops.gated_delta.forms import DeltaState
+    return DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM)
+
+
+def check_gated_delta_backward_is_the_torch_forms(fresh_seed):
+    """The trainer's gradients through the kernel are the torch chunk form's, bit for bit (the
+    backward recomputes that form); the forward keeps the kernel's bits; a call that does not start
+    at the sequence's first row refuses to record a backward."""
+    import pytest
+    rows_kernel = import_kernel("gated_delta.triton")
+    from kernels.ops.chunk_scan import run_chunks
+    from kernels.ops.gated_delta.forms import chunk, prepared
+    raw = [t.clone().requires_grad_(True) for t in _raw(fresh_seed)]
+    weight = torch.randn(LENGTH, HEADS, VALUE_DIM, generator=torch.Generator().manual_seed(fresh_seed))
+    y, _ = rows_kernel.consistent(*prepared(*raw), _empty_state(), chunk_size=CHUNK)
+    ours = torch.autograd.grad((y * weight).sum(), raw)
+    reference = run_chunks(chunk, prepared(*raw), _empty_state().ssm, CHUNK)[0]
+    theirs = torch.autograd.grad((reference * weight).sum(), raw)
+    for name, mine, want in zip("qkvgb", ours, theirs):
+        assert_bitwise_equal(mine, want, f"d/d{name} seed={fresh_seed}")
+    detached = prepared(*(t.detach() for t in raw))
+    assert_bitwise_equal(y.detach(), _in_calls(rows_kernel.consistent, detached, [])[0], "forward bits")
+    _, after = rows_kernel.consistent(*(t[:CHUNK + 3] for t in detached), _empty_state(), chunk_size=CHUNK)
+    with pytest.raises(ValueError, match="starts at row 19"):
+        rows_kernel.consistent(*(t[CHUNK + 3:] for t in prepared(*raw)), after, chunk_size=CHUNK)
+
+
+def check_gated_delta_pooled_decode_is_each_sequence_s_bits(fresh_seed):
+    """The engine's batched decode (decode_pooled: one launch, every sequence's row at its place in
+    its chunk, on the pools) == each sequence's own calls, bit for bit, with histories that leave
+    0, 1, Q-1 and Q-2 rows kept (a decode completes a chunk and folds it); S and the kept rows
+    equal too. Negative control: a sequence's slot of the state pool doubled moves its rows only."""
+    rows_kernel = import_kernel("gated_delta.triton")
+    from kernels.ops.gated_delta.forms import kept_row_shapes, prepared
+    histories, decodes = [CHUNK, 17, 2 * CHUNK - 2, CHUNK - 1, 5], CHUNK + 2
+    sequences = [prepared(*_raw(fresh_seed + i, max(histories) + decodes)) for i in range(len(histories))]
+    alone = [_in_calls(rows_kernel.consistent, [t[:h + decodes] for t in rows], [h, *range(h + 1, h + decodes)])
+             for rows, h in zip(sequences, histories)]
+
+    def batched(disturb=None):
+        slots = len(histories) + 1
+        pools = [torch.zeros(slots, CHUNK, *shape) for shape in kept_row_shapes(HEADS, KEY_DIM, VALUE_DIM)]
+        ssm = torch.zeros(slots, HEADS, KEY_DIM, VALUE_DIM)
+        order = torch.tensor([3, 0, 4, 1, 2])  # slot of each sequence, not its index
+        for seq, (rows, h) in enumerate(zip(sequences, histories)):
+            _, state = rows_kernel.consistent(*(t[:h] for t in rows), _empty_state(), chunk_size=CHUNK)
+            ssm[order[seq]] = state.ssm
+            for pool, kept in zip(pools, state.pending or ()):
+                pool[order[seq], :kept.shape[0]] = kept
+        if disturb is not None:
+            ssm[order[disturb]] *= 2
+        outputs = []
+        for step in range(decodes):
+            new = [torch.stack([rows[h + step] for rows, h in zip(seq_rows, histories)]) for seq_rows in
+                   zip(*sequences)]
+            held = torch.tensor([(h + step) % CHUNK for h in histories])
+            outputs.append(rows_kernel.decode_pooled(*new, order, held, pools, ssm, chunk_size=CHUNK))
+        return torch.stack(outputs, dim=1), ssm[order], pools
+
+    y, ssm, pools = batched()
+    for seq, ((y_alone, state), h) in enumerate(zip(alone, histories)):
+        assert_bitwise_equal(y[seq], y_alone[h:], f"sequence {seq} (history {h}), seed={fresh_seed}")
+        assert_bitwise_equal(ssm[seq], state.ssm, f"S of sequence {seq}")
+        kept = (h + decodes) % CHUNK
+        slot = [3, 0, 4, 1, 2][seq]
+        assert (state.pending is None) == (kept == 0), (seq, kept)
+        for pool, mine in zip(pools, state.pending or ()):
+            assert_bitwise_equal(pool[slot, :kept], mine, f"kept rows of sequence {seq}")
+    disturbed, _, _ = batched(disturb=2)
+    moved = [first_bit_difference(disturbed[seq], y[seq]) is not None for seq in range(len(histories))]
+    assert moved == [seq == 2 for seq in range(len(histories))], moved
