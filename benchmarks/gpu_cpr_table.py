@@ -12,8 +12,9 @@ this is that table for kernels/ops/gated_delta at the config's widths (heads, di
   (zero-padded to a chunk, all sequences in one batched call);
 - recurrent_everywhere: the recurrence row by row in every stage (torch's step form: no fused
   recurrent kernel, so its trainer and prefill are launch-bound on a GPU);
-- ours: the consistent contract (chunks at absolute positions, the unfinished chunk kept and
-  re-played at decode: decode_pooled).
+- ours: the consistent contract (chunks at absolute positions; on CUDA the row kernel of
+  kernels/ops/gated_delta/triton.py in every stage, a decode step computing its one row; on CPU
+  the unfinished chunk kept and re-played at decode).
 Stages: trainer forward + backward over `sequences` x `train_tokens` rows; prefill of the same;
 decode: `decode_steps` steps of `decode_batch` sequences after a `prompt_len` prefill (per step).
 The gates (A_log, dt_bias) and inputs are seeded; the stages time the region's call alone (the

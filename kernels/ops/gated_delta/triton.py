@@ -9,8 +9,10 @@ sum_s exp(c_Q - c_s) k_s n_s^T, s in order. One program per (sequence, head) wal
 from its place in the chunk, the chunk's earlier rows' k, c, u, w, n read from the kept-row pools
 (forms.KEPT) and its own written there: a decode step computes its one row, O(Q (K + V) + K V),
 not a re-play of the chunk. Consistency: every phase runs this kernel with the same tiles, each
-sum over all Q slots (those a row may not read loaded as exact zeros) or over K: a row's bits do
-not depend on how many rows a call walks. Backward: forms.chunk's torch form (C08's tolerance).
+sum over all Q slots (those a row may not read masked: exact zeros, no memory read) or over K: a
+row's bits do not depend on how many rows a call walks. A decode step reads S and the chunk's
+earlier rows and writes its row (S only when it completes the chunk): about the bytes of the
+recurrent step, which reads and writes S. Backward: forms.chunk's torch form (C08's tolerance).
 """
 import torch
 import triton
@@ -73,10 +75,10 @@ def _delta_rows_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, y_ptr, meta_ptr, kk_pt
                 kept = (slot * Q + s) * H + h
                 decayed = tl.load(kk_ptr + kept * K + rk) * tl.exp(c_t - tl.load(kc_ptr + kept))
                 state += decayed[:, None] * tl.load(kn_ptr + kept * V + rv)[None, :]
+            tl.store(state_ptrs, state)  # only here: a step that folds nothing writes no S
             place -= Q
             c_prev = c_t - c_t  # +0: the next chunk's c starts as a decode's at place 0
             tl.debug_barrier()  # the next row overwrites slot 0, read above
-    tl.store(state_ptrs, state)
 
 
 def _require(q, v, chunk_size):
