@@ -31,9 +31,11 @@ def enabled(device) -> bool:
     asked = os.environ.get(ENV) or "0"
     if asked not in ("0", "1"):
         raise ValueError(f"{ENV}={asked!r}: 0 or 1 (programmatic dependent launch off or on)")
+    if asked == "0":  # the default: an eager launch pays no device lookup for it
+        return False
     device = torch.device(device)
-    return (asked == "1" and device.type == "cuda"
-            and _capable(device.index if device.index is not None else torch.cuda.current_device()))
+    return device.type == "cuda" and _capable(device.index if device.index is not None
+                                              else torch.cuda.current_device())
 
 
 def launch_options(device) -> dict:
