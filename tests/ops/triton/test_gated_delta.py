@@ -49,7 +49,7 @@ def check_gated_delta_phases_agree_bitwise(fresh_seed):
     raw = _raw(fresh_seed)
     rows = prepared(*raw)
     whole, whole_state = _in_calls(rows_kernel.consistent, rows, [])
-    for cuts in ([CHUNK - 1, 40], [CHUNK, 2 * CHUNK], [CHUNK + 1, 3 * CHUNK + 5], list(range(20, LENGTH))):
+    for cuts in ([CHUNK - 1, 40], [CHUNK, 2 * CHUNK], [CHUNK + 1, 3 * CHUNK + 5], list(range(40, LENGTH))):
         y, state = _in_calls(rows_kernel.consistent, rows, cuts)
         assert_bitwise_equal(y, whole, f"cuts {cuts[:3]}, seed={fresh_seed}")
         assert_bitwise_equal(state.ssm, whole_state.ssm, f"S, cuts {cuts[:3]}")
@@ -100,7 +100,7 @@ def check_gated_delta_pooled_decode_is_each_sequence_s_bits(fresh_seed):
     equal too. Negative control: a sequence's slot of the state pool doubled moves its rows only."""
     rows_kernel = import_kernel("gated_delta.triton")
     from kernels.ops.gated_delta.forms import kept_row_shapes, prepared
-    histories, decodes = [CHUNK, 17, 2 * CHUNK - 2, CHUNK - 1, 5], CHUNK + 2
+    histories, decodes = [CHUNK, 17, 2 * CHUNK - 2, CHUNK - 1, 5], 8  # the Q-2 and Q-1 ones complete
     sequences = [prepared(*_raw(fresh_seed + i, max(histories) + decodes)) for i in range(len(histories))]
     alone = [_in_calls(rows_kernel.consistent, [t[:h + decodes] for t in rows], [h, *range(h + 1, h + decodes)])
              for rows, h in zip(sequences, histories)]
