@@ -19,13 +19,14 @@ LENGTH = 70  # four chunk boundaries crossed, ends mid-chunk
 REFERENCE_TOLERANCE = 1e-4  # relative to max |y|: fp32 chunked and recurrent vs the float64 recurrence
 
 
-def _inputs(seed):
+def delta_inputs(seed, length=LENGTH):
+    """Raw q, k, v, g, beta of `length` rows (the Triton kernel's checks take them too)."""
     gen = torch.Generator().manual_seed(seed)
-    return (torch.randn(LENGTH, KEY_HEADS, KEY_DIM, generator=gen),
-            torch.randn(LENGTH, KEY_HEADS, KEY_DIM, generator=gen),
-            torch.randn(LENGTH, HEADS, VALUE_DIM, generator=gen),
-            -torch.rand(LENGTH, HEADS, generator=gen) * 0.5,  # log decay <= 0
-            torch.rand(LENGTH, HEADS, generator=gen))
+    return (torch.randn(length, KEY_HEADS, KEY_DIM, generator=gen),
+            torch.randn(length, KEY_HEADS, KEY_DIM, generator=gen),
+            torch.randn(length, HEADS, VALUE_DIM, generator=gen),
+            -torch.rand(length, HEADS, generator=gen) * 0.5,  # log decay <= 0
+            torch.rand(length, HEADS, generator=gen))
 
 
 def _in_calls(variant, rows, cuts, threads):
@@ -46,7 +47,7 @@ def _splits():
 
 def test_consistent_whole_equals_every_split_and_decode():
     seed = fresh_seed()
-    rows = _inputs(seed)
+    rows = delta_inputs(seed)
     whole, whole_state = _in_calls(consistent, rows, [], threads=2)
     for name, cuts in _splits().items():
         y, state = _in_calls(consistent, rows, cuts, threads=1)
@@ -58,7 +59,7 @@ def test_consistent_whole_equals_every_split_and_decode():
 
 def test_fast_variants_differ_between_prefill_and_decode():
     seed = fresh_seed()
-    rows = _inputs(seed)
+    rows = delta_inputs(seed)
     prefill, _ = _in_calls(fast_chunked, rows, [], threads=2)
     decode, _ = _in_calls(fast_recurrent, rows, [], threads=1)
     differing = (prefill.view(torch.int32) != decode.view(torch.int32)).any(-1).any(-1).sum().item()
@@ -71,7 +72,7 @@ def test_fast_variants_differ_between_prefill_and_decode():
 @pytest.mark.parametrize("variant", [consistent, fast_chunked, fast_recurrent], ids=lambda f: f.__name__)
 def test_agrees_with_the_float64_recurrence(variant):
     seed = fresh_seed()
-    rows = _inputs(seed)
+    rows = delta_inputs(seed)
     y, _ = _in_calls(variant, rows, [], threads=2)
     expected = delta_rule(*rows)
     error = ((y.double() - expected).abs().max() / expected.abs().max()).item()
@@ -83,7 +84,7 @@ def test_agrees_with_transformers_chunked_rule():
     """Qwen3-Next's torch form in transformers (the parity target), batch of one, our layout."""
     modeling = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
     seed = fresh_seed()
-    rows = _inputs(seed)
+    rows = delta_inputs(seed)
     ours, state = _in_calls(fast_chunked, rows, [], threads=2)
     q, k, v, g, beta = (t[None] for t in rows)
     theirs, end = modeling.torch_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=CHUNK, output_final_state=True,
@@ -97,7 +98,7 @@ def test_agrees_with_transformers_chunked_rule():
 
 
 def test_a_fast_variant_refuses_rows_a_consistent_call_kept():
-    rows = _inputs(fresh_seed())
+    rows = delta_inputs(fresh_seed())
     _, kept = consistent(*(t[:CHUNK + 3] for t in rows), DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM), chunk_size=CHUNK)
     with pytest.raises(ValueError, match="cannot fold 3 rows"):
         fast_recurrent(*(t[CHUNK + 3:CHUNK + 4] for t in rows), kept, chunk_size=CHUNK)
@@ -111,7 +112,7 @@ def test_region_form_keeps_the_sequence_s_bits_across_calls_and_makes_the_gates_
     from kernels.models.mamba_pool import delta_store
     from kernels.ops.gated_delta import KEEPS_UNFINISHED_CHUNK, VARIANTS
     generator = torch.Generator().manual_seed(fresh_seed)
-    q, k, v = _inputs(fresh_seed)[:3]
+    q, k, v = delta_inputs(fresh_seed)[:3]
     a, b = torch.randn(LENGTH, HEADS, generator=generator), torch.randn(LENGTH, HEADS, generator=generator)
     A_log, dt_bias = torch.rand(HEADS, generator=generator) * 2, torch.rand(HEADS, generator=generator) - 3
 
@@ -146,7 +147,7 @@ def test_a_decode_step_on_the_engine_s_pools_is_each_sequence_s_own_bits(fresh_s
     from kernels.models.mamba_pool import delta_store
     from kernels.ops.gated_delta.region import consistent as region
     generator = torch.Generator().manual_seed(fresh_seed)
-    q, k, v = _inputs(fresh_seed)[:3]
+    q, k, v = delta_inputs(fresh_seed)[:3]
     a, b = torch.randn(LENGTH, HEADS, generator=generator), torch.randn(LENGTH, HEADS, generator=generator)
     A_log, dt_bias = torch.rand(HEADS, generator=generator) * 2, torch.rand(HEADS, generator=generator) - 3
     before = [CHUNK - 1, 0, 3, CHUNK, 2 * CHUNK - 1, CHUNK + 7, 3 * CHUNK - 1, 40]
@@ -200,7 +201,7 @@ def test_the_fast_decode_on_the_engine_s_pools_steps_every_sequence_at_once(fres
     from kernels.ops.gated_delta.region import fast_chunked as chunked_region
     from kernels.ops.gated_delta.region import fast_recurrent as recurrent_region
     generator = torch.Generator().manual_seed(fresh_seed)
-    q, k, v = _inputs(fresh_seed)[:3]
+    q, k, v = delta_inputs(fresh_seed)[:3]
     a, b = torch.randn(LENGTH, HEADS, generator=generator), torch.randn(LENGTH, HEADS, generator=generator)
     A_log, dt_bias = torch.rand(HEADS, generator=generator) * 2, torch.rand(HEADS, generator=generator) - 3
     before = [3, CHUNK, 2 * CHUNK + 5, 40]
@@ -238,7 +239,7 @@ def test_the_cpr_benchmarks_chunkwise_decode_is_the_recurrence(fresh_seed):
     from kernels.models.mamba_pool import delta_store
     from kernels.ops.gated_delta.region import fast_chunked, fast_recurrent
     generator = torch.Generator().manual_seed(fresh_seed)
-    q, k, v = _inputs(fresh_seed)[:3]
+    q, k, v = delta_inputs(fresh_seed)[:3]
     a, b = torch.randn(LENGTH, HEADS, generator=generator), torch.randn(LENGTH, HEADS, generator=generator)
     A_log, dt_bias = torch.rand(HEADS, generator=generator) * 2, torch.rand(HEADS, generator=generator) - 3
     sequences, prompt = 4, 10

@@ -9,25 +9,14 @@ bits (the gates do that on the device). Negative controls: the torch chunk form 
 import torch
 
 from gates.compare import assert_bitwise_equal, first_bit_difference
+from tests.ops.test_gated_delta import CHUNK, HEADS, KEY_DIM, LENGTH, REFERENCE_TOLERANCE, VALUE_DIM
+from tests.ops.test_gated_delta import delta_inputs as _raw
 from tests.ops.triton.interpreter import import_kernel, run_checks
-
-KEY_HEADS, HEADS, KEY_DIM, VALUE_DIM, CHUNK = 2, 4, 16, 8, 16
-LENGTH = 70  # four chunk boundaries crossed, ends mid-chunk
-REFERENCE_TOLERANCE = 1e-4  # relative to max |y|: fp32 rows vs the float64 recurrence
 
 
 def test_gated_delta_kernel_under_the_triton_interpreter(fresh_seed):
     """Runs this module's check_* functions in a child pytest with TRITON_INTERPRET=1."""
     run_checks(__file__, fresh_seed)
-
-
-def _raw(seed, length=LENGTH):
-    gen = torch.Generator().manual_seed(seed)
-    return (torch.randn(length, KEY_HEADS, KEY_DIM, generator=gen),
-            torch.randn(length, KEY_HEADS, KEY_DIM, generator=gen),
-            torch.randn(length, HEADS, VALUE_DIM, generator=gen),
-            -torch.rand(length, HEADS, generator=gen) * 0.5,  # log decay <= 0
-            torch.rand(length, HEADS, generator=gen))
 
 
 def _in_calls(consistent, rows, cuts):
