@@ -145,16 +145,15 @@ def _sequence(q, k, v, g, beta, state: DeltaState, chunk_size: int):
         pool[0, :num_kept] = kept
     state_pool = state.ssm[None].float().clone()
     y = torch.empty_like(rows[2])
+    whole = torch.tensor([[0, num_new, 0, num_kept, 0]], dtype=torch.int64).to(q.device)  # every row from slot 0
     if num_chunks == 1:
-        meta = torch.tensor([[0, num_new, 0, num_kept, 0]], dtype=torch.int64)
-        _launch(WALK, rows, meta.to(q.device), pools, state_pool, y, chunk_size)
+        _launch(WALK, rows, whole, pools, state_pool, y, chunk_size)
     else:
         starts = [max(j * chunk_size, num_kept) for j in range(num_chunks)]
-        meta = torch.tensor([[start - num_kept, min((j + 1) * chunk_size, total) - start, j, start - j * chunk_size, 0]
-                             for j, start in enumerate(starts)], dtype=torch.int64)
-        _launch(SOLVE, rows, meta.to(q.device), pools, state_pool, y, chunk_size)
-        _launch(APPLY, rows, torch.tensor([[0, num_new, 0, num_kept, 0]], dtype=torch.int64).to(q.device), pools,
-                state_pool, y, chunk_size)
+        per_chunk = torch.tensor([[start - num_kept, min((j + 1) * chunk_size, total) - start, j,
+                                   start - j * chunk_size, 0] for j, start in enumerate(starts)], dtype=torch.int64)
+        _launch(SOLVE, rows, per_chunk.to(q.device), pools, state_pool, y, chunk_size)
+        _launch(APPLY, rows, whole, pools, state_pool, y, chunk_size)
     left = total % chunk_size
     pending = tuple(pool[num_chunks - 1, :left].clone() for pool in pools) if left else None
     return y, DeltaState(state_pool[0], state.folded + total - left, pending)
