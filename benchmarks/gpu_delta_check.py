@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.raw_output import provenance  # noqa: E402
+from benchmarks.raw_output import provenance, write_raw  # noqa: E402
+from gates.compare import bit_view  # noqa: E402
 from gates.reference.gated_delta import delta_rule  # noqa: E402
 from kernels.models.config import load_model_config  # noqa: E402
 from kernels.ops.gated_delta import triton as delta_triton  # noqa: E402
@@ -28,8 +29,8 @@ from kernels.ops.gated_delta.forms import DeltaState, kept_row_shapes, prepared,
 
 
 def differing(left, right) -> int:
-    """Elements whose bits differ (int32 views of fp32)."""
-    return int((left.contiguous().view(torch.int32) != right.contiguous().view(torch.int32)).sum())
+    """Elements whose bits differ."""
+    return int((bit_view(left) != bit_view(right)).sum())
 
 
 def raw_rows(config, length, generator, device):
@@ -44,6 +45,8 @@ def raw_rows(config, length, generator, device):
 
 
 def in_calls(rows, cuts, chunk):
+    """Prepared rows cut at `cuts`, each piece one kernel call after the state the last left:
+    (every row's y, the state after the last)."""
     heads, key_dim, value_dim = rows[2].shape[1], rows[0].shape[-1], rows[2].shape[-1]
     state, outputs = DeltaState.empty(heads, key_dim, value_dim, device=rows[0].device), []
     for lo, hi in zip([0, *cuts], [*cuts, rows[0].shape[0]]):
@@ -130,14 +133,11 @@ def main() -> int:
     args = parser.parse_args()
     config, device = load_model_config(args.config), torch.device(args.device)
     generator = torch.Generator().manual_seed(args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     phases = check_phases(config, args.length, generator, device)
     batched = check_batched(config, generator, device, min(args.decode_batch, 16))
     record = {**provenance(), "args": vars(args), "phases": phases["cases"],
               "float64_error": phases["float64_error"], "batched": batched}
-    path = out / "gpu_delta_check.json"
-    path.write_text(json.dumps(record, indent=1))
+    path = write_raw(record, args.out, "gpu-delta-check")  # the bits first, then again with the timing
     if device.type == "cuda":
         record["timing_ms"] = time_decode(config, generator, device, args.decode_batch)
         path.write_text(json.dumps(record, indent=1))
@@ -147,7 +147,6 @@ def main() -> int:
           f"{batched['differing']} differing values; float64 error {phases['float64_error']:.2e} of max |y|")
     for name, values in record.get("timing_ms", {}).items():
         print(f"decode step, {name}: median {sorted(values)[len(values) // 2]:.4f} ms ({len(values)} samples)")
-    print(f"raw: {path}")
     failed = any(v for found in phases["cases"].values() for v in found.values()) or batched["differing"]
     return 1 if failed else 0
 

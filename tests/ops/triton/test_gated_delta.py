@@ -19,27 +19,29 @@ def test_gated_delta_kernel_under_the_triton_interpreter(fresh_seed):
     run_checks(__file__, fresh_seed)
 
 
-def _in_calls(consistent, rows, cuts):
-    """The prepared rows cut at `cuts`, each piece one call after the state the last left."""
+def _in_calls(rows, cuts):
+    """The prepared rows cut at `cuts`, one kernel call each (benchmarks/gpu_delta_check.py's walk,
+    imported in the interpreter's child)."""
+    import_kernel("gated_delta.triton")  # refuses to run outside the interpreter
+    from benchmarks.gpu_delta_check import in_calls
+    return in_calls(rows, cuts, CHUNK)
+
+
+def _empty_state():
     from kernels.ops.gated_delta.forms import DeltaState
-    state, outputs = DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM), []
-    for lo, hi in zip([0, *cuts], [*cuts, rows[0].shape[0]]):
-        y, state = consistent(*(t[lo:hi] for t in rows), state, chunk_size=CHUNK)
-        outputs.append(y)
-    return torch.cat(outputs), state
+    return DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM)
 
 
 def check_gated_delta_phases_agree_bitwise(fresh_seed):
     """Whole == split before / at / after a boundary == prefill then one row at a time: y, S, the
     folded count and the kept rows, bit for bit; the float64 recurrence within 1e-4 of max |y|."""
-    rows_kernel = import_kernel("gated_delta.triton")
     from gates.reference.gated_delta import delta_rule
     from kernels.ops.gated_delta.forms import prepared
     raw = _raw(fresh_seed)
     rows = prepared(*raw)
-    whole, whole_state = _in_calls(rows_kernel.consistent, rows, [])
+    whole, whole_state = _in_calls(rows, [])
     for cuts in ([CHUNK - 1, 40], [CHUNK, 2 * CHUNK], [CHUNK + 1, 3 * CHUNK + 5], list(range(40, LENGTH))):
-        y, state = _in_calls(rows_kernel.consistent, rows, cuts)
+        y, state = _in_calls(rows, cuts)
         assert_bitwise_equal(y, whole, f"cuts {cuts[:3]}, seed={fresh_seed}")
         assert_bitwise_equal(state.ssm, whole_state.ssm, f"S, cuts {cuts[:3]}")
         assert state.folded == whole_state.folded == LENGTH // CHUNK * CHUNK
@@ -52,11 +54,6 @@ def check_gated_delta_phases_agree_bitwise(fresh_seed):
     from kernels.ops.gated_delta.fast import fast_chunked  # negative control: the chunk form, same chunks
     chunked, _ = fast_chunked(*raw, _empty_state(), chunk_size=CHUNK)
     assert first_bit_difference(chunked, whole) is not None, "the chunk form gave the row kernel's bits"
-
-
-def _empty_state():
-    from kernels.ops.gated_delta.forms import DeltaState
-    return DeltaState.empty(HEADS, KEY_DIM, VALUE_DIM)
 
 
 def check_gated_delta_backward_is_the_torch_forms(fresh_seed):
@@ -76,7 +73,7 @@ def check_gated_delta_backward_is_the_torch_forms(fresh_seed):
     for name, mine, want in zip("qkvgb", ours, theirs):
         assert_bitwise_equal(mine, want, f"d/d{name} seed={fresh_seed}")
     detached = prepared(*(t.detach() for t in raw))
-    assert_bitwise_equal(y.detach(), _in_calls(rows_kernel.consistent, detached, [])[0], "forward bits")
+    assert_bitwise_equal(y.detach(), _in_calls(detached, [])[0], "forward bits")
     _, after = rows_kernel.consistent(*(t[:CHUNK + 3] for t in detached), _empty_state(), chunk_size=CHUNK)
     with pytest.raises(ValueError, match="starts at row 19"):
         rows_kernel.consistent(*(t[CHUNK + 3:] for t in prepared(*raw)), after, chunk_size=CHUNK)
@@ -91,7 +88,7 @@ def check_gated_delta_pooled_decode_is_each_sequence_s_bits(fresh_seed):
     from kernels.ops.gated_delta.forms import kept_row_shapes, prepared
     histories, decodes = [CHUNK, 17, 2 * CHUNK - 2, CHUNK - 1, 5], 8  # the Q-2 and Q-1 ones complete
     sequences = [prepared(*_raw(fresh_seed + i, max(histories) + decodes)) for i in range(len(histories))]
-    alone = [_in_calls(rows_kernel.consistent, [t[:h + decodes] for t in rows], [h, *range(h + 1, h + decodes)])
+    alone = [_in_calls([t[:h + decodes] for t in rows], [h, *range(h + 1, h + decodes)])
              for rows, h in zip(sequences, histories)]
 
     def batched(disturb=None):
