@@ -6,10 +6,12 @@ config's widths, bit for bit (int views), and its decode step timed against the 
 
 Bits: one sequence scanned whole (SOLVE then APPLY) == split before, at and after chunk boundaries
 == prefill then row-by-row decodes (WALK) == its rows inside a batched pooled decode of other
-sequences at every place in their chunks: y, S and the kept rows. The float64 recurrence's error is
+sequences at every place in their chunks; sequences in one call == each alone: y, S and the kept
+rows. The float64 recurrence's error is
 recorded (not judged here: the gates' tolerance is C08's). Timing: one decode step of
 `decode-batch` sequences, ours (decode_pooled) against the fast contract's batched recurrence
-(recurrent_pooled's step), do_bench medians, raw samples saved with the commit. With
+(recurrent_pooled's step), and a prefill of 8 x 1,024 rows in one call against a call per
+sequence, do_bench medians, raw samples saved with the commit. With
 TRITON_INTERPRET=1 and --device cpu --config qwen3_5-cut it is a logic smoke test (no timing).
 """
 import argparse
@@ -102,6 +104,49 @@ def check_batched(config, generator, device, batch) -> dict:
             "differing": sum(differing(batched[seq], alone[seq]) for seq in range(batch))}
 
 
+def check_many(config, generator, device, count) -> dict:
+    """`count` sequences in one consistent_many call (starting fresh, mid-chunk and on a boundary, of
+    lengths inside one chunk and across several) vs each alone: y, S and the kept rows."""
+    chunk = config.chunk_size
+    histories = [(0, chunk // 2 + 1, chunk, chunk + 3)[i % 4] for i in range(count)]
+    lengths = [(5 * chunk + 7, chunk - 9, 1, 2 * chunk)[i % 4] + i for i in range(count)]
+    sequences = [prepared(*raw_rows(config, h + n, generator, device)) for h, n in zip(histories, lengths)]
+    starts, alone = [], []
+    for rows, h in zip(sequences, histories):
+        state = in_calls([t[:h] for t in rows], [], chunk)[1] if h else DeltaState.empty(
+            rows[2].shape[1], rows[0].shape[-1], rows[2].shape[-1], device=device)
+        starts.append(state)
+        alone.append(delta_triton.consistent(*(t[h:] for t in rows), state, chunk_size=chunk))
+    new = [torch.cat(parts) for parts in zip(*[[t[h:] for t in rows] for rows, h in zip(sequences, histories)])]
+    y, after = delta_triton.consistent_many(*new, lengths, starts, chunk_size=chunk)
+    found, lo = 0, 0
+    for (y_alone, state), mine, n in zip(alone, after, lengths):
+        found += differing(y[lo:lo + n], y_alone) + differing(mine.ssm, state.ssm)
+        found += sum(differing(a, b) for a, b in zip(mine.pending or (), state.pending or ()))
+        found += int((mine.pending is None) != (state.pending is None))
+        lo += n
+    return {"sequences": count, "rows": sum(lengths), "differing": found}
+
+
+def time_prefill(config, generator, device, sequences, length) -> dict:
+    """A prefill of `sequences` x `length` rows: one consistent_many call against a call per sequence."""
+    import triton.testing
+    rows = prepared(*raw_rows(config, sequences * length, generator, device))
+    empty = [DeltaState.empty(rows[2].shape[1], rows[0].shape[-1], rows[2].shape[-1], device=device)
+             for _ in range(sequences)]
+
+    chunk = config.chunk_size
+
+    def each():
+        for i in range(sequences):
+            delta_triton.consistent(*(t[i * length:(i + 1) * length] for t in rows), empty[i], chunk_size=chunk)
+
+    def together():
+        delta_triton.consistent_many(*rows, [length] * sequences, empty, chunk_size=chunk)
+    return {f"prefill {sequences} x {length}, one call": triton.testing.do_bench(together, return_mode="all"),
+            f"prefill {sequences} x {length}, a call each": triton.testing.do_bench(each, return_mode="all")}
+
+
 def time_decode(config, generator, device, batch) -> dict:
     """One decode step of `batch` sequences mid-chunk: ours vs the fast batched recurrence step."""
     import triton.testing
@@ -117,8 +162,8 @@ def time_decode(config, generator, device, batch) -> dict:
         held = torch.full((batch,), place, device=device)
         ours = triton.testing.do_bench(lambda: delta_triton.decode_pooled(*rows, slots, held, pools, ssm,
                                                                           chunk_size=chunk), return_mode="all")
-        samples[f"ours at place {place}"] = ours
-    samples["fast recurrence"] = triton.testing.do_bench(lambda: step(*rows, ssm), return_mode="all")
+        samples[f"decode step, ours at place {place}"] = ours
+    samples["decode step, fast recurrence"] = triton.testing.do_bench(lambda: step(*rows, ssm), return_mode="all")
     return samples
 
 
@@ -135,19 +180,24 @@ def main() -> int:
     generator = torch.Generator().manual_seed(args.seed)
     phases = check_phases(config, args.length, generator, device)
     batched = check_batched(config, generator, device, min(args.decode_batch, 16))
+    many = check_many(config, generator, device, 8)
     record = {**provenance(), "args": vars(args), "phases": phases["cases"],
-              "float64_error": phases["float64_error"], "batched": batched}
+              "float64_error": phases["float64_error"], "batched": batched, "many": many}
     path = write_raw(record, args.out, "gpu-delta-check")  # the bits first, then again with the timing
     if device.type == "cuda":
-        record["timing_ms"] = time_decode(config, generator, device, args.decode_batch)
+        record["timing_ms"] = {**time_decode(config, generator, device, args.decode_batch),
+                               **time_prefill(config, generator, device, 8, 1024)}
         path.write_text(json.dumps(record, indent=1))
     for name, found in phases["cases"].items():
         print(f"{name}: differing y {found['y']}, S {found['S']}, kept rows {found['kept']}")
     print(f"batched decode ({batched['sequences']} sequences x {batched['steps']} steps): "
           f"{batched['differing']} differing values; float64 error {phases['float64_error']:.2e} of max |y|")
+    print(f"sequences in one call ({many['sequences']}, {many['rows']} rows) vs each alone: "
+          f"{many['differing']} differing values")
     for name, values in record.get("timing_ms", {}).items():
-        print(f"decode step, {name}: median {sorted(values)[len(values) // 2]:.4f} ms ({len(values)} samples)")
-    failed = any(v for found in phases["cases"].values() for v in found.values()) or batched["differing"]
+        print(f"{name}: median {sorted(values)[len(values) // 2]:.4f} ms ({len(values)} samples)")
+    failed = (any(v for found in phases["cases"].values() for v in found.values()) or batched["differing"]
+              or many["differing"])
     return 1 if failed else 0
 
 

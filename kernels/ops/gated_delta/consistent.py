@@ -34,6 +34,20 @@ def consistent(q, k, v, g, beta, state: DeltaState, *, chunk_size: int):
     return y[total - q.shape[0]:], after
 
 
+def consistent_many(groups, states, *, chunk_size: int):
+    """Sequences' new rows, `groups` a (q, k, v, g, beta) per sequence, each after its state: (y of
+    every row in the groups' order, the states after). On CUDA one set of row-kernel launches for
+    all of them (the same bits as each alone: a row's arithmetic does not depend on the call's
+    programs); on CPU `consistent` per sequence."""
+    if not by_rows(groups[0][0].device):
+        results = [consistent(*group, state, chunk_size=chunk_size) for group, state in zip(groups, states)]
+        return torch.cat([y for y, _ in results]), [after for _, after in results]
+    import kernels.ops.gated_delta.triton as delta_triton  # imports Triton: CUDA machines only
+    rows = [prepared(*group) for group in groups]  # per sequence, as a call of its own prepares them
+    return delta_triton.consistent_many(*(torch.cat(parts) for parts in zip(*rows)), [r[0].shape[0] for r in rows],
+                                        states, chunk_size=chunk_size)
+
+
 def decode_pooled(q, k, v, g, beta, segments, store, *, chunk_size: int):
     """One new row per sequence on the engine's pooled store (kernels/models/mamba_pool.py), by
     tensor ops alone (a decode graph can capture it): each new prepared row written after its

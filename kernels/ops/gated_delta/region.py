@@ -10,8 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.ops.activation.consistent import position_independent_sigmoid, position_independent_softplus
-from kernels.ops.gated_delta.consistent import consistent as consistent_sequence
-from kernels.ops.gated_delta.consistent import decode_pooled
+from kernels.ops.gated_delta.consistent import consistent_many, decode_pooled
 from kernels.ops.gated_delta.fast import fast_chunked as fast_chunked_sequence
 from kernels.ops.gated_delta.fast import fast_recurrent as fast_recurrent_sequence
 from kernels.ops.gated_delta.fast import recurrent_pooled
@@ -36,6 +35,18 @@ def _each_segment(form, rows, segments, store, chunk_size):
     return torch.cat(outputs)
 
 
+def _all_segments(rows, segments, store, chunk_size):
+    """consistent_many over every segment at once on its sequence's state, S and the kept rows
+    written back; y in row order."""
+    opened = [store.open(segment) for segment in segments]
+    y, after = consistent_many([tuple(t[segment.rows] for t in rows) for segment in segments],
+                               [DeltaState(state.ssm, state.folded, state.pending) for state in opened],
+                               chunk_size=chunk_size)
+    for state, its_after in zip(opened, after):
+        state.ssm, state.pending = its_after.ssm, its_after.pending
+    return y
+
+
 def consistent(q, k, v, a, b, segments, store, A_log, dt_bias, *, chunk_size):
     """Chunks at absolute positions, the unfinished chunk kept and re-played: y [M, H, V] fp32.
     A call of one row per sequence on the engine's pools re-plays them together (decode_pooled)."""
@@ -43,7 +54,7 @@ def consistent(q, k, v, a, b, segments, store, A_log, dt_bias, *, chunk_size):
     rows = (q, k, v, g, beta)
     if batched_decode(segments, store):
         return decode_pooled(*rows, segments, store, chunk_size=chunk_size)
-    return _each_segment(consistent_sequence, rows, segments, store, chunk_size)
+    return _all_segments(rows, segments, store, chunk_size)
 
 
 def _fast(form, pooled=None):

@@ -123,3 +123,50 @@ def check_gated_delta_pooled_decode_is_each_sequence_s_bits(fresh_seed):
     disturbed, _, _ = batched(disturb=2)
     moved = [first_bit_difference(disturbed[seq], y[seq]) is not None for seq in range(len(histories))]
     assert moved == [seq == 2 for seq in range(len(histories))], moved
+
+
+def check_gated_delta_sequences_in_one_call_are_each_alone(fresh_seed):
+    """Sequences in one call (consistent_many: three launches for all, the engine's prefill and the
+    trainer) == each sequence's own call, bit for bit: y, S and the kept rows, with sequences that
+    start from a fresh state, mid-chunk (kept rows) and on a boundary, of lengths inside one chunk
+    and across several; a recorded call's gradients == each sequence's torch form. Negative
+    control: one sequence's S0 doubled moves its rows only."""
+    rows_kernel = import_kernel("gated_delta.triton")
+    from kernels.ops.chunk_scan import run_chunks
+    from kernels.ops.gated_delta.forms import DeltaState, chunk, prepared
+    histories, lengths = [0, 5, CHUNK, CHUNK + 3, 0], [3 * CHUNK + 5, CHUNK - 5, 1, 2 * CHUNK, CHUNK]
+    sequences = [prepared(*_raw(fresh_seed + i, h + n)) for i, (h, n) in enumerate(zip(histories, lengths))]
+    starts = [rows_kernel.consistent(*(t[:h] for t in rows), _empty_state(), chunk_size=CHUNK)[1] if h else
+              _empty_state() for rows, h in zip(sequences, histories)]
+    alone = [rows_kernel.consistent(*(t[h:] for t in rows), state, chunk_size=CHUNK)
+             for rows, h, state in zip(sequences, histories, starts)]
+
+    def together(states):
+        new = [torch.cat(parts) for parts in zip(*[[t[h:] for t in rows] for rows, h in zip(sequences, histories)])]
+        return rows_kernel.consistent_many(*new, lengths, states, chunk_size=CHUNK)
+
+    y, after = together(starts)
+    cuts = [0, *torch.tensor(lengths).cumsum(0).tolist()]
+    for seq, ((y_alone, state), lo, hi) in enumerate(zip(alone, cuts, cuts[1:])):
+        assert_bitwise_equal(y[lo:hi], y_alone, f"sequence {seq}, seed={fresh_seed}")
+        assert_bitwise_equal(after[seq].ssm, state.ssm, f"S of sequence {seq}")
+        assert after[seq].folded == state.folded, (seq, after[seq].folded, state.folded)
+        assert (after[seq].pending is None) == (state.pending is None), seq
+        for mine, theirs in zip(after[seq].pending or (), state.pending or ()):
+            assert_bitwise_equal(mine, theirs, f"kept rows of sequence {seq}")
+    doubled = [DeltaState(s.ssm * 2, s.folded, s.pending) if i == 3 else s for i, s in enumerate(starts)]
+    disturbed, _ = together(doubled)
+    moved = [first_bit_difference(disturbed[lo:hi], y[lo:hi]) is not None for lo, hi in zip(cuts, cuts[1:])]
+    assert moved == [seq == 3 for seq in range(len(lengths))], moved
+
+    raw = [[t.clone().requires_grad_(True) for t in _raw(fresh_seed + 7 + i, n)] for i, n in enumerate(lengths)]
+    fresh = [_empty_state() for _ in lengths]
+    y, _ = rows_kernel.consistent_many(*(torch.cat(p) for p in zip(*[prepared(*r) for r in raw])), lengths, fresh,
+                                       chunk_size=CHUNK)
+    weight = torch.randn(y.shape, generator=torch.Generator().manual_seed(fresh_seed))
+    leaves = [t for r in raw for t in r]
+    ours = torch.autograd.grad((y * weight).sum(), leaves)
+    reference = torch.cat([run_chunks(chunk, prepared(*r), s.ssm, CHUNK)[0] for r, s in zip(raw, fresh)])
+    theirs = torch.autograd.grad((reference * weight).sum(), leaves)
+    for index, (mine, want) in enumerate(zip(ours, theirs)):
+        assert_bitwise_equal(mine, want, f"gradient {index} (sequence {index // 5}), seed={fresh_seed}")
