@@ -149,9 +149,10 @@ def _chunk_meta(kept: int, new: int, first: int, slot: int, state_index: int, ch
 
 def _sequences(q, k, v, g, beta, lengths, states, chunk_size: int):
     """Sequences' new prepared rows, concatenated in `lengths`' order, each after its state (kept
-    rows: KEPT's): (y, the states after). Three launches for all of them: SOLVE and OUTPUT one
-    program per (chunk, head), STATES one per (sequence, head); each sequence's chunks in pool
-    slots of their own, and its S0 and every chunk's end state in a state pool of its own."""
+    rows: KEPT's): (y, the states after). One WALK launch when every sequence's rows lie in one
+    chunk, else three for all of them: SOLVE and OUTPUT one program per (chunk, head), STATES one
+    per (sequence, head); each sequence's chunks in pool slots of their own, and its S0 and every
+    chunk's end state in a state pool of its own."""
     rows = _prepared((q, k, v, g, beta), chunk_size)
     kept = [0 if state.pending is None else state.pending[0].shape[0] for state in states]
     totals = [held + new for held, new in zip(kept, lengths)]
@@ -174,13 +175,16 @@ def _sequences(q, k, v, g, beta, lengths, states, chunk_size: int):
         per_sequence.append([firsts[i], lengths[i], slots[i], kept[i], indices[i]])
     per_chunk, per_sequence = (torch.tensor(m, dtype=torch.int64).to(q.device) for m in (per_chunk, per_sequence))
     y = torch.empty_like(rows[2])
-    for mode, meta in ((SOLVE, per_chunk), (STATES, per_sequence), (OUTPUT, per_chunk)):
+    walk = all(num_chunks == 1 for num_chunks in chunks)  # each sequence's rows in one chunk: S in place
+    passes = ((WALK, per_sequence),) if walk else ((SOLVE, per_chunk), (STATES, per_sequence), (OUTPUT, per_chunk))
+    for mode, meta in passes:
         _launch(mode, rows, meta, pools, state_pool, y, chunk_size)
     after = []
     for i, state in enumerate(states):
         left = totals[i] % chunk_size
         pending = tuple(pool[slots[i + 1] - 1, :left].clone() for pool in pools) if left else None
-        after.append(DeltaState(state_pool[indices[i] + folds[i]].clone(), state.folded + totals[i] - left, pending))
+        end = state_pool[indices[i] + (0 if walk else folds[i])].clone()
+        after.append(DeltaState(end, state.folded + totals[i] - left, pending))
     return y, after
 
 

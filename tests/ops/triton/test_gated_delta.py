@@ -134,7 +134,7 @@ def check_gated_delta_sequences_in_one_call_are_each_alone(fresh_seed):
     rows_kernel = import_kernel("gated_delta.triton")
     from kernels.ops.chunk_scan import run_chunks
     from kernels.ops.gated_delta.forms import DeltaState, chunk, prepared
-    histories, lengths = [0, 5, CHUNK, CHUNK + 3, 0], [3 * CHUNK + 5, CHUNK - 5, 1, 2 * CHUNK, CHUNK]
+    histories, lengths = [0, 5, CHUNK, CHUNK + 3], [2 * CHUNK + 5, CHUNK - 5, 1, CHUNK]
     sequences = [prepared(*_raw(fresh_seed + i, h + n)) for i, (h, n) in enumerate(zip(histories, lengths))]
     starts = [rows_kernel.consistent(*(t[:h] for t in rows), _empty_state(), chunk_size=CHUNK)[1] if h else
               _empty_state() for rows, h in zip(sequences, histories)]
@@ -159,6 +159,7 @@ def check_gated_delta_sequences_in_one_call_are_each_alone(fresh_seed):
     moved = [first_bit_difference(disturbed[lo:hi], y[lo:hi]) is not None for lo, hi in zip(cuts, cuts[1:])]
     assert moved == [seq == 3 for seq in range(len(lengths))], moved
 
+    lengths = [CHUNK + 3, 5]
     raw = [[t.clone().requires_grad_(True) for t in _raw(fresh_seed + 7 + i, n)] for i, n in enumerate(lengths)]
     fresh = [_empty_state() for _ in lengths]
     y, _ = rows_kernel.consistent_many(*(torch.cat(p) for p in zip(*[prepared(*r) for r in raw])), lengths, fresh,
