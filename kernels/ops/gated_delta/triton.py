@@ -215,7 +215,7 @@ class ConsistentRows(torch.autograd.Function):
 
 def consistent_many(q, k, v, g, beta, lengths, states, *, chunk_size: int):
     """Sequences' prepared rows [sum(lengths), H, *], concatenated, each after its state: (y [rows,
-    H, V] fp32, the states after), in three launches for all. A recorded call (the trainer's)
+    H, V] fp32, the states after), in one set of launches for all. A recorded call (the trainer's)
     differentiates each sequence from its first row."""
     lengths = [int(n) for n in lengths]
     if not records_graph(q, k, v, g, beta, *(state.ssm for state in states)):
