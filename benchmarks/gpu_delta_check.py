@@ -134,7 +134,6 @@ def time_prefill(config, generator, device, sequences, length) -> dict:
     rows = prepared(*raw_rows(config, sequences * length, generator, device))
     empty = [DeltaState.empty(rows[2].shape[1], rows[0].shape[-1], rows[2].shape[-1], device=device)
              for _ in range(sequences)]
-
     chunk = config.chunk_size
 
     def each():

@@ -11,7 +11,7 @@ row form in torch ops lost on CPU (benchmarks/RESULTS.md: it materialises outer 
 import torch
 
 from kernels.ops.chunk_scan import after_pending, run_chunks
-from kernels.ops.gated_delta.forms import DeltaState, chunk, prepared
+from kernels.ops.gated_delta.forms import DeltaState, chunk, each_alone, prepared
 
 
 def by_rows(device) -> bool:
@@ -40,8 +40,7 @@ def consistent_many(groups, states, *, chunk_size: int):
     all of them (the same bits as each alone: a row's arithmetic does not depend on the call's
     programs); on CPU `consistent` per sequence."""
     if not by_rows(groups[0][0].device):
-        results = [consistent(*group, state, chunk_size=chunk_size) for group, state in zip(groups, states)]
-        return torch.cat([y for y, _ in results]), [after for _, after in results]
+        return each_alone(consistent, groups, states, chunk_size=chunk_size)
     import kernels.ops.gated_delta.triton as delta_triton  # imports Triton: CUDA machines only
     rows = [prepared(*group) for group in groups]  # per sequence, as a call of its own prepares them
     return delta_triton.consistent_many(*(torch.cat(parts) for parts in zip(*rows)), [r[0].shape[0] for r in rows],

@@ -30,6 +30,13 @@ class DeltaState:
         return DeltaState(torch.zeros(num_heads, key_dim, value_dim, dtype=torch.float32, device=device))
 
 
+def each_alone(form, groups, states, *, chunk_size: int):
+    """A one-sequence form (rows, state -> y, state after) over sequences, a call each: (y of every
+    row in the groups' order, the states after): the many-sequence shape of a per-sequence form."""
+    results = [form(*group, state, chunk_size=chunk_size) for group, state in zip(groups, states)]
+    return torch.cat([y for y, _ in results]), [after for _, after in results]
+
+
 def prepared(q, k, v, g, beta):
     """Rows as the rule reads them, fp32: q and k L2-normalised per head, q scaled by K^-1/2,
     q and k repeated to v's heads (grouped value heads), g and beta as given."""

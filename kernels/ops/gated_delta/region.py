@@ -6,6 +6,8 @@ sigmoid(b), in fp32. The consistent forms take the position-independent softplus
 (torch's vector bodies and scalar tails round differently); the fast ones take torch's, and round
 y to q's dtype as transformers' Qwen3.5 does.
 """
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 
@@ -14,7 +16,7 @@ from kernels.ops.gated_delta.consistent import consistent_many, decode_pooled
 from kernels.ops.gated_delta.fast import fast_chunked as fast_chunked_sequence
 from kernels.ops.gated_delta.fast import fast_recurrent as fast_recurrent_sequence
 from kernels.ops.gated_delta.fast import recurrent_pooled
-from kernels.ops.gated_delta.forms import DeltaState
+from kernels.ops.gated_delta.forms import DeltaState, each_alone
 from kernels.ops.state_segments import batched_decode
 
 
@@ -23,25 +25,12 @@ def _gates(a, b, A_log, dt_bias, softplus, sigmoid):
     return -torch.exp(A_log.float()) * softplus(a.float() + dt_bias.float()), sigmoid(b.float())
 
 
-def _each_segment(form, rows, segments, store, chunk_size):
-    """form over each segment on its sequence's state, S and the kept rows written back; y in row order."""
-    outputs = []
-    for segment in segments:
-        state = store.open(segment)
-        y, after = form(*(t[segment.rows] for t in rows), DeltaState(state.ssm, state.folded, state.pending),
-                        chunk_size=chunk_size)
-        state.ssm, state.pending = after.ssm, after.pending
-        outputs.append(y)
-    return torch.cat(outputs)
-
-
-def _all_segments(rows, segments, store, chunk_size):
-    """consistent_many over every segment at once on its sequence's state, S and the kept rows
+def _segments(many, rows, segments, store, chunk_size):
+    """many (a many-sequence form) over every segment on its sequence's state, S and the kept rows
     written back; y in row order."""
     opened = [store.open(segment) for segment in segments]
-    y, after = consistent_many([tuple(t[segment.rows] for t in rows) for segment in segments],
-                               [DeltaState(state.ssm, state.folded, state.pending) for state in opened],
-                               chunk_size=chunk_size)
+    y, after = many([tuple(t[segment.rows] for t in rows) for segment in segments],
+                    [DeltaState(state.ssm, state.folded, state.pending) for state in opened], chunk_size=chunk_size)
     for state, its_after in zip(opened, after):
         state.ssm, state.pending = its_after.ssm, its_after.pending
     return y
@@ -54,7 +43,7 @@ def consistent(q, k, v, a, b, segments, store, A_log, dt_bias, *, chunk_size):
     rows = (q, k, v, g, beta)
     if batched_decode(segments, store):
         return decode_pooled(*rows, segments, store, chunk_size=chunk_size)
-    return _all_segments(rows, segments, store, chunk_size)
+    return _segments(consistent_many, rows, segments, store, chunk_size)
 
 
 def _fast(form, pooled=None):
@@ -62,7 +51,7 @@ def _fast(form, pooled=None):
         g, beta = _gates(a, b, A_log, dt_bias, F.softplus, torch.sigmoid)
         if pooled is not None and batched_decode(segments, store) and not store.holds_buffered_rows(segments):
             return pooled(q, k, v, g, beta, segments, store).to(q.dtype)
-        return _each_segment(form, (q, k, v, g, beta), segments, store, chunk_size).to(q.dtype)
+        return _segments(partial(each_alone, form), (q, k, v, g, beta), segments, store, chunk_size).to(q.dtype)
     fast.__name__ = form.__name__
     fast.__doc__ = f"{form.__doc__} y rounded to q's dtype."
     return fast
